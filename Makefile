@@ -1,0 +1,48 @@
+# chatmem — `make run` and `make test` are all a fresh machine needs.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+CHATMEM:= $(VENV)/bin/chatmem
+STAMP  := $(VENV)/.installed
+
+# Offline machines: libraries must use what ships in packages.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export MEM0_TELEMETRY := False
+
+# The queue catalogue lives in workers/queues.py; `make worker QUEUES=segment,facts` picks some.
+QUEUES ?= all
+
+.PHONY: install run test up worker bench lint schemas clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(CHATMEM) demo
+
+test: install
+	$(PY) -m pytest -q -p no:cacheprovider
+
+up: install
+	$(CHATMEM) up
+
+worker: install
+	$(CHATMEM) worker --queues $(QUEUES)
+
+bench: install
+	$(CHATMEM) bench ingest
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+schemas: install
+	$(CHATMEM) export-schemas
+
+clean:
+	rm -rf $(VENV) .chatmem .pytest_cache

@@ -1,0 +1,201 @@
+"""The Postgres side: event log, dead letters, threads (cursor + lease), ingest watermark."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from memory.ports import LeaseLost, TransientError
+from schemas.records import AcceptedEvent, DeadLetter, LoggedEvent, StoreResult, ThreadLease
+
+log = logging.getLogger(__name__)
+
+_INSERT_EVENTS = """
+INSERT INTO events (event_id, stream_pos, type, schema_version, thread_id, user_id, occurred_at, payload)
+SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::int[], %s::text[], %s::text[],
+                     %s::timestamptz[], %s::text[]::jsonb[])
+ON CONFLICT (event_id) DO NOTHING
+"""
+
+_INSERT_DEAD = """
+INSERT INTO dead_letters (source, entry_id, raw, reason)
+SELECT * FROM unnest(%s::text[], %s::text[], %s::bytea[], %s::text[])
+ON CONFLICT (source, entry_id) DO UPDATE
+    SET delivery_count = dead_letters.delivery_count + 1, last_seen = now(), reason = EXCLUDED.reason
+"""
+
+
+def make_pool(database_url: str, size: int, name: str = "chatmem") -> ConnectionPool:
+    pool = ConnectionPool(
+        database_url,
+        min_size=1,
+        max_size=max(1, size),
+        name=name,
+        open=False,
+        check=ConnectionPool.check_connection,
+    )
+    pool.open(wait=True, timeout=30)
+    return pool
+
+
+def transient(error: BaseException) -> bool:
+    return isinstance(error, psycopg.OperationalError | psycopg.errors.SerializationFailure)
+
+
+class PostgresStore:
+    def __init__(self, pool: ConnectionPool):
+        self.pool = pool
+
+    # --- ingest ---------------------------------------------------------------------------
+    def store_batch(self, events: Sequence[AcceptedEvent], dead: Sequence[DeadLetter]) -> StoreResult:
+        try:
+            return self._store(events, dead)
+        except psycopg.OperationalError as error:
+            raise TransientError(str(error)) from error
+        except psycopg.DataError as error:
+            # One row Postgres refuses must not block the batch: find it and dead-letter it.
+            log.warning("batch refused (%s); storing row by row", error)
+            return self._store_one_by_one(events, dead)
+
+    def _store(self, events: Sequence[AcceptedEvent], dead: Sequence[DeadLetter]) -> StoreResult:
+        inserted = 0
+        with self.pool.connection() as conn, conn.transaction():
+            if events:
+                cols: list[list] = [[], [], [], [], [], [], [], []]
+                for a in events:
+                    e = a.event
+                    for col, value in zip(
+                        cols,
+                        (e.event_id, a.stream_pos, e.type, e.schema_version, e.thread_id, e.user_id,
+                         e.occurred_at, a.payload_json),
+                        strict=True,
+                    ):
+                        col.append(value)
+                inserted = conn.execute(_INSERT_EVENTS, cols).rowcount
+                conn.execute(
+                    "INSERT INTO threads (thread_id) SELECT DISTINCT unnest(%s::text[]) ON CONFLICT DO NOTHING",
+                    (cols[4],),
+                )
+            if dead:
+                conn.execute(
+                    _INSERT_DEAD,
+                    ([d.source for d in dead], [d.entry_id for d in dead], [d.raw for d in dead],
+                     [d.reason for d in dead]),
+                )
+        return StoreResult(inserted, len(events) - inserted, len(dead))
+
+    def _store_one_by_one(self, events: Sequence[AcceptedEvent], dead: Sequence[DeadLetter]) -> StoreResult:
+        extra_dead = list(dead)
+        inserted = 0
+        for a in events:
+            try:
+                inserted += self._store([a], []).inserted
+            except psycopg.DataError as error:
+                extra_dead.append(DeadLetter(a.entry_id, a.payload_json.encode(), f"refused by Postgres: {error}"))
+        self._store([], extra_dead)
+        return StoreResult(inserted, len(events) - inserted - (len(extra_dead) - len(dead)), len(extra_dead))
+
+    def advance_watermark(self, stream_key: str, watermark: int) -> list[str]:
+        with self.pool.connection() as conn, conn.transaction():
+            conn.execute(
+                "INSERT INTO ingest_state (stream_key) VALUES (%s) ON CONFLICT DO NOTHING", (stream_key,)
+            )
+            old = conn.execute(
+                "SELECT watermark FROM ingest_state WHERE stream_key = %s FOR UPDATE", (stream_key,)
+            ).fetchone()[0]
+            if watermark <= old:
+                return []
+            conn.execute(
+                "UPDATE ingest_state SET watermark = %s, updated_at = now() WHERE stream_key = %s",
+                (watermark, stream_key),
+            )
+            rows = conn.execute(
+                "SELECT DISTINCT thread_id FROM events WHERE stream_pos >= %s AND stream_pos < %s",
+                (old, watermark),
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def watermark(self, stream_key: str) -> int:
+        with self.pool.connection() as conn:
+            row = conn.execute("SELECT watermark FROM ingest_state WHERE stream_key = %s", (stream_key,)).fetchone()
+        return row[0] if row else 0
+
+
+class PostgresThreadLog:
+    def __init__(self, pool: ConnectionPool, stream_key: str):
+        self.pool = pool
+        self.stream_key = stream_key
+
+    def acquire_lease(self, thread_id: str, owner: str, lease_s: int) -> ThreadLease | None:
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                """
+                UPDATE threads SET lease_owner = %s, lease_until = now() + make_interval(secs => %s)
+                WHERE thread_id = %s AND (lease_owner IS NULL OR lease_owner = %s OR lease_until < now())
+                RETURNING cursor_pos
+                """,
+                (owner, lease_s, thread_id, owner),
+            ).fetchone()
+        return ThreadLease(thread_id, owner, row[0], lease_s) if row else None
+
+    def release_lease(self, thread_id: str, owner: str) -> None:
+        with self.pool.connection() as conn:
+            conn.execute(
+                "UPDATE threads SET lease_owner = NULL, lease_until = NULL WHERE thread_id = %s AND lease_owner = %s",
+                (thread_id, owner),
+            )
+
+    def pending_events(self, thread_id: str, after_pos: int, limit: int) -> list[LoggedEvent]:
+        with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(
+                """
+                SELECT stream_pos, event_id, type, thread_id, user_id, occurred_at, payload
+                FROM events
+                WHERE thread_id = %s AND stream_pos > %s
+                  AND stream_pos < (SELECT coalesce(max(watermark), 0) FROM ingest_state WHERE stream_key = %s)
+                ORDER BY stream_pos
+                LIMIT %s
+                """,
+                (thread_id, after_pos, self.stream_key, limit),
+            )
+            return [LoggedEvent(**row) for row in cur.fetchall()]
+
+    def advance_cursor(self, lease: ThreadLease, events: Sequence[LoggedEvent]) -> ThreadLease:
+        with self.pool.connection() as conn, conn.transaction():
+            return self.advance_cursor_in(conn, lease, events)
+
+    def advance_cursor_in(self, conn: psycopg.Connection, lease: ThreadLease, events: Sequence[LoggedEvent]) -> ThreadLease:
+        """Move the cursor inside the caller's transaction, so projections and cursor commit together."""
+        new_pos = events[-1].stream_pos
+        row = conn.execute(
+            """
+            UPDATE threads SET cursor_pos = %s, applied_events = applied_events + %s, updated_at = now(),
+                               lease_until = now() + make_interval(secs => %s)
+            WHERE thread_id = %s AND lease_owner = %s AND cursor_pos = %s
+            RETURNING cursor_pos
+            """,
+            (new_pos, len(events), lease.lease_s, lease.thread_id, lease.owner, lease.cursor_pos),
+        ).fetchone()
+        if row is None:
+            raise LeaseLost(lease.thread_id)
+        return ThreadLease(lease.thread_id, lease.owner, new_pos, lease.lease_s)
+
+    def lagging_threads(self, limit: int) -> list[str]:
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                """
+                SELECT t.thread_id FROM threads t
+                WHERE EXISTS (
+                    SELECT 1 FROM events e
+                    WHERE e.thread_id = t.thread_id AND e.stream_pos > t.cursor_pos
+                      AND e.stream_pos < (SELECT coalesce(max(watermark), 0) FROM ingest_state
+                                          WHERE stream_key = %s))
+                LIMIT %s
+                """,
+                (self.stream_key, limit),
+            ).fetchall()
+        return [r[0] for r in rows]

@@ -1,0 +1,143 @@
+"""The events stream on Redis: consumer group reads, acks, reclaim, watermark and trimming."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import redis
+
+from memory.ports import TransientError
+from schemas.records import StreamEntry, stream_pos
+
+EVENT_FIELD = b"event"
+
+
+def _entries(raw: list) -> list[StreamEntry]:
+    out = []
+    for entry_id, fields in raw:
+        eid = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+        out.append(StreamEntry(eid, None if fields is None else fields.get(EVENT_FIELD, b"")))
+    return out
+
+
+class RedisEventStream:
+    def __init__(self, client: redis.Redis, stream_key: str, group: str):
+        self.r = client
+        self.key = stream_key
+        self.group = group
+
+    def ensure_group(self) -> None:
+        try:
+            # "0": entries published before the first consumer started are ingested too.
+            self.r.xgroup_create(self.key, self.group, id="0", mkstream=True)
+        except redis.ResponseError as error:
+            if "BUSYGROUP" not in str(error):
+                raise
+
+    def _read(self, consumer: str, start: str, count: int, block_ms: int | None) -> list[StreamEntry]:
+        try:
+            reply = self.r.xreadgroup(self.group, consumer, {self.key: start}, count=count, block=block_ms)
+        except redis.ConnectionError as error:
+            raise TransientError(str(error)) from error
+        except redis.ResponseError as error:
+            if "NOGROUP" in str(error):  # the stream was deleted under us: recreate, read again later
+                self.ensure_group()
+                return []
+            raise
+        return _entries(reply[0][1]) if reply else []
+
+    def read_new(self, consumer: str, count: int, block_ms: int) -> list[StreamEntry]:
+        return self._read(consumer, ">", count, block_ms)
+
+    def read_own_pending(self, consumer: str, count: int) -> list[StreamEntry]:
+        return self._read(consumer, "0", count, None)
+
+    def claim_stale(self, consumer: str, min_idle_ms: int, count: int) -> list[StreamEntry]:
+        try:
+            reply = self.r.xautoclaim(self.key, self.group, consumer, min_idle_ms, "0-0", count=count)
+        except redis.ConnectionError as error:
+            raise TransientError(str(error)) from error
+        return _entries(reply[1])
+
+    def ack(self, entry_ids: Sequence[str]) -> None:
+        if entry_ids:
+            try:
+                self.r.xack(self.key, self.group, *entry_ids)
+            except redis.ConnectionError as error:
+                raise TransientError(str(error)) from error
+
+    def committed_watermark(self) -> int:
+        # One MULTI so "last delivered" and "oldest pending" describe the same instant.
+        pipe = self.r.pipeline(transaction=True)
+        pipe.xinfo_groups(self.key)
+        pipe.xpending(self.key, self.group)
+        try:
+            groups, pending = pipe.execute()
+        except redis.ConnectionError as error:
+            raise TransientError(str(error)) from error
+        last = next(g["last-delivered-id"] for g in groups if _s(g["name"]) == self.group)
+        after_last = stream_pos(_s(last)) + 1
+        if pending["pending"]:
+            return min(stream_pos(_s(pending["min"])), after_last)
+        return after_last
+
+    def trim_below(self, pos: int) -> int:
+        if pos <= 1:
+            return 0
+        ms, seq = divmod(pos, 1_000_000)
+        # Approximate trimming only drops whole nodes below MINID: never an entry above it.
+        return int(self.r.xtrim(self.key, minid=f"{ms}-{seq}", approximate=True))
+
+    def length(self) -> int:
+        return int(self.r.xlen(self.key))
+
+    def pending_count(self) -> int:
+        try:
+            return int(self.r.xpending(self.key, self.group)["pending"])
+        except redis.ResponseError:
+            return 0
+
+
+class RedisEventSink:
+    """XADD in one pipelined round trip; order within a call is kept."""
+
+    def __init__(self, client: redis.Redis, stream_key: str):
+        self.r = client
+        self.key = stream_key
+
+    def add_many(self, payloads: Sequence[bytes]) -> list[str]:
+        if len(payloads) == 1:
+            return [_s(self.r.xadd(self.key, {EVENT_FIELD: payloads[0]}))]
+        pipe = self.r.pipeline(transaction=False)
+        for payload in payloads:
+            pipe.xadd(self.key, {EVENT_FIELD: payload})
+        return [_s(i) for i in pipe.execute()]
+
+
+class RedisDoorbell:
+    """Dedupe with SET NX EX per thread, then enqueue the doorbell task for the new ones."""
+
+    def __init__(self, client: redis.Redis, send: callable, ttl_s: int, prefix: str = "chatmem:doorbell:"):  # type: ignore[valid-type]
+        self.r = client
+        self.send = send
+        self.ttl_s = ttl_s
+        self.prefix = prefix
+
+    def ring(self, thread_ids) -> int:  # type: ignore[no-untyped-def]
+        ids = list(dict.fromkeys(thread_ids))
+        if not ids:
+            return 0
+        pipe = self.r.pipeline(transaction=False)
+        for tid in ids:
+            pipe.set(self.prefix + tid, b"1", nx=True, ex=self.ttl_s)
+        fresh = [tid for tid, was_set in zip(ids, pipe.execute(), strict=True) if was_set]
+        for tid in fresh:
+            self.send(tid)
+        return len(fresh)
+
+    def clear(self, thread_id: str) -> None:
+        self.r.delete(self.prefix + thread_id)
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

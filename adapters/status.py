@@ -1,0 +1,67 @@
+"""Gathers the status report from Postgres, Redis and the broker."""
+
+from __future__ import annotations
+
+from kombu.exceptions import ChannelError
+
+from adapters import services
+from adapters.bootstrap import Container
+from producers.spool import Spool
+from schemas.status import Lag, ServiceState, StatusReport, StreamState
+from workers.queues import Queue
+
+# Projection tables counted when present; later migrations add to this list's tables.
+COUNTED_TABLES = ("events", "threads", "dead_letters", "episodes", "summaries", "facts", "artifacts")
+
+
+def table_counts(c: Container) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    with c.pool.connection() as conn:
+        for table in COUNTED_TABLES:
+            if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is None:
+                continue
+            # Table names come from the constant above, never from input.
+            counts[table] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    return counts
+
+
+def largest_lag(c: Container) -> Lag:
+    with c.pool.connection() as conn:
+        row = conn.execute(
+            """
+            SELECT e.thread_id, count(*) AS lag
+            FROM events e LEFT JOIN threads t USING (thread_id)
+            WHERE e.stream_pos > coalesce(t.cursor_pos, 0)
+            GROUP BY e.thread_id ORDER BY lag DESC, e.thread_id LIMIT 1
+            """
+        ).fetchone()
+    return Lag(max_events=row[1], thread_id=row[0]) if row else Lag(max_events=0, thread_id=None)
+
+
+def queue_depths(c: Container) -> dict[str, int]:
+    depths = {}
+    with c.celery.connection_for_read() as conn:
+        channel = conn.default_channel
+        for queue in Queue:
+            try:
+                depths[queue.value] = channel.queue_declare(queue=queue.value, passive=True).message_count
+            except ChannelError:  # Redis keeps no key for an empty queue
+                depths[queue.value] = 0
+    return depths
+
+
+def report(c: Container) -> StatusReport:
+    s = c.settings
+    return StatusReport(
+        services=[ServiceState(**vars(st)) for st in services.status(s)],
+        counts=table_counts(c),
+        queues=queue_depths(c),
+        stream=StreamState(
+            key=s.stream_key,
+            length=c.stream.length(),
+            pending=c.stream.pending_count(),
+            watermark=c.store.watermark(s.stream_key),
+            spooled=Spool(s.resolved_spool_dir).pending_count(),
+        ),
+        lag=largest_lag(c),
+    )

@@ -1,0 +1,267 @@
+"""The `chatmem` command."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from schemas.settings import Settings, load_settings
+
+app = typer.Typer(help="chatmem: conversation memory for chat bots.", no_args_is_help=True, add_completion=False)
+services_app = typer.Typer(help="Embedded Postgres and Redis (used when no URL is configured).", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks (printed figures, never assertions).", no_args_is_help=True)
+app.add_typer(services_app, name="services")
+app.add_typer(bench_app, name="bench")
+console = Console()
+
+
+def _settings() -> Settings:
+    try:
+        settings = load_settings()
+    except Exception as error:  # a typo in the environment must stop us with its name
+        console.print(f"[red]settings error:[/red] {error}")
+        raise typer.Exit(2) from None
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s",
+    )
+    for noisy in ("pgserver", "yoyo", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("MEM0_TELEMETRY", "False")
+    return settings
+
+
+def _container(settings: Settings, *, start: bool = True, require_migrated: bool = True):
+    from adapters import migrate
+    from adapters.bootstrap import Container
+    from adapters.services import ServiceUnavailable
+
+    c = Container(settings, start_services=start)
+    try:
+        urls = c.urls
+    except ServiceUnavailable as error:
+        console.print(f"[red]{error}[/red]")
+        raise typer.Exit(1) from None
+    if require_migrated and migrate.pending(urls.database_url):
+        console.print("[red]the database needs migrations: run `chatmem migrate`[/red]")
+        raise typer.Exit(1)
+    return c
+
+
+# --- services ------------------------------------------------------------------------------
+@services_app.command("up")
+def services_up() -> None:
+    """Start the embedded Postgres and Redis (the configured external ones are only checked)."""
+    from adapters import services
+
+    urls = services.resolve(_settings(), start=True)
+    console.print(f"postgres: {urls.database_url}\nredis:    {urls.redis_url}")
+
+
+@services_app.command("down")
+def services_down() -> None:
+    """Stop the embedded Postgres and Redis."""
+    from adapters import services
+
+    pg, rd = services.embedded(_settings())
+    for name, svc in (("postgres", pg), ("redis", rd)):
+        if svc is not None:
+            console.print(f"{name}: {'stopped' if svc.stop() else 'was not running'}")
+
+
+@services_app.command("status")
+def services_status() -> None:
+    """Show where Postgres and Redis are and whether they answer."""
+    from adapters import services
+
+    for st in services.status(_settings()):
+        mark = "[green]up[/green]" if st.running else "[red]down[/red]"
+        console.print(f"{st.name:9} {mark}  {st.url or '-'}  ({st.detail})")
+
+
+@app.command()
+def migrate() -> None:
+    """Apply the SQL migrations that are not applied yet (idempotent)."""
+    from adapters import migrate as m
+    from adapters import services
+
+    urls = services.resolve(_settings(), start=True)
+    applied = m.migrate(urls.database_url)
+    console.print(f"applied: {', '.join(applied)}" if applied else "database is up to date")
+
+
+# --- write path ----------------------------------------------------------------------------
+@app.command()
+def publish(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON Lines, one event a line")) -> None:
+    """Publish events from a JSONL file; report accepted and rejected lines."""
+    from producers.importers import publish_jsonl
+    from producers.publisher import Publisher
+
+    settings = _settings()
+    with Publisher.from_settings(settings) as pub:
+        result = publish_jsonl(pub, file, settings)
+    for line_no, reason in result.rejected:
+        console.print(f"[yellow]line {line_no}:[/yellow] {reason}")
+    console.print(f"accepted {result.accepted}, rejected {len(result.rejected)}")
+    if result.rejected:
+        raise typer.Exit(1)
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+@app.command()
+def ingest(consumer: str = typer.Option(None, help="consumer name (default: ingest@host:pid)")) -> None:
+    """Run one ingest consumer: events stream -> Postgres event log (+ dead letters, doorbells)."""
+    from workers.ingest import IngestRunner
+
+    c = _container(_settings())
+    IngestRunner(c, consumer).run(_stop_on_signals())
+
+
+@app.command()
+def worker(
+    queues: str = typer.Option("all", help="comma-separated queues, or 'all' (see `chatmem queues`)"),
+    concurrency: int = typer.Option(2, min=1, help="worker processes"),
+) -> None:
+    """Run a Celery worker for the given queues."""
+    from workers.queues import parse_queues, prefetch_for
+
+    settings = _settings()
+    try:
+        qs = parse_queues(queues)
+    except ValueError as error:
+        console.print(f"[red]{error}[/red]")
+        raise typer.Exit(2) from None
+    c = _container(settings)
+    # argv for Celery's own worker command; the app (and its settings) are ours.
+    c.celery.worker_main(
+        [
+            "worker",
+            "-Q", ",".join(q.value for q in qs),
+            "-c", str(concurrency),
+            "--prefetch-multiplier", str(prefetch_for(qs)),
+            "-n", f"chatmem-{'-'.join(q.value for q in qs) if len(qs) < 5 else 'all'}@%h",
+            "--loglevel", settings.log_level.upper(),
+            "-E",
+        ]
+    )
+
+
+@app.command()
+def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps")) -> None:
+    """Re-ring the doorbell of threads whose cursor lags the committed log."""
+    from memory import sequencer
+
+    c = _container(_settings())
+    stop = _stop_on_signals()
+    log = logging.getLogger("chatmem.sweeper")
+    while not stop.is_set():
+        rung = sequencer.sweep(c.thread_log, c.doorbell)
+        if rung:
+            log.info("re-rang %d lagging threads", rung)
+        stop.wait(interval)
+
+
+@app.command()
+def queues(csv: bool = typer.Option(False, help="one line, comma-separated")) -> None:
+    """List the queue catalogue."""
+    from workers.queues import Queue
+
+    names = [q.value for q in Queue]
+    print(",".join(names) if csv else "\n".join(names))
+
+
+@app.command()
+def up() -> None:
+    """Services, migrations, ingest consumer, a worker for all queues and the sweeper, in the
+    foreground. Ctrl-C stops everything it started."""
+    from adapters import migrate as m
+    from adapters import services
+    from workers.supervisor import Supervisor
+
+    settings = _settings()
+    pg, rd = services.embedded(settings)
+    started = [svc for svc in (pg, rd) if svc is not None and svc.url() is None]
+    urls = services.resolve(settings, start=True)
+    m.migrate(urls.database_url)
+    console.print(f"chatmem up: postgres {urls.database_url} · redis {urls.redis_url} · Ctrl-C stops")
+    supervisor = Supervisor()
+    supervisor.start()
+    code = supervisor.wait()
+    for svc in started:
+        svc.stop()
+    raise typer.Exit(code)
+
+
+@app.command()
+def status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """Counts, queue depths, stream state and the largest per-thread lag."""
+    from adapters.status import report
+
+    rep = report(_container(_settings(), start=False, require_migrated=False))
+    if as_json:
+        print(rep.model_dump_json(indent=2))
+        return
+    table = Table(title="chatmem status", show_header=False)
+    for st in rep.services:
+        table.add_row(st.name, "up" if st.running else "down", st.url or "")
+    for name, n in rep.counts.items():
+        table.add_row("count", name, str(n))
+    for name, n in rep.queues.items():
+        table.add_row("queue", name, str(n))
+    table.add_row("stream", f"length {rep.stream.length}", f"pending {rep.stream.pending}, spooled {rep.stream.spooled}")
+    table.add_row("lag", str(rep.lag.max_events), rep.lag.thread_id or "")
+    console.print(table)
+
+
+@app.command()
+def demo(timeout: float = typer.Option(120.0, help="seconds to wait for processing")) -> None:
+    """Bring the stack up, publish a sample conversation, wait until processed, show memory, stop."""
+    from api.demo import run_demo
+
+    raise typer.Exit(run_demo(_settings(), console, timeout))
+
+
+@app.command("export-schemas")
+def export_schemas(check: bool = typer.Option(False, help="fail if the committed files are stale")) -> None:
+    """Write the JSON Schema of every event kind to schemas/jsonschema/."""
+    from schemas.export import write_schemas
+
+    stale = write_schemas(check=check)
+    if check and stale:
+        console.print(f"[red]stale:[/red] {', '.join(stale)}")
+        raise typer.Exit(1)
+    console.print("stale: " + ", ".join(stale) if stale else "schemas are current")
+
+
+@bench_app.command("ingest")
+def bench_ingest(
+    events: int = typer.Option(100_000, help="events to publish"),
+    threads: int = typer.Option(1_000, help="threads they are spread over"),
+) -> None:
+    """Publish latency, fire-and-forget cost, ingest throughput, next to raw XADD and COPY."""
+    from bench.ingest import run
+
+    run(_settings(), console, n_events=events, n_threads=threads)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

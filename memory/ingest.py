@@ -1,0 +1,104 @@
+"""Ingest: stream entries -> validated events in the log (or dead letters), then doorbells.
+
+Order of effects per batch, which the invariants rest on:
+1. validate every entry; invalid ones become dead letters with a readable reason;
+2. commit events and dead letters in one transaction (events dedupe on event_id);
+3. acknowledge the entries (only now: a crash before this redelivers them);
+4. raise the watermark and ring the doorbell of every thread whose events just became final.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from memory.ports import Doorbell, EventStore, EventStream
+from schemas.events import InvalidEvent, parse_event
+from schemas.records import AcceptedEvent, DeadLetter, StreamEntry, stream_pos
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class IngestLimits:
+    max_text_chars: int
+    max_data_uri_bytes: int
+
+
+@dataclass
+class IngestStats:
+    batches: int = 0
+    inserted: int = 0
+    duplicates: int = 0
+    dead_lettered: int = 0
+    rung: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+def validate_entries(
+    entries: Sequence[StreamEntry], limits: IngestLimits
+) -> tuple[list[AcceptedEvent], list[DeadLetter], list[str]]:
+    """Split entries into accepted events and dead letters; the third list holds entries whose
+    body Redis no longer has (trimmed while pending), which only need acknowledging."""
+    accepted: list[AcceptedEvent] = []
+    dead: list[DeadLetter] = []
+    vanished: list[str] = []
+    for entry in entries:
+        if entry.payload is None:
+            vanished.append(entry.entry_id)
+            continue
+        try:
+            event = parse_event(
+                entry.payload,
+                max_text_chars=limits.max_text_chars,
+                max_data_uri_bytes=limits.max_data_uri_bytes,
+            )
+            accepted.append(AcceptedEvent(entry.entry_id, stream_pos(entry.entry_id), event, event.model_dump_json()))
+        except (InvalidEvent, ValueError) as error:
+            reason = error.reason if isinstance(error, InvalidEvent) else str(error)
+            dead.append(DeadLetter(entry.entry_id, entry.payload, reason))
+    return accepted, dead, vanished
+
+
+class IngestService:
+    def __init__(
+        self,
+        stream: EventStream,
+        store: EventStore,
+        doorbell: Doorbell,
+        *,
+        stream_key: str,
+        limits: IngestLimits,
+    ):
+        self.stream = stream
+        self.store = store
+        self.doorbell = doorbell
+        self.stream_key = stream_key
+        self.limits = limits
+        self.stats = IngestStats()
+
+    def process(self, entries: Sequence[StreamEntry]) -> None:
+        if not entries:
+            return
+        accepted, dead, _vanished = validate_entries(entries, self.limits)
+        for letter in dead:
+            log.warning("dead letter %s: %s", letter.entry_id, letter.reason)
+        result = self.store.store_batch(accepted, dead)
+        self.stream.ack([e.entry_id for e in entries])
+        self.stats.batches += 1
+        self.stats.inserted += result.inserted
+        self.stats.duplicates += result.duplicates
+        self.stats.dead_lettered += result.dead_lettered
+        self.refresh_watermark()
+
+    def refresh_watermark(self) -> int:
+        watermark = self.stream.committed_watermark()
+        threads = self.store.advance_watermark(self.stream_key, watermark)
+        if threads:
+            self.stats.rung += self.doorbell.ring(threads)
+        return watermark
+
+    def trim(self) -> int:
+        """Drop stream entries below the committed watermark (never anything not yet ingested)."""
+        return self.stream.trim_below(self.stream.committed_watermark())

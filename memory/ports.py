@@ -1,0 +1,77 @@
+"""Ports: the interfaces the domain logic needs. Each has a real adapter in `adapters/` and a
+hand-written in-memory fake in `adapters/fakes.py` for unit tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from schemas.records import AcceptedEvent, DeadLetter, LoggedEvent, StoreResult, StreamEntry, ThreadLease
+
+
+class TransientError(Exception):
+    """A failure worth retrying (a service briefly unreachable); anything else is not."""
+
+
+class EventStream(Protocol):
+    """The consumer side of the events stream (a Redis stream with a consumer group)."""
+
+    def ensure_group(self) -> None: ...
+
+    def read_new(self, consumer: str, count: int, block_ms: int) -> list[StreamEntry]: ...
+
+    def read_own_pending(self, consumer: str, count: int) -> list[StreamEntry]: ...
+
+    def claim_stale(self, consumer: str, min_idle_ms: int, count: int) -> list[StreamEntry]: ...
+
+    def ack(self, entry_ids: Sequence[str]) -> None: ...
+
+    def committed_watermark(self) -> int:
+        """stream_pos below which every entry has been acknowledged (so committed)."""
+        ...
+
+    def trim_below(self, pos: int) -> int: ...
+
+
+class EventSink(Protocol):
+    """The producer side: append serialized events to the stream, in order."""
+
+    def add_many(self, payloads: Sequence[bytes]) -> list[str]: ...
+
+
+class EventStore(Protocol):
+    """The append-only event log and the ingest bookkeeping around it."""
+
+    def store_batch(self, events: Sequence[AcceptedEvent], dead: Sequence[DeadLetter]) -> StoreResult: ...
+
+    def advance_watermark(self, stream_key: str, watermark: int) -> list[str]:
+        """Raise the watermark; return the threads with events that just became final."""
+        ...
+
+
+class ThreadLog(Protocol):
+    """Per-thread, in-order access to the log for the doorbell."""
+
+    def acquire_lease(self, thread_id: str, owner: str, lease_s: int) -> ThreadLease | None: ...
+
+    def release_lease(self, thread_id: str, owner: str) -> None: ...
+
+    def pending_events(self, thread_id: str, after_pos: int, limit: int) -> list[LoggedEvent]: ...
+
+    def advance_cursor(self, lease: ThreadLease, events: Sequence[LoggedEvent]) -> ThreadLease:
+        """Move the cursor past `events` if the lease still holds; raise LeaseLost otherwise."""
+        ...
+
+    def lagging_threads(self, limit: int) -> list[str]: ...
+
+
+class Doorbell(Protocol):
+    """Rings the per-thread doorbell task, at most once while one is pending."""
+
+    def ring(self, thread_ids: Iterable[str]) -> int: ...
+
+    def clear(self, thread_id: str) -> None: ...
+
+
+class LeaseLost(Exception):
+    """Another worker took the thread over; this one must stop without applying."""

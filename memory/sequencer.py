@@ -1,0 +1,64 @@
+"""The doorbell handler: apply a thread's committed events in publish order, one worker at a time.
+
+A lease (not a transaction) guards the thread, so slow work between reading a batch and
+applying it never holds a database transaction open; applying checks the lease is still ours
+and moves the cursor in the same transaction."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from memory.ports import Doorbell, LeaseLost, ThreadLog
+from schemas.records import LoggedEvent, ThreadLease
+
+log = logging.getLogger(__name__)
+
+# What applying a batch means grows with the memory model; the cursor is always moved by it.
+Applier = Callable[[ThreadLease, Sequence[LoggedEvent]], ThreadLease]
+
+
+@dataclass(frozen=True)
+class AdvanceResult:
+    thread_id: str
+    applied: int
+    busy: bool = False
+    lost_lease: bool = False
+
+
+def advance_thread(
+    threads: ThreadLog,
+    doorbell: Doorbell,
+    thread_id: str,
+    *,
+    owner: str,
+    lease_s: int,
+    batch_size: int,
+    apply: Applier | None = None,
+) -> AdvanceResult:
+    # Clear the dedupe mark first: anything committed from now on rings again.
+    doorbell.clear(thread_id)
+    lease = threads.acquire_lease(thread_id, owner, lease_s)
+    if lease is None:
+        return AdvanceResult(thread_id, 0, busy=True)
+    applier = apply or threads.advance_cursor
+    applied = 0
+    try:
+        while True:
+            batch = threads.pending_events(thread_id, lease.cursor_pos, batch_size)
+            if not batch:
+                break
+            lease = applier(lease, batch)
+            applied += len(batch)
+    except LeaseLost:
+        log.warning("thread %s: lease lost after %d events; another worker continues", thread_id, applied)
+        return AdvanceResult(thread_id, applied, lost_lease=True)
+    finally:
+        threads.release_lease(thread_id, owner)
+    return AdvanceResult(thread_id, applied)
+
+
+def sweep(threads: ThreadLog, doorbell: Doorbell, *, limit: int = 1000) -> int:
+    """Re-ring threads whose cursor lags the committed log (a lost doorbell, a dead worker)."""
+    return doorbell.ring(threads.lagging_threads(limit))

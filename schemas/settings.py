@@ -1,0 +1,96 @@
+"""The one typed settings object. Every knob is a `CHATMEM_*` environment variable (or a line
+in `.env`); `.env.example` documents each one and a test keeps the two in step."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "CHATMEM_"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="forbid",
+        frozen=True,
+    )
+
+    # --- services -------------------------------------------------------------------------
+    data_dir: Path = Field(
+        Path(".chatmem"),
+        description="Folder for the embedded Postgres and Redis data, the publish spool and logs.",
+    )
+    database_url: str | None = Field(
+        None, description="Postgres (with pgvector) URL. Unset: the embedded Postgres under data_dir."
+    )
+    redis_url: str | None = Field(
+        None, description="Redis URL (broker and events stream). Unset: the embedded Redis under data_dir."
+    )
+    embedded_redis_port: int = Field(
+        0, ge=0, le=65535, description="Port of the embedded Redis on 127.0.0.1; 0 picks a free one once."
+    )
+    db_pool_size: int = Field(4, ge=1, description="Postgres connections per process.")
+
+    # --- events stream & ingest -----------------------------------------------------------
+    stream_key: str = Field("chatmem:events", description="Redis stream that bots publish events to.")
+    consumer_group: str = Field("chatmem-ingest", description="Consumer group of the ingest consumers.")
+    ingest_batch_size: int = Field(1000, ge=1, le=10000, description="Stream entries read per batch.")
+    ingest_block_ms: int = Field(500, ge=1, description="How long one read waits for new entries.")
+    ingest_claim_idle_ms: int = Field(
+        30_000, ge=100, description="Pending entries idle this long are reclaimed from a dead consumer."
+    )
+    ingest_trim_every_s: float = Field(
+        5.0, gt=0, description="How often the stream is trimmed below the committed watermark."
+    )
+    max_text_chars: int = Field(
+        32_000, ge=1, description="Longest accepted message text; longer events are dead-lettered."
+    )
+    max_data_uri_bytes: int = Field(
+        65_536, ge=0, description="Largest inline data: URI accepted as an attachment reference."
+    )
+
+    # --- publisher ------------------------------------------------------------------------
+    publish_buffer_size: int = Field(
+        10_000, ge=1, description="Fire-and-forget buffer; past it events go straight to the disk spool."
+    )
+    publish_flush_interval_ms: int = Field(
+        20, ge=1, description="Longest time a fire-and-forget event waits in the buffer."
+    )
+    spool_dir: Path | None = Field(
+        None, description="Where unsendable events are spooled. Unset: data_dir/spool."
+    )
+
+    # --- workers --------------------------------------------------------------------------
+    doorbell_dedupe_s: int = Field(
+        60, ge=1, description="A thread's doorbell is rung at most once per this window while pending."
+    )
+    thread_lease_s: int = Field(
+        120, ge=5, description="How long a worker may hold a thread before another may take it over."
+    )
+    apply_batch_size: int = Field(500, ge=1, description="Events applied per step of a doorbell drain.")
+    task_max_retries: int = Field(8, ge=0, description="Retries of a task after a transient error.")
+    log_level: str = Field("INFO", description="Log level of every chatmem process.")
+
+    @property
+    def resolved_spool_dir(self) -> Path:
+        return self.spool_dir or self.data_dir / "spool"
+
+    @model_validator(mode="after")
+    def _reject_unknown_env(self) -> Settings:
+        # pydantic-settings silently ignores unknown prefixed variables; a typo such as
+        # CHATMEM_DATABSE_URL would then fall back to the embedded database without a word.
+        known = {ENV_PREFIX + name.upper() for name in type(self).model_fields}
+        unknown = sorted(k for k in os.environ if k.upper().startswith(ENV_PREFIX) and k.upper() not in known)
+        if unknown:
+            raise ValueError(f"unknown settings in the environment: {', '.join(unknown)}")
+        return self
+
+
+def load_settings(**overrides: object) -> Settings:
+    return Settings(**overrides)  # type: ignore[arg-type]

@@ -1,0 +1,53 @@
+"""The Celery app, built from settings (never at import time)."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from schemas.settings import Settings
+from workers.queues import PROFILES, VISIBILITY_TIMEOUT_S, Queue
+
+ADVANCE_THREAD = "chatmem.advance_thread"
+SWEEP = "chatmem.sweep"
+
+TASK_QUEUES: dict[str, Queue] = {
+    ADVANCE_THREAD: Queue.SEGMENT,
+    SWEEP: Queue.MAINTENANCE,
+}
+
+
+def create_celery(settings: Settings, broker_url: str) -> Celery:
+    app = Celery("chatmem", broker=broker_url, include=["workers.tasks"])
+    annotations = {
+        name: {
+            "soft_time_limit": PROFILES[queue].soft_time_limit_s,
+            "time_limit": PROFILES[queue].time_limit_s,
+            "max_retries": settings.task_max_retries,
+        }
+        for name, queue in TASK_QUEUES.items()
+    }
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=Queue.MAINTENANCE.value,
+        task_routes={name: {"queue": queue.value} for name, queue in TASK_QUEUES.items()},
+        task_annotations=annotations,
+        broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=True,
+        task_send_sent_event=False,
+        enable_utc=True,
+    )
+    app.conf.chatmem_settings = settings
+    return app
+
+
+def ring_thread(app: Celery, thread_id: str, countdown: float | None = None) -> None:
+    app.send_task(ADVANCE_THREAD, args=[thread_id], countdown=countdown)

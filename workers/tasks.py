@@ -1,0 +1,52 @@
+"""Celery tasks: each validates its payload and calls one handler. Nothing else lives here."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Task, shared_task
+
+from adapters.bootstrap import TRANSIENT_ERRORS, Container, process_name
+from memory import sequencer
+from schemas.events import InvalidEvent, validate_identifier
+
+# Only failures that a later attempt can fix are retried; a bad payload fails at once.
+RETRY = {"autoretry_for": TRANSIENT_ERRORS, "retry_backoff": 2, "retry_backoff_max": 120, "retry_jitter": True}
+
+_containers: dict[int, Container] = {}
+
+
+def container(task: Task) -> Container:
+    # Keyed by pid: a forked pool child must not reuse its parent's connections.
+    pid = os.getpid()
+    if pid not in _containers:
+        _containers[pid] = Container(task.app.conf.chatmem_settings, start_services=False)
+    return _containers[pid]
+
+
+@shared_task(name="chatmem.advance_thread", bind=True, **RETRY)
+def advance_thread(self: Task, thread_id: str) -> dict:
+    try:
+        thread_id = validate_identifier(thread_id)
+    except InvalidEvent as error:
+        raise ValueError(f"advance_thread: {error.reason}") from None
+    c = container(self)
+    result = sequencer.advance_thread(
+        c.thread_log,
+        c.doorbell,
+        thread_id,
+        owner=process_name("worker"),
+        lease_s=c.settings.thread_lease_s,
+        batch_size=c.settings.apply_batch_size,
+    )
+    if result.busy:
+        # Another worker holds the thread; look again shortly in case it finished just before
+        # the events that rang this bell became visible to it.
+        self.apply_async(args=[thread_id], countdown=1)
+    return {"thread_id": thread_id, "applied": result.applied, "busy": result.busy}
+
+
+@shared_task(name="chatmem.sweep", bind=True, **RETRY)
+def sweep(self: Task) -> dict:
+    c = container(self)
+    return {"rung": sequencer.sweep(c.thread_log, c.doorbell)}
