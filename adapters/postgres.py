@@ -70,8 +70,16 @@ class PostgresStore:
                     e = a.event
                     for col, value in zip(
                         cols,
-                        (e.event_id, a.stream_pos, e.type, e.schema_version, e.thread_id, e.user_id,
-                         e.occurred_at, a.payload_json),
+                        (
+                            e.event_id,
+                            a.stream_pos,
+                            e.type,
+                            e.schema_version,
+                            e.thread_id,
+                            e.user_id,
+                            e.occurred_at,
+                            a.payload_json,
+                        ),
                         strict=True,
                     ):
                         col.append(value)
@@ -83,8 +91,12 @@ class PostgresStore:
             if dead:
                 conn.execute(
                     _INSERT_DEAD,
-                    ([d.source for d in dead], [d.entry_id for d in dead], [d.raw for d in dead],
-                     [d.reason for d in dead]),
+                    (
+                        [d.source for d in dead],
+                        [d.entry_id for d in dead],
+                        [d.raw for d in dead],
+                        [d.reason for d in dead],
+                    ),
                 )
         return StoreResult(inserted, len(events) - inserted, len(dead))
 
@@ -101,9 +113,7 @@ class PostgresStore:
 
     def advance_watermark(self, stream_key: str, watermark: int) -> list[str]:
         with self.pool.connection() as conn, conn.transaction():
-            conn.execute(
-                "INSERT INTO ingest_state (stream_key) VALUES (%s) ON CONFLICT DO NOTHING", (stream_key,)
-            )
+            conn.execute("INSERT INTO ingest_state (stream_key) VALUES (%s) ON CONFLICT DO NOTHING", (stream_key,))
             old = conn.execute(
                 "SELECT watermark FROM ingest_state WHERE stream_key = %s FOR UPDATE", (stream_key,)
             ).fetchone()[0]
@@ -168,7 +178,9 @@ class PostgresThreadLog:
         with self.pool.connection() as conn, conn.transaction():
             return self.advance_cursor_in(conn, lease, events)
 
-    def advance_cursor_in(self, conn: psycopg.Connection, lease: ThreadLease, events: Sequence[LoggedEvent]) -> ThreadLease:
+    def advance_cursor_in(
+        self, conn: psycopg.Connection, lease: ThreadLease, events: Sequence[LoggedEvent]
+    ) -> ThreadLease:
         """Move the cursor inside the caller's transaction, so projections and cursor commit together."""
         new_pos = events[-1].stream_pos
         row = conn.execute(

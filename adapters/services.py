@@ -188,6 +188,8 @@ def _free_port() -> int:
 
 def _port_free(port: int) -> bool:
     with socket.socket() as sock:
+        # As redis-server binds: a port in TIME_WAIT after our own restart is still ours.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

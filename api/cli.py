@@ -151,11 +151,16 @@ def worker(
     c.celery.worker_main(
         [
             "worker",
-            "-Q", ",".join(q.value for q in qs),
-            "-c", str(concurrency),
-            "--prefetch-multiplier", str(prefetch_for(qs)),
-            "-n", f"chatmem-{'-'.join(q.value for q in qs) if len(qs) < 5 else 'all'}@%h",
-            "--loglevel", settings.log_level.upper(),
+            "-Q",
+            ",".join(q.value for q in qs),
+            "-c",
+            str(concurrency),
+            "--prefetch-multiplier",
+            str(prefetch_for(qs)),
+            "-n",
+            f"chatmem-{'-'.join(q.value for q in qs) if len(qs) < 5 else 'all'}@%h",
+            "--loglevel",
+            settings.log_level.upper(),
             "-E",
         ]
     )
@@ -223,7 +228,9 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> 
         table.add_row("count", name, str(n))
     for name, n in rep.queues.items():
         table.add_row("queue", name, str(n))
-    table.add_row("stream", f"length {rep.stream.length}", f"pending {rep.stream.pending}, spooled {rep.stream.spooled}")
+    table.add_row(
+        "stream", f"length {rep.stream.length}", f"pending {rep.stream.pending}, spooled {rep.stream.spooled}"
+    )
     table.add_row("lag", str(rep.lag.max_events), rep.lag.thread_id or "")
     console.print(table)
 

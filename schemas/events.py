@@ -117,9 +117,7 @@ class _EventBase(BaseModel):
     )
     thread_id: Identifier = Field(description="one conversation stream (a chat, a DM, a channel)")
     user_id: Identifier = Field(description="who the event is about or from")
-    platform: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[\w.\-]+$")] = (
-        "generic"
-    )
+    platform: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[\w.\-]+$")] = "generic"
     occurred_at: AwareDatetime = Field(default_factory=lambda: datetime.now(UTC))
     metadata: dict[str, Any] = Field(default_factory=dict)
 

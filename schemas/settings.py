@@ -62,9 +62,7 @@ class Settings(BaseSettings):
     publish_flush_interval_ms: int = Field(
         20, ge=1, description="Longest time a fire-and-forget event waits in the buffer."
     )
-    spool_dir: Path | None = Field(
-        None, description="Where unsendable events are spooled. Unset: data_dir/spool."
-    )
+    spool_dir: Path | None = Field(None, description="Where unsendable events are spooled. Unset: data_dir/spool.")
 
     # --- workers --------------------------------------------------------------------------
     doorbell_dedupe_s: int = Field(

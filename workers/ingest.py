@@ -46,6 +46,7 @@ class IngestRunner:
                     next_claim = now + claim_every
                     if self.stream.claim_stale(self.consumer, s.ingest_claim_idle_ms, s.ingest_batch_size):
                         own_backlog = True  # claimed entries are now ours: read them below
+                read_new = not own_backlog
                 if own_backlog:
                     entries = self.stream.read_own_pending(self.consumer, s.ingest_batch_size)
                     own_backlog = bool(entries)
@@ -55,7 +56,7 @@ class IngestRunner:
                     self.service.process(entries)
                 else:
                     self.service.refresh_watermark()
-                    if until_idle and not own_backlog:
+                    if until_idle and read_new:
                         return
                 if now >= next_trim:
                     next_trim = now + s.ingest_trim_every_s

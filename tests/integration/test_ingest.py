@@ -1,0 +1,129 @@
+import json
+import threading
+
+import psycopg
+import pytest
+
+from adapters import migrate
+from adapters.redis_stream import EVENT_FIELD
+from producers.publisher import Publisher
+from schemas.events import MessageEvent
+from tests.conftest import scalar
+from workers.ingest import IngestRunner
+
+pytestmark = pytest.mark.integration
+
+
+def xadd_raw(c, payload: bytes) -> str:
+    return c.redis.xadd(c.settings.stream_key, {EVENT_FIELD: payload}).decode()
+
+
+def ingest_all(c) -> IngestRunner:
+    runner = IngestRunner(c, "test-consumer")
+    runner.run(threading.Event(), until_idle=True)
+    return runner
+
+
+def msg(i, thread="t1", **extra):
+    return MessageEvent(event_id=f"e{i}", thread_id=thread, user_id="u1", text=f"message {i}", **extra)
+
+
+def test_duplicate_event_id_is_stored_once(container):
+    pub = Publisher(container.sink, container.settings.resolved_spool_dir)
+    pub.publish_many([msg(1), msg(2), msg(1)])
+    ingest_all(container)
+    pub.publish(msg(2))  # a producer retry, later
+    ingest_all(container)
+    assert scalar(container, "SELECT count(*) FROM events") == 2
+    assert scalar(container, "SELECT count(*) FROM dead_letters") == 0
+
+
+def test_bad_entries_go_to_dead_letters_with_reasons_and_block_nothing(settings_factory):
+    from adapters.bootstrap import Container
+    from adapters.services import ServiceUrls
+
+    s = settings_factory(max_text_chars=100)
+    c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
+    good = lambda i: msg(i).model_dump_json().encode()  # noqa: E731
+    base = {"type": "message", "event_id": "x", "thread_id": "t1", "user_id": "u1", "text": "hi"}
+    bad = {
+        b"{not json": "malformed JSON",
+        json.dumps({**base, "type": "sticker", "event_id": "b1"}).encode(): "unknown event type 'sticker'",
+        json.dumps(
+            {k: v for k, v in base.items() if k != "user_id"} | {"event_id": "b2"}
+        ).encode(): "user_id: field required",
+        json.dumps({**base, "event_id": "b3", "text": 42}).encode(): "text: Input should be a valid string",
+        json.dumps({**base, "event_id": "b4", "text": "x" * 101}).encode(): "above the limit of 100",
+        json.dumps({**base, "event_id": "b5", "schema_version": 7}).encode(): "unsupported schema_version 7",
+    }
+    xadd_raw(c, good(1))
+    for payload in bad:
+        xadd_raw(c, payload)
+    xadd_raw(c, good(2))
+    ingest_all(c)
+    assert scalar(c, "SELECT count(*) FROM events") == 2
+    with c.pool.connection() as conn:
+        rows = conn.execute("SELECT raw, reason, delivery_count, first_seen FROM dead_letters").fetchall()
+    assert len(rows) == len(bad)
+    by_raw = {bytes(r[0]): r for r in rows}
+    for payload, expected in bad.items():
+        assert expected in by_raw[payload][1]
+        assert by_raw[payload][2] == 1 and by_raw[payload][3] is not None
+    assert c.stream.pending_count() == 0
+    c.close()
+
+
+def test_a_row_postgres_refuses_is_dead_lettered_alone(container):
+    # JSON allows \u0000 in a metadata value; Postgres jsonb does not.
+    pub = Publisher(container.sink, container.settings.resolved_spool_dir)
+    pub.publish_many([msg(1), msg(2, metadata={"note": "a\u0000b"}), msg(3)])
+    ingest_all(container)
+    assert scalar(container, "SELECT count(*) FROM events") == 2
+    reason = scalar(container, "SELECT reason FROM dead_letters")
+    assert "refused by Postgres" in reason
+
+
+def test_event_log_is_append_only(container):
+    Publisher(container.sink, container.settings.resolved_spool_dir).publish(msg(1))
+    ingest_all(container)
+    for sql in ("UPDATE events SET user_id = 'x'", "DELETE FROM events", "TRUNCATE events CASCADE"):
+        with pytest.raises(psycopg.errors.RaiseException, match="append-only"), container.pool.connection() as conn:
+            conn.execute(sql)
+    assert scalar(container, "SELECT count(*) FROM events") == 1
+
+
+def test_migrations_are_recorded_and_idempotent(settings):
+    assert migrate.migrate(settings.database_url) == []
+    assert migrate.pending(settings.database_url) == []
+
+
+def test_trim_keeps_everything_not_yet_ingested(container):
+    pub = Publisher(container.sink, container.settings.resolved_spool_dir)
+    pub.publish_many([msg(i) for i in range(300)])
+    stream = container.stream
+    stream.ensure_group()
+    runner = IngestRunner(container, "c1")
+    runner.service.process(stream.read_new("c1", 200, 10))
+    held = stream.read_new("c2", 50, 10)  # delivered to a consumer that has not committed
+    runner.service.trim()
+    remaining = {e[0].decode() for e in container.redis.xrange(container.settings.stream_key)}
+    assert {e.entry_id for e in held} <= remaining
+    assert len(remaining) >= 100
+    runner.service.process(held)
+    runner.run(threading.Event(), until_idle=True)
+    assert scalar(container, "SELECT count(*) FROM events") == 300
+
+
+def test_stream_position_orders_a_thread_like_publishing(container):
+    pub = Publisher(container.sink, container.settings.resolved_spool_dir)
+    pub.publish_many([msg(i, thread=f"t{i % 3}") for i in range(60)])
+    ingest_all(container)
+    with container.pool.connection() as conn:
+        for t in ("t0", "t1", "t2"):
+            got = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT event_id FROM events WHERE thread_id = %s ORDER BY stream_pos", (t,)
+                ).fetchall()
+            ]
+            assert got == [f"e{i}" for i in range(60) if f"t{i % 3}" == t]

@@ -1,0 +1,74 @@
+import json
+
+import pytest
+
+from schemas.events import InvalidEvent, MessageEvent, parse_event, validate_identifier
+from schemas.export import write_schemas
+
+
+def wire(**fields):
+    base = {"type": "message", "event_id": "e1", "thread_id": "t1", "user_id": "u1", "text": "hello"}
+    base.update(fields)
+    return json.dumps({k: v for k, v in base.items() if v is not ...})
+
+
+def reason(raw, **limits):
+    with pytest.raises(InvalidEvent) as info:
+        parse_event(raw, **limits)
+    return info.value.reason
+
+
+def test_valid_message_round_trips():
+    event = parse_event(wire(occurred_at="2024-05-08T13:56:00Z", attachments=[{"url": "https://x.test/a.png"}]))
+    assert isinstance(event, MessageEvent)
+    assert parse_event(event.model_dump_json()) == event
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("{not json", "malformed JSON"),
+        ("[1, 2]", "event: "),
+        (wire(type="sticker"), "type: unknown event type 'sticker'"),
+        (wire(type=...), "type: field required"),
+        (wire(user_id=...), "user_id: field required"),
+        (wire(text=5), "text: Input should be a valid string"),
+        (wire(schema_version=9), "schema_version: unsupported schema_version 9 (supported: 1)"),
+        (wire(event_id=...), "event_id: field required"),
+        (wire(thread_id="*"), "thread_id: may contain only"),
+        (wire(user_id="' OR 1=1 --"), "user_id: may contain only"),
+        (wire(user_id="%"), "user_id: may contain only"),
+        (wire(text="a\x00b"), "text: must not contain NUL"),
+        (wire(occurred_at="2024-05-08T13:56:00"), "occurred_at: must carry a timezone"),
+        (wire(attachments=[{"url": "ftp://x"}]), "attachments.0.url: must be a file://, https:// or data: URI"),
+        (wire(surprise=1), "surprise: Extra inputs are not permitted"),
+        (
+            json.dumps({"type": "command", "event_id": "c", "thread_id": "t", "user_id": "u", "command": "explode"}),
+            "command: Input should be",
+        ),
+    ],
+)
+def test_bad_events_name_field_and_problem(raw, expected):
+    assert expected in reason(raw)
+
+
+def test_text_limit_is_configurable():
+    assert reason(wire(text="x" * 11), max_text_chars=10) == "text: is 11 characters, above the limit of 10"
+    assert parse_event(wire(text="x" * 10), max_text_chars=10).text == "x" * 10
+
+
+def test_data_uri_limit():
+    big = "data:text/plain;base64," + "A" * 200
+    assert "above the limit of 100" in reason(wire(attachments=[{"url": big}]), max_data_uri_bytes=100)
+
+
+def test_identifier_validation_refuses_wildcards_and_quotes():
+    assert validate_identifier("telegram:123") == "telegram:123"
+    for bad in ["*", "%", "' OR 1=1 --", "", "a b", "x" * 129]:
+        with pytest.raises(InvalidEvent):
+            validate_identifier(bad)
+
+
+def test_committed_json_schemas_are_current():
+    stale = write_schemas(check=True)
+    assert stale == [], f"run `chatmem export-schemas`: stale {stale}"

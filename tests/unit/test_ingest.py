@@ -1,0 +1,110 @@
+import json
+
+import pytest
+
+from adapters.fakes import FakeDoorbell, FakeEventStore, FakeEventStream, FakeThreadLog
+from memory.ingest import IngestLimits, IngestService
+from memory.ports import TransientError
+from memory.sequencer import advance_thread, sweep
+
+KEY = "chatmem:events"
+
+
+def msg(event_id, thread="t1", text="hi", **extra):
+    return json.dumps(
+        {"type": "message", "event_id": event_id, "thread_id": thread, "user_id": "u", "text": text, **extra}
+    ).encode()
+
+
+@pytest.fixture
+def parts():
+    stream, store, bell = FakeEventStream(), FakeEventStore(), FakeDoorbell()
+    svc = IngestService(stream, store, bell, stream_key=KEY, limits=IngestLimits(50, 1000))
+    return stream, store, bell, svc
+
+
+def test_duplicates_stored_once_and_bad_entries_dead_lettered(parts):
+    stream, store, bell, svc = parts
+    stream.add_many([msg("a"), msg("a"), b"{oops", msg("b", text="x" * 60), msg("c")])
+    svc.process(stream.read_new("c1", 100, 0))
+    assert sorted(store.events) == ["a", "c"]
+    reasons = sorted(d.reason for d in store.dead.values())
+    assert reasons[0].startswith("malformed JSON")
+    assert reasons[1] == "text: is 60 characters, above the limit of 50"
+    assert [d.raw for d in store.dead.values()][0] == b"{oops"
+    assert stream.pending == {}  # every entry acknowledged, the bad ones too
+    assert bell.sent == ["t1"]
+
+
+def test_nothing_is_acknowledged_when_the_commit_fails(parts):
+    stream, store, bell, svc = parts
+    stream.add_many([msg("a"), msg("b")])
+    entries = stream.read_new("c1", 100, 0)
+    store.fail_next = TransientError("db down")
+    with pytest.raises(TransientError):
+        svc.process(entries)
+    assert len(stream.pending) == 2 and store.events == {}
+    svc.process(stream.read_own_pending("c1", 100))  # what a restarted consumer does first
+    assert sorted(store.events) == ["a", "b"] and stream.pending == {}
+
+
+def test_watermark_waits_for_a_slower_consumer_and_then_rings_its_threads(parts):
+    stream, store, bell, svc = parts
+    stream.add_many([msg("a1", thread="A"), msg("b1", thread="B")])
+    slow = stream.read_new("slow", 1, 0)  # A's event, held by a consumer that has not committed
+    svc.process(stream.read_new("fast", 10, 0))  # B's event committed first
+    assert "b1" in store.events
+    assert bell.sent == []  # B's event lies above the uncommitted A entry: not final yet
+    svc.process(slow)
+    assert sorted(bell.sent) == ["A", "B"]
+
+
+def test_dead_consumer_entries_are_reclaimed(parts):
+    stream, store, bell, svc = parts
+    stream.add_many([msg("a"), msg("b")])
+    stream.read_new("dead", 10, 0)
+    for entry_id in stream.pending:
+        stream.idle_ms[entry_id] = 60_000
+    svc.process(stream.claim_stale("alive", 30_000, 10))
+    assert sorted(store.events) == ["a", "b"] and stream.pending == {}
+
+
+def test_trim_never_drops_uningested_entries(parts):
+    stream, store, bell, svc = parts
+    stream.add_many([msg("a"), msg("b"), msg("c")])
+    svc.process(stream.read_new("c1", 1, 0))
+    stream.read_new("c2", 1, 0)  # delivered, not committed
+    svc.trim()
+    remaining = [i for i, _ in stream.entries]
+    assert len(remaining) == 2  # only the committed first entry went
+
+
+def test_doorbell_applies_in_publish_order_and_never_twice(parts):
+    stream, store, bell, svc = parts
+    log = FakeThreadLog(store)
+    stream.add_many([msg(f"e{i}") for i in range(7)])
+    svc.process(stream.read_new("c1", 3, 0))
+    res = advance_thread(log, bell, "t1", owner="w1", lease_s=60, batch_size=2)
+    assert res.applied == 3
+    svc.process(stream.read_new("c1", 10, 0))
+    assert advance_thread(log, bell, "t1", owner="w1", lease_s=60, batch_size=2).applied == 4
+    assert advance_thread(log, bell, "t1", owner="w1", lease_s=60, batch_size=2).applied == 0
+    assert log.applied["t1"] == [f"e{i}" for i in range(7)]
+
+
+def test_busy_thread_is_left_to_its_holder(parts):
+    stream, store, bell, svc = parts
+    log = FakeThreadLog(store)
+    stream.add_many([msg("e1")])
+    svc.process(stream.read_new("c1", 10, 0))
+    log.acquire_lease("t1", "other", 60)
+    assert advance_thread(log, bell, "t1", owner="w1", lease_s=60, batch_size=10).busy
+
+
+def test_sweeper_rerings_lagging_threads(parts):
+    stream, store, bell, svc = parts
+    log = FakeThreadLog(store)
+    stream.add_many([msg("e1", thread="A"), msg("e2", thread="B")])
+    svc.process(stream.read_new("c1", 10, 0))
+    bell.marked.clear()  # the doorbell tasks were lost
+    assert sweep(log, bell) == 2

@@ -1,0 +1,35 @@
+import re
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from schemas.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_unknown_environment_key_is_rejected(monkeypatch):
+    monkeypatch.setenv("CHATMEM_DATABSE_URL", "postgresql://typo")
+    with pytest.raises(ValidationError, match="CHATMEM_DATABSE_URL"):
+        Settings()
+
+
+def test_unknown_keyword_is_rejected():
+    with pytest.raises(ValidationError):
+        Settings(no_such_setting=1)
+
+
+def test_environment_sets_typed_values(monkeypatch):
+    monkeypatch.setenv("CHATMEM_MAX_TEXT_CHARS", "123")
+    assert Settings().max_text_chars == 123
+    monkeypatch.setenv("CHATMEM_MAX_TEXT_CHARS", "many")
+    with pytest.raises(ValidationError, match="max_text_chars"):
+        Settings()
+
+
+def test_env_example_documents_every_setting_and_nothing_else():
+    text = (ROOT / ".env.example").read_text()
+    documented = set(re.findall(r"^#?\s*(CHATMEM_[A-Z0-9_]+)=", text, flags=re.M))
+    expected = {"CHATMEM_" + name.upper() for name in Settings.model_fields}
+    assert documented == expected
