@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from memory.ports import LeaseLost, TransientError
+from memory.ports import LeaseLost, TransientError, UnknownThread
 from schemas.records import (
     AcceptedEvent,
     DeadLetter,
@@ -147,6 +147,8 @@ class FakeThreadLog:
         self.applied: dict[str, list[str]] = {}
 
     def acquire_lease(self, thread_id: str, owner: str, lease_s: int) -> ThreadLease | None:
+        if not any(a.event.thread_id == thread_id for a in self.store.events.values()):
+            raise UnknownThread(thread_id)
         holder = self.leases.get(thread_id)
         if holder not in (None, owner):
             return None

@@ -9,15 +9,22 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from memory.ports import LeaseLost, TransientError
+from memory.ports import LeaseLost, TransientError, UnknownThread
 from schemas.records import AcceptedEvent, DeadLetter, LoggedEvent, StoreResult, ThreadLease
 
 log = logging.getLogger(__name__)
 
-_INSERT_EVENTS = """
-INSERT INTO events (event_id, stream_pos, type, schema_version, thread_id, user_id, occurred_at, payload)
-SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::int[], %s::text[], %s::text[],
-                     %s::timestamptz[], %s::text[]::jsonb[])
+_EVENT_COLUMNS = "event_id, stream_pos, type, schema_version, thread_id, user_id, occurred_at, payload"
+# COPY into a per-session staging table, then one INSERT ... ON CONFLICT: COPY is several
+# times faster than binding arrays, and the conflict clause keeps ingest idempotent.
+_STAGE = """
+CREATE TEMP TABLE IF NOT EXISTS events_stage (
+    event_id text, stream_pos bigint, type text, schema_version int, thread_id text, user_id text,
+    occurred_at timestamptz, payload jsonb
+) ON COMMIT DELETE ROWS
+"""
+_INSERT_EVENTS = f"""
+INSERT INTO events ({_EVENT_COLUMNS}) SELECT {_EVENT_COLUMNS} FROM events_stage ORDER BY stream_pos
 ON CONFLICT (event_id) DO NOTHING
 """
 
@@ -47,8 +54,12 @@ def transient(error: BaseException) -> bool:
 
 
 class PostgresStore:
+    _KNOWN_THREADS_MAX = 200_000
+
     def __init__(self, pool: ConnectionPool):
         self.pool = pool
+        # Thread rows are never deleted, so one seen here needs no further upsert.
+        self._known_threads: set[str] = set()
 
     # --- ingest ---------------------------------------------------------------------------
     def store_batch(self, events: Sequence[AcceptedEvent], dead: Sequence[DeadLetter]) -> StoreResult:
@@ -65,29 +76,29 @@ class PostgresStore:
         inserted = 0
         with self.pool.connection() as conn, conn.transaction():
             if events:
-                cols: list[list] = [[], [], [], [], [], [], [], []]
-                for a in events:
-                    e = a.event
-                    for col, value in zip(
-                        cols,
-                        (
-                            e.event_id,
-                            a.stream_pos,
-                            e.type,
-                            e.schema_version,
-                            e.thread_id,
-                            e.user_id,
-                            e.occurred_at,
-                            a.payload_json,
-                        ),
-                        strict=True,
-                    ):
-                        col.append(value)
-                inserted = conn.execute(_INSERT_EVENTS, cols).rowcount
-                conn.execute(
-                    "INSERT INTO threads (thread_id) SELECT DISTINCT unnest(%s::text[]) ON CONFLICT DO NOTHING",
-                    (cols[4],),
-                )
+                conn.execute(_STAGE)
+                with conn.cursor() as cur, cur.copy(f"COPY events_stage ({_EVENT_COLUMNS}) FROM STDIN") as copy:
+                    for a in events:
+                        e = a.event
+                        copy.write_row(
+                            (
+                                e.event_id,
+                                a.stream_pos,
+                                e.type,
+                                e.schema_version,
+                                e.thread_id,
+                                e.user_id,
+                                e.occurred_at,
+                                a.payload,
+                            )
+                        )
+                inserted = conn.execute(_INSERT_EVENTS).rowcount
+                new_threads = {a.event.thread_id for a in events} - self._known_threads
+                if new_threads:
+                    conn.execute(
+                        "INSERT INTO threads (thread_id) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING",
+                        (sorted(new_threads),),
+                    )
             if dead:
                 conn.execute(
                     _INSERT_DEAD,
@@ -98,6 +109,10 @@ class PostgresStore:
                         [d.reason for d in dead],
                     ),
                 )
+        if events:
+            if len(self._known_threads) > self._KNOWN_THREADS_MAX:
+                self._known_threads.clear()
+            self._known_threads.update(a.event.thread_id for a in events)
         return StoreResult(inserted, len(events) - inserted, len(dead))
 
     def _store_one_by_one(self, events: Sequence[AcceptedEvent], dead: Sequence[DeadLetter]) -> StoreResult:
@@ -107,7 +122,7 @@ class PostgresStore:
             try:
                 inserted += self._store([a], []).inserted
             except psycopg.DataError as error:
-                extra_dead.append(DeadLetter(a.entry_id, a.payload_json.encode(), f"refused by Postgres: {error}"))
+                extra_dead.append(DeadLetter(a.entry_id, a.payload.encode(), f"refused by Postgres: {error}"))
         self._store([], extra_dead)
         return StoreResult(inserted, len(events) - inserted - (len(extra_dead) - len(dead)), len(extra_dead))
 
@@ -150,6 +165,11 @@ class PostgresThreadLog:
                 """,
                 (owner, lease_s, thread_id, owner),
             ).fetchone()
+            if (
+                row is None
+                and conn.execute("SELECT 1 FROM threads WHERE thread_id = %s", (thread_id,)).fetchone() is None
+            ):
+                raise UnknownThread(thread_id)
         return ThreadLease(thread_id, owner, row[0], lease_s) if row else None
 
     def release_lease(self, thread_id: str, owner: str) -> None:

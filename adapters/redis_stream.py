@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import redis
 
@@ -98,39 +98,62 @@ class RedisEventStream:
             return 0
 
 
+# A batch as one command: packing one command with N arguments costs the client far less CPU
+# than N pipelined XADDs, and the script appends them in order, atomically.
+_XADD_MANY_SCRIPT = """
+local ids = {}
+for i, payload in ipairs(ARGV) do
+    ids[i] = redis.call('XADD', KEYS[1], '*', 'event', payload)
+end
+return ids
+"""
+_XADD_MANY_CHUNK = 1000
+
+
 class RedisEventSink:
-    """XADD in one pipelined round trip; order within a call is kept."""
+    """Appends events to the stream in one round trip per call; order within a call is kept."""
 
     def __init__(self, client: redis.Redis, stream_key: str):
         self.r = client
         self.key = stream_key
+        self._xadd_many = client.register_script(_XADD_MANY_SCRIPT)
 
     def add_many(self, payloads: Sequence[bytes]) -> list[str]:
         if len(payloads) == 1:
             return [_s(self.r.xadd(self.key, {EVENT_FIELD: payloads[0]}))]
-        pipe = self.r.pipeline(transaction=False)
-        for payload in payloads:
-            pipe.xadd(self.key, {EVENT_FIELD: payload})
-        return [_s(i) for i in pipe.execute()]
+        ids: list[str] = []
+        for i in range(0, len(payloads), _XADD_MANY_CHUNK):
+            chunk = payloads[i : i + _XADD_MANY_CHUNK]
+            ids.extend(_s(x) for x in self._xadd_many(keys=[self.key], args=list(chunk)))
+        return ids
+
+
+# Sets every dedupe key that is not set yet and returns the (1-based) indexes it set: one round
+# trip and one short reply however many threads a batch touched.
+_RING_SCRIPT = """
+local fresh = {}
+for i, key in ipairs(KEYS) do
+    if redis.call('SET', key, '1', 'NX', 'EX', ARGV[1]) then fresh[#fresh + 1] = i end
+end
+return fresh
+"""
 
 
 class RedisDoorbell:
     """Dedupe with SET NX EX per thread, then enqueue the doorbell task for the new ones."""
 
-    def __init__(self, client: redis.Redis, send: callable, ttl_s: int, prefix: str = "chatmem:doorbell:"):  # type: ignore[valid-type]
+    def __init__(self, client: redis.Redis, send: Callable[[str], None], ttl_s: int, prefix: str = "chatmem:doorbell:"):
         self.r = client
         self.send = send
         self.ttl_s = ttl_s
         self.prefix = prefix
+        self._ring = client.register_script(_RING_SCRIPT)
 
-    def ring(self, thread_ids) -> int:  # type: ignore[no-untyped-def]
+    def ring(self, thread_ids: Iterable[str]) -> int:
         ids = list(dict.fromkeys(thread_ids))
         if not ids:
             return 0
-        pipe = self.r.pipeline(transaction=False)
-        for tid in ids:
-            pipe.set(self.prefix + tid, b"1", nx=True, ex=self.ttl_s)
-        fresh = [tid for tid, was_set in zip(ids, pipe.execute(), strict=True) if was_set]
+        fresh = [ids[i - 1] for i in self._ring(keys=[self.prefix + t for t in ids], args=[self.ttl_s])]
         for tid in fresh:
             self.send(tid)
         return len(fresh)

@@ -54,11 +54,19 @@ def validate_entries(
                 max_text_chars=limits.max_text_chars,
                 max_data_uri_bytes=limits.max_data_uri_bytes,
             )
-            accepted.append(AcceptedEvent(entry.entry_id, stream_pos(entry.entry_id), event, event.model_dump_json()))
+            # The log keeps the payload as published (validated, not rewritten); valid JSON is UTF-8.
+            accepted.append(AcceptedEvent(entry.entry_id, stream_pos(entry.entry_id), event, entry.payload.decode()))
         except (InvalidEvent, ValueError) as error:
             reason = error.reason if isinstance(error, InvalidEvent) else str(error)
             dead.append(DeadLetter(entry.entry_id, entry.payload, reason))
     return accepted, dead, vanished
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    entry_ids: list[str]
+    accepted: list[AcceptedEvent]
+    dead: list[DeadLetter]
 
 
 class IngestService:
@@ -79,13 +87,19 @@ class IngestService:
         self.stats = IngestStats()
 
     def process(self, entries: Sequence[StreamEntry]) -> None:
-        if not entries:
-            return
+        if entries:
+            self.commit(self.prepare(entries))
+
+    def prepare(self, entries: Sequence[StreamEntry]) -> PreparedBatch:
+        """Pure CPU work, safe to overlap with the commit of the previous batch."""
         accepted, dead, _vanished = validate_entries(entries, self.limits)
-        for letter in dead:
+        return PreparedBatch([e.entry_id for e in entries], accepted, dead)
+
+    def commit(self, batch: PreparedBatch) -> None:
+        for letter in batch.dead:
             log.warning("dead letter %s: %s", letter.entry_id, letter.reason)
-        result = self.store.store_batch(accepted, dead)
-        self.stream.ack([e.entry_id for e in entries])
+        result = self.store.store_batch(batch.accepted, batch.dead)
+        self.stream.ack(batch.entry_ids)
         self.stats.batches += 1
         self.stats.inserted += result.inserted
         self.stats.duplicates += result.duplicates

@@ -52,7 +52,9 @@ class EventStore(Protocol):
 class ThreadLog(Protocol):
     """Per-thread, in-order access to the log for the doorbell."""
 
-    def acquire_lease(self, thread_id: str, owner: str, lease_s: int) -> ThreadLease | None: ...
+    def acquire_lease(self, thread_id: str, owner: str, lease_s: int) -> ThreadLease | None:
+        """The lease, or None while another worker holds it; UnknownThread if there is no thread."""
+        ...
 
     def release_lease(self, thread_id: str, owner: str) -> None: ...
 
@@ -71,6 +73,10 @@ class Doorbell(Protocol):
     def ring(self, thread_ids: Iterable[str]) -> int: ...
 
     def clear(self, thread_id: str) -> None: ...
+
+
+class UnknownThread(Exception):
+    """No event of this thread was ever committed (a stray or forged doorbell)."""
 
 
 class LeaseLost(Exception):

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from memory.ports import Doorbell, LeaseLost, ThreadLog
+from memory.ports import Doorbell, LeaseLost, ThreadLog, UnknownThread
 from schemas.records import LoggedEvent, ThreadLease
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,7 @@ class AdvanceResult:
     applied: int
     busy: bool = False
     lost_lease: bool = False
+    unknown: bool = False
 
 
 def advance_thread(
@@ -39,7 +40,11 @@ def advance_thread(
 ) -> AdvanceResult:
     # Clear the dedupe mark first: anything committed from now on rings again.
     doorbell.clear(thread_id)
-    lease = threads.acquire_lease(thread_id, owner, lease_s)
+    try:
+        lease = threads.acquire_lease(thread_id, owner, lease_s)
+    except UnknownThread:
+        log.warning("doorbell for unknown thread %s ignored", thread_id)
+        return AdvanceResult(thread_id, 0, unknown=True)
     if lease is None:
         return AdvanceResult(thread_id, 0, busy=True)
     applier = apply or threads.advance_cursor

@@ -54,7 +54,9 @@ class Publisher:
         self.buffer_size = buffer_size
         self.flush_interval_s = flush_interval_s
         self.max_batch = max_batch
-        self._buffer: deque[AnyEvent] = deque()
+        # Serialized in the caller: the flusher then holds the GIL only briefly, which is what
+        # keeps a caller from waiting on it (the caller's tail latency).
+        self._buffer: deque[bytes] = deque()
         self._wake = threading.Event()
         self._idle = threading.Event()
         self._idle.set()
@@ -93,12 +95,13 @@ class Publisher:
         """Hand the event over and return at once; it is sent, or spooled, in the background."""
         if self._closed:
             raise PublishError("publisher is closed")
+        payload = serialize(event)
         if len(self._buffer) >= self.buffer_size:
             # Full: keep the caller moving and the event safe on disk rather than drop it.
-            self.spool.write([serialize(event)])
+            self.spool.write([payload])
             self._wake.set()
             return
-        self._buffer.append(event)
+        self._buffer.append(payload)
         self._idle.clear()
         if self._thread is None:
             self._start()
@@ -123,11 +126,10 @@ class Publisher:
                     # Redis is away: move the buffer to disk so nothing waits in memory.
                     self._spool_buffer()
                     return
-                batch = [self._buffer.popleft() for _ in range(min(len(self._buffer), self.max_batch))]
-                if not batch:
+                payloads = [self._buffer.popleft() for _ in range(min(len(self._buffer), self.max_batch))]
+                if not payloads:
                     self._idle.set()
                     return
-                payloads = [serialize(e) for e in batch]
                 try:
                     self.sink.add_many(payloads)
                 except _SINK_ERRORS as error:
@@ -152,8 +154,7 @@ class Publisher:
 
     def _spool_buffer(self) -> None:
         while self._buffer:
-            batch = [self._buffer.popleft() for _ in range(min(len(self._buffer), self.max_batch))]
-            self.spool.write([serialize(e) for e in batch])
+            self.spool.write([self._buffer.popleft() for _ in range(min(len(self._buffer), self.max_batch))])
         self._idle.set()
 
     def flush(self, timeout: float = 10.0) -> bool:

@@ -38,7 +38,7 @@ class AcceptedEvent:
     entry_id: str
     stream_pos: int
     event: AnyEvent
-    payload_json: str
+    payload: str  # the JSON as published
 
 
 @dataclass(frozen=True, slots=True)

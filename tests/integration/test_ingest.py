@@ -127,3 +127,10 @@ def test_stream_position_orders_a_thread_like_publishing(container):
                 ).fetchall()
             ]
             assert got == [f"e{i}" for i in range(60) if f"t{i % 3}" == t]
+
+
+def test_doorbell_for_an_unknown_thread_is_not_busy(container):
+    from memory.sequencer import advance_thread
+
+    res = advance_thread(container.thread_log, container.doorbell, "ghost", owner="w", lease_s=5, batch_size=10)
+    assert res.unknown and not res.busy

@@ -101,6 +101,12 @@ def test_busy_thread_is_left_to_its_holder(parts):
     assert advance_thread(log, bell, "t1", owner="w1", lease_s=60, batch_size=10).busy
 
 
+def test_doorbell_for_an_unknown_thread_is_ignored_not_retried(parts):
+    stream, store, bell, svc = parts
+    res = advance_thread(FakeThreadLog(store), bell, "never-seen", owner="w1", lease_s=60, batch_size=10)
+    assert res.unknown and not res.busy
+
+
 def test_sweeper_rerings_lagging_threads(parts):
     stream, store, bell, svc = parts
     log = FakeThreadLog(store)

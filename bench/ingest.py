@@ -1,0 +1,198 @@
+"""`chatmem bench ingest`: publish and ingest figures next to the raw limits of the same
+machine, measured in the same run. Printed, never asserted.
+
+Runs in isolation: a scratch database on the configured Postgres server and a scratch Redis
+database number, both removed at the end, so the real event log is never touched."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+import psycopg
+import redis
+from rich.console import Console
+from rich.table import Table
+
+from adapters import migrate, services
+from adapters.bootstrap import Container
+from producers.publisher import Publisher
+from schemas.events import MessageEvent
+from schemas.settings import Settings
+from workers.ingest import IngestRunner
+
+BENCH_REDIS_DB = 15
+
+
+def _pct(samples_ns: list[int], q: float) -> float:
+    ordered = sorted(samples_ns)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1000  # microseconds
+
+
+def _with_db(url: str, name: str) -> str:
+    head, _, query = url.partition("?")
+    return head.rsplit("/", 1)[0] + f"/{name}" + (f"?{query}" if query else "")
+
+
+@contextmanager
+def scratch(settings: Settings):
+    """Settings pointing at a fresh database and an empty Redis db; removed afterwards."""
+    urls = services.resolve(settings, start=True)
+    name = f"chatmem_bench_{os.getpid()}"
+    admin = urls.database_url
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    db_url = _with_db(admin, name)
+    migrate.migrate(db_url)
+    redis_url = urls.redis_url.rsplit("/", 1)[0] + f"/{BENCH_REDIS_DB}"
+    redis.Redis.from_url(redis_url).flushdb()
+    bench_settings = settings.model_copy(update={"database_url": db_url, "redis_url": redis_url})
+    c = Container(bench_settings, services.ServiceUrls(db_url, redis_url, False, False))
+    try:
+        yield c
+    finally:
+        c.close()
+        redis.Redis.from_url(redis_url).flushdb()
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def make_events(n: int, n_threads: int, offset: int = 0) -> list[MessageEvent]:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    return [
+        MessageEvent(
+            event_id=f"bench-{i}",
+            thread_id=f"bench-thread-{i % n_threads}",
+            user_id=f"user-{i % n_threads}",
+            platform="bench",
+            text=f"benchmark message number {i}, long enough to look like a short chat line",
+            occurred_at=at,
+        )
+        for i in range(offset, offset + n)
+    ]
+
+
+def raw_xadd_rate(r: redis.Redis, payloads: list[bytes], chunk: int = 1000) -> float:
+    key = "chatmem:bench:raw"
+    t0 = time.perf_counter()
+    for i in range(0, len(payloads), chunk):
+        pipe = r.pipeline(transaction=False)
+        for p in payloads[i : i + chunk]:
+            pipe.xadd(key, {b"event": p})
+        pipe.execute()
+    elapsed = time.perf_counter() - t0
+    r.delete(key)
+    return len(payloads) / elapsed
+
+
+def raw_copy_rate(c: Container, events: list[MessageEvent]) -> float:
+    """COPY the same rows into a table shaped like the event log (same indexes, no triggers)."""
+    rows = [
+        (
+            e.event_id,
+            1_000_000 + i,
+            e.type,
+            e.schema_version,
+            e.thread_id,
+            e.user_id,
+            e.occurred_at,
+            e.model_dump_json(),
+        )
+        for i, e in enumerate(events)
+    ]
+    with c.pool.connection() as conn:
+        conn.execute("CREATE TABLE raw_copy (LIKE events INCLUDING DEFAULTS INCLUDING INDEXES INCLUDING IDENTITY)")
+        conn.commit()
+        t0 = time.perf_counter()
+        with conn.transaction(), conn.cursor() as cur:
+            copy_sql = (
+                "COPY raw_copy (event_id, stream_pos, type, schema_version, thread_id, user_id,"
+                " occurred_at, payload) FROM STDIN"
+            )
+            with cur.copy(copy_sql) as copy:
+                for row in rows:
+                    copy.write_row(row)
+        elapsed = time.perf_counter() - t0
+        conn.execute("DROP TABLE raw_copy")
+        conn.commit()
+    return len(rows) / elapsed
+
+
+def run(settings: Settings, console: Console, *, n_events: int = 100_000, n_threads: int = 1_000) -> dict:
+    n_sync = min(10_000, n_events // 10)
+    with scratch(settings) as c:
+        events = make_events(n_events, n_threads)
+        payloads = [e.model_dump_json().encode() for e in events]
+        console.print(f"[bold]bench ingest[/bold]: {n_events:,} events over {n_threads:,} threads")
+
+        xadd_rate = raw_xadd_rate(c.redis, payloads)
+        copy_rate = raw_copy_rate(c, events)
+
+        pub = Publisher.from_settings(c.settings, c.urls.redis_url)
+        sync_ns = []
+        for e in events[:n_sync]:
+            t0 = time.perf_counter_ns()
+            pub.publish(e)
+            sync_ns.append(time.perf_counter_ns() - t0)
+        nowait_ns = []
+        t_start = time.perf_counter()
+        for e in events[n_sync:]:
+            t0 = time.perf_counter_ns()
+            pub.publish_nowait(e)
+            nowait_ns.append(time.perf_counter_ns() - t0)
+        pub.flush(120)
+        nowait_rate = len(nowait_ns) / (time.perf_counter() - t_start)
+        pub.close()
+
+        runner = IngestRunner(c, "bench")
+        t0 = time.perf_counter()
+        runner.run(threading.Event(), until_idle=True)
+        ingest_s = time.perf_counter() - t0
+        with c.pool.connection() as conn:
+            stored = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+        ingest_rate = stored / ingest_s
+
+    figures = {
+        "sync_p50_us": _pct(sync_ns, 0.50),
+        "sync_p99_us": _pct(sync_ns, 0.99),
+        "sync_mean_us": statistics.fmean(sync_ns) / 1000,
+        "nowait_p50_us": _pct(nowait_ns, 0.50),
+        "nowait_p99_us": _pct(nowait_ns, 0.99),
+        "nowait_delivered_per_s": nowait_rate,
+        "ingest_per_s": ingest_rate,
+        "raw_xadd_per_s": xadd_rate,
+        "raw_copy_per_s": copy_rate,
+        "stored": stored,
+    }
+    table = Table(title=f"chatmem bench ingest · {os.cpu_count()} cores · {datetime.now(UTC):%Y-%m-%d}")
+    for col in ("measure", "ours", "raw limit (same run)", "ratio", "target"):
+        table.add_column(col)
+    per_event_xadd_us = 1e6 / xadd_rate
+    table.add_row(
+        "sync publish p50", f"{figures['sync_p50_us']:.0f} µs", f"{per_event_xadd_us:.1f} µs/XADD pipelined", "", ""
+    )
+    table.add_row("sync publish p99", f"{figures['sync_p99_us']:.0f} µs", "", "", "≤ 500 µs")
+    table.add_row("fire-and-forget p50", f"{figures['nowait_p50_us']:.1f} µs", "", "", "")
+    table.add_row("fire-and-forget p99", f"{figures['nowait_p99_us']:.1f} µs", "", "", "≤ 50 µs")
+    table.add_row(
+        "fire-and-forget delivered",
+        f"{nowait_rate:,.0f} ev/s",
+        f"{xadd_rate:,.0f} XADD/s",
+        f"{nowait_rate / xadd_rate:.0%}",
+        "",
+    )
+    table.add_row(
+        "ingest Redis → Postgres",
+        f"{ingest_rate:,.0f} ev/s",
+        f"{copy_rate:,.0f} rows/s COPY",
+        f"{ingest_rate / copy_rate:.0%}",
+        "≥ 20,000 ev/s",
+    )
+    table.add_row("events stored", f"{stored:,}", f"{n_events:,} published", f"{stored / n_events:.0%}", "100%")
+    console.print(table)
+    return figures
