@@ -4,6 +4,7 @@ adapters; they model the behaviour the domain logic relies on, not the services'
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -194,13 +195,16 @@ class FakeDoorbell:
 
 
 class FakeSink:
-    """The producer side of a stream that can be switched off."""
+    """The producer side of a stream that can be switched off, or held (a slow Redis)."""
 
     def __init__(self) -> None:
         self.payloads: list[bytes] = []
         self.down = False
+        self.gate = threading.Event()
+        self.gate.set()
 
     def add_many(self, payloads: Sequence[bytes]) -> list[str]:
+        self.gate.wait()
         if self.down:
             raise ConnectionError("fake Redis is down")
         start = len(self.payloads)

@@ -1,20 +1,25 @@
 """Publishing events: the only thing a bot calls on the write path.
 
 - `publish(event)` returns once the event is in the Redis stream, or raises PublishError.
-- `publish_nowait(event)` never blocks: the event goes to a bounded in-memory buffer that a
-  background thread flushes; when Redis is unreachable (or the buffer is full) events go to a
-  disk spool that is delivered, oldest first, once Redis answers again. `close()` (also run at
-  exit) flushes what is left.
+- `publish_nowait(event)` never blocks: the event is written to a bounded pipe read by a
+  flusher process (see producers/flusher.py) that sends batches; when Redis is unreachable, or
+  the pipe is full, events go to a disk spool that is delivered, oldest first, once Redis
+  answers again. `close()` (also run at exit) flushes what is left.
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import logging
+import os
+import select
+import subprocess
+import sys
 import threading
 import time
-from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -22,13 +27,19 @@ import redis.asyncio
 
 from adapters.redis_stream import EVENT_FIELD, RedisEventSink
 from memory.ports import EventSink
-from producers.spool import Spool
+from producers.flusher import ACK, FRAME, Flusher
+from producers.spool import Spool, SpoolAppender
 from schemas.records import AnyEvent
 from schemas.settings import Settings
 
 log = logging.getLogger(__name__)
 
 _SINK_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+# An overflow episode (pipe full) appends to one spool file for at most this long / many
+# events, then the pipe is tried again.
+_OVERFLOW_S = 0.05
+_OVERFLOW_EVENTS = 5000
 
 
 class PublishError(RuntimeError):
@@ -39,31 +50,93 @@ def serialize(event: AnyEvent) -> bytes:
     return event.model_dump_json().encode()
 
 
+class _ThreadFlusher:
+    """Runs the flusher on a thread of this process (unit tests, fakes)."""
+
+    def __init__(self, sink: EventSink):
+        self.sink = sink
+
+    def __call__(self, read_fd: int, ack_fd: int, spool_dir: Path) -> _FlusherHandle:
+        flusher = Flusher(self.sink, Spool(spool_dir), read_fd, ack_fd)
+
+        def run() -> None:
+            try:
+                flusher.run()
+            finally:
+                os.close(read_fd)
+                os.close(ack_fd)
+
+        thread = threading.Thread(target=run, name="chatmem-flusher", daemon=True)
+        thread.start()
+        return _FlusherHandle(thread.join, thread.is_alive)
+
+
+class _ProcessFlusher:
+    """Runs the flusher as a child process: no GIL shared with the bot's threads."""
+
+    def __init__(self, redis_url: str, stream_key: str):
+        self.redis_url = redis_url
+        self.stream_key = stream_key
+
+    def __call__(self, read_fd: int, ack_fd: int, spool_dir: Path) -> _FlusherHandle:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "producers.flusher",
+                "--redis-url",
+                self.redis_url,
+                "--stream-key",
+                self.stream_key,
+                "--spool-dir",
+                str(spool_dir),
+                "--read-fd",
+                str(read_fd),
+                "--ack-fd",
+                str(ack_fd),
+            ],
+            pass_fds=(read_fd, ack_fd),
+            start_new_session=True,  # a Ctrl-C meant for the bot must not cut the final flush
+        )
+        os.close(read_fd)
+        os.close(ack_fd)
+
+        def join(timeout: float | None) -> None:
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("flusher %d still running after %.0fs; it finishes on its own", proc.pid, timeout)
+
+        return _FlusherHandle(join, lambda: proc.poll() is None)
+
+
+@dataclass(frozen=True)
+class _FlusherHandle:
+    join: Callable[[float | None], None]
+    alive: Callable[[], bool]
+
+
 class Publisher:
     def __init__(
         self,
         sink: EventSink,
         spool_dir: Path,
         *,
-        buffer_size: int = 10_000,
-        flush_interval_s: float = 0.02,
-        max_batch: int = 1000,
+        buffer_bytes: int = 1 << 20,
+        flusher: Callable[[int, int, Path], _FlusherHandle] | None = None,
     ):
         self.sink = sink
         self.spool = Spool(spool_dir)
-        self.buffer_size = buffer_size
-        self.flush_interval_s = flush_interval_s
-        self.max_batch = max_batch
-        # Serialized in the caller: the flusher then holds the GIL only briefly, which is what
-        # keeps a caller from waiting on it (the caller's tail latency).
-        self._buffer: deque[bytes] = deque()
-        self._wake = threading.Event()
-        self._idle = threading.Event()
-        self._idle.set()
-        self._lock = threading.Lock()  # one flusher at a time (background thread or close)
-        self._thread: threading.Thread | None = None
+        self.buffer_bytes = buffer_bytes
+        self._launch = flusher or _ThreadFlusher(sink)
+        self._pid: int | None = None
+        self._wfd = -1
+        self._ack_fd = -1
+        self._handle: _FlusherHandle | None = None
+        self._sent = 0
+        self._acked = 0
         self._closed = False
-        self._retry_at = 0.0
+        self._overflow: SpoolAppender | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, redis_url: str | None = None) -> Publisher:
@@ -74,8 +147,8 @@ class Publisher:
         return cls(
             RedisEventSink(client, settings.stream_key),
             settings.resolved_spool_dir,
-            buffer_size=settings.publish_buffer_size,
-            flush_interval_s=settings.publish_flush_interval_ms / 1000,
+            buffer_bytes=settings.publish_buffer_bytes,
+            flusher=_ProcessFlusher(url, settings.stream_key),
         )
 
     # --- sync -----------------------------------------------------------------------------
@@ -92,91 +165,101 @@ class Publisher:
 
     # --- fire-and-forget ------------------------------------------------------------------
     def publish_nowait(self, event: AnyEvent) -> None:
-        """Hand the event over and return at once; it is sent, or spooled, in the background."""
+        """Hand the event over and return at once; it is sent, or spooled, by the flusher."""
         if self._closed:
             raise PublishError("publisher is closed")
+        if self._pid != os.getpid():
+            self._start()  # first use, or a forked child: each process has its own flusher
         payload = serialize(event)
-        if len(self._buffer) >= self.buffer_size:
-            # Full: keep the caller moving and the event safe on disk rather than drop it.
+        if self._overflow is not None:
+            if self._overflow.count < _OVERFLOW_EVENTS and time.monotonic() - self._overflow.opened < _OVERFLOW_S:
+                self._overflow.append(payload)
+                return
+            self._end_overflow()  # before the pipe gets anything newer: order is kept
+        frame = FRAME.pack(len(payload)) + payload
+        try:
+            written = os.write(self._wfd, frame)
+        except BlockingIOError:
+            written = 0
+        except BrokenPipeError:
+            log.warning("flusher exited; spooling and starting a new one")
             self.spool.write([payload])
-            self._wake.set()
-            return
-        self._buffer.append(payload)
-        self._idle.clear()
-        if self._thread is None:
             self._start()
+            return
+        if written == 0:
+            # Buffer full (the flusher is far behind): to disk, and the caller moves on.
+            self._overflow = self.spool.appender()
+            self._overflow.append(payload)
+            return
+        if written < len(frame):
+            self._write_rest(memoryview(frame)[written:])  # rare: a frame must never be torn
+        self._sent += 1
+
+    def _end_overflow(self) -> None:
+        if self._overflow is not None:
+            self._overflow.close()
+            self._overflow = None
+
+    def _write_rest(self, rest: memoryview) -> None:
+        while rest:
+            select.select([], [self._wfd], [])
+            try:
+                rest = rest[os.write(self._wfd, rest) :]
+            except BlockingIOError:
+                continue
 
     def _start(self) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="chatmem-publisher", daemon=True)
-                self._thread.start()
-                atexit.register(self.close)
-
-    def _run(self) -> None:
-        while not self._closed:
-            self._wake.wait(self.flush_interval_s)
-            self._wake.clear()
-            self._flush_once()
-
-    def _flush_once(self, *, final: bool = False) -> None:
-        with self._lock:
-            while True:
-                if not self._deliver_spool(final):
-                    # Redis is away: move the buffer to disk so nothing waits in memory.
-                    self._spool_buffer()
-                    return
-                payloads = [self._buffer.popleft() for _ in range(min(len(self._buffer), self.max_batch))]
-                if not payloads:
-                    self._idle.set()
-                    return
-                try:
-                    self.sink.add_many(payloads)
-                except _SINK_ERRORS as error:
-                    log.warning("Redis unreachable (%s); spooling %d events", error, len(payloads))
-                    self.spool.write(payloads)
-                    self._retry_at = time.monotonic() + 1.0
-
-    def _deliver_spool(self, final: bool) -> bool:
-        """True when the spool is empty (delivered now or already)."""
-        files = self.spool.pending_files()
-        if not files:
-            return True
-        if not final and time.monotonic() < self._retry_at:
-            return False
+        read_fd, write_fd = os.pipe()
+        ack_read, ack_write = os.pipe()
         try:
-            sent = self.spool.deliver(self.sink)
-            log.info("delivered %d spooled events", sent)
-            return True
-        except _SINK_ERRORS:
-            self._retry_at = time.monotonic() + 1.0
-            return False
+            fcntl.fcntl(write_fd, _F_SETPIPE_SZ, self.buffer_bytes)
+        except OSError:
+            pass  # above the system's pipe-max-size: the default size still works
+        os.set_blocking(write_fd, False)
+        os.set_blocking(ack_read, False)
+        self._wfd, self._ack_fd = write_fd, ack_read
+        self._sent = self._acked = 0
+        self._handle = self._launch(read_fd, ack_write, self.spool.dir)
+        if self._pid is None:
+            atexit.register(self.close)
+        self._pid = os.getpid()
 
-    def _spool_buffer(self) -> None:
-        while self._buffer:
-            self.spool.write([self._buffer.popleft() for _ in range(min(len(self._buffer), self.max_batch))])
-        self._idle.set()
+    def _read_acks(self) -> None:
+        try:
+            data = os.read(self._ack_fd, 1 << 16)
+        except BlockingIOError:
+            return
+        usable = len(data) - len(data) % ACK.size
+        if usable:
+            (self._acked,) = ACK.unpack_from(data, usable - ACK.size)
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until the buffer is sent or spooled; True when the spool is empty too."""
+        """Wait until everything handed over is sent (True) or still spooled at the timeout."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self._wake.set()
-            if self._idle.wait(0.05) and not self._buffer:
-                if not self.spool.pending_files():
-                    return True
-                self._retry_at = 0.0
-                self._flush_once()
-        return not self._buffer and not self.spool.pending_files()
+        self._end_overflow()
+        while True:
+            if self._pid == os.getpid():
+                self._read_acks()
+            if self._acked >= self._sent and not self.spool.pending_files():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            if self._pid != os.getpid() and self.spool.pending_files():
+                self._start()  # a spool left by an earlier run: let a flusher deliver it
+            time.sleep(0.01)
 
-    def close(self, timeout: float = 5.0) -> None:
+    def close(self, timeout: float = 10.0) -> None:
+        """Flush and stop the flusher (also run at exit)."""
         if self._closed:
             return
         self._closed = True
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        self._flush_once(final=True)
+        self._end_overflow()
+        if self._pid != os.getpid() or self._handle is None:
+            return
+        os.close(self._wfd)  # end of input: the flusher sends what is left, then exits
+        self._handle.join(timeout)
+        self._read_acks()
+        os.close(self._ack_fd)
 
     def __enter__(self) -> Publisher:
         return self

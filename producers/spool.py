@@ -14,6 +14,27 @@ from memory.ports import EventSink
 _counter = itertools.count()
 
 
+class SpoolAppender:
+    """One spool file written an event at a time (the publisher's overflow path: a single
+    write per event, no fsync); it becomes deliverable when closed. A process crash leaves the
+    .tmp file, which pending_files() recovers once the writer is gone."""
+
+    def __init__(self, directory: Path, name: str):
+        self.final = directory / name
+        self.tmp = directory / f".tmp-{os.getpid()}-{name}"
+        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.count = 0
+        self.opened = time.monotonic()
+
+    def append(self, payload: bytes) -> None:
+        os.write(self.fd, payload + b"\n")
+        self.count += 1
+
+    def close(self) -> None:
+        os.close(self.fd)
+        os.replace(self.tmp, self.final)
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -28,12 +49,15 @@ class Spool:
     def __init__(self, directory: Path):
         self.dir = Path(directory)
 
+    def _name(self) -> str:
+        return f"spool-{time.time_ns():020d}-{os.getpid()}-{next(_counter):06d}.jsonl"
+
     def write(self, payloads: Sequence[bytes]) -> Path | None:
         if not payloads:
             return None
         self.dir.mkdir(parents=True, exist_ok=True)
-        name = f"spool-{time.time_ns():020d}-{os.getpid()}-{next(_counter):06d}.jsonl"
-        tmp = self.dir / f".tmp-{name}"
+        name = self._name()
+        tmp = self.dir / f".tmp-{os.getpid()}-{name}"
         with open(tmp, "wb") as fh:
             fh.write(b"\n".join(payloads) + b"\n")
             fh.flush()
@@ -42,20 +66,24 @@ class Spool:
         os.replace(tmp, final)
         return final
 
+    def appender(self) -> SpoolAppender:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        return SpoolAppender(self.dir, self._name())
+
     def pending_files(self) -> list[Path]:
         if not self.dir.exists():
             return []
         files = list(self.dir.glob("spool-*.jsonl"))
-        # A file claimed by a process that died mid-delivery is up for delivery again.
-        for claimed in self.dir.glob(".claimed-*"):
-            pid = int(claimed.name.split("-", 2)[1])
-            if not _pid_alive(pid):
-                original = self.dir / claimed.name.split("-", 2)[2]
-                try:
-                    os.replace(claimed, original)
-                    files.append(original)
-                except FileNotFoundError:
-                    pass
+        # Files of a process that died while writing or delivering them are up for delivery.
+        for prefix in (".claimed-", ".tmp-"):
+            for orphan in self.dir.glob(prefix + "*"):
+                _, pid, original = orphan.name.split("-", 2)
+                if not _pid_alive(int(pid)):
+                    try:
+                        os.replace(orphan, self.dir / original)
+                        files.append(self.dir / original)
+                    except FileNotFoundError:
+                        pass
         return sorted(files, key=lambda p: p.name)
 
     def pending_count(self) -> int:

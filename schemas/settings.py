@@ -56,11 +56,10 @@ class Settings(BaseSettings):
     )
 
     # --- publisher ------------------------------------------------------------------------
-    publish_buffer_size: int = Field(
-        10_000, ge=1, description="Fire-and-forget buffer; past it events go straight to the disk spool."
-    )
-    publish_flush_interval_ms: int = Field(
-        20, ge=1, description="Longest time a fire-and-forget event waits in the buffer."
+    publish_buffer_bytes: int = Field(
+        1 << 20,
+        ge=4096,
+        description="Fire-and-forget buffer (the flusher pipe); past it events go straight to the disk spool.",
     )
     spool_dir: Path | None = Field(None, description="Where unsendable events are spooled. Unset: data_dir/spool.")
 

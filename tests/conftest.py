@@ -71,7 +71,6 @@ def settings_factory(embedded, fresh_db, tmp_path) -> Callable[..., Settings]:
             "data_dir": tmp_path / "data",
             "ingest_block_ms": 50,
             "ingest_claim_idle_ms": 1000,
-            "publish_flush_interval_ms": 5,
         }
         values.update(overrides)
         return Settings(**values)

@@ -1,6 +1,8 @@
 import json
+import time
 
 from adapters.fakes import FakeSink
+from producers.flusher import FRAME, _take_frames
 from producers.publisher import Publisher, PublishError
 from schemas.events import MessageEvent
 
@@ -27,7 +29,7 @@ def test_sync_publish_returns_the_stream_id_or_raises(tmp_path):
 
 def test_fire_and_forget_spools_while_down_and_delivers_in_order(tmp_path):
     sink = FakeSink()
-    pub = Publisher(sink, tmp_path, flush_interval_s=0.005)
+    pub = Publisher(sink, tmp_path)
     for i in range(5):
         pub.publish_nowait(ev(i))
     assert pub.flush(5)
@@ -46,22 +48,53 @@ def test_fire_and_forget_spools_while_down_and_delivers_in_order(tmp_path):
 
 def test_full_buffer_spills_to_disk_without_blocking(tmp_path):
     sink = FakeSink()
-    sink.down = True
-    pub = Publisher(sink, tmp_path, buffer_size=3, flush_interval_s=10)
-    for i in range(10):
+    sink.gate.clear()  # Redis hangs: the flusher is stuck in its first send
+    pub = Publisher(sink, tmp_path, buffer_bytes=4096)
+    started = time.monotonic()
+    for i in range(300):
         pub.publish_nowait(ev(i))
-    pub.close()  # Redis still down: what was buffered is spooled too
-    assert pub.spool.pending_count() == 10
-    sink.down = False
-    later = Publisher(sink, tmp_path)
-    assert later.flush(5)  # a later publisher (a restarted bot) delivers the spool
-    assert sorted(ids(sink)) == sorted(f"e{i}" for i in range(10))
+    assert time.monotonic() - started < 2.0  # the caller never waited on the stuck flusher
+    assert any(p.name.startswith(".tmp-") for p in tmp_path.iterdir())  # the overflow went to disk
+    sink.gate.set()
+    assert pub.flush(10)
+    pub.close()
+    assert sorted(ids(sink)) == sorted(f"e{i}" for i in range(300))
 
 
-def test_close_flushes_the_buffer(tmp_path):
+def test_close_flushes_everything_handed_over(tmp_path):
     sink = FakeSink()
-    pub = Publisher(sink, tmp_path, flush_interval_s=60)
+    pub = Publisher(sink, tmp_path)
     for i in range(100):
         pub.publish_nowait(ev(i))
     pub.close()
     assert ids(sink) == [f"e{i}" for i in range(100)]
+    try:
+        pub.publish_nowait(ev(101))
+        raise AssertionError("expected PublishError")
+    except PublishError:
+        pass
+
+
+def test_spool_left_by_an_earlier_run_is_delivered(tmp_path):
+    sink = FakeSink()
+    sink.down = True
+    first = Publisher(sink, tmp_path)
+    for i in range(10):
+        first.publish_nowait(ev(i))
+    first.close()
+    assert first.spool.pending_count() == 10
+    sink.down = False
+    later = Publisher(sink, tmp_path)  # a restarted bot
+    assert later.flush(5)
+    later.close()
+    assert ids(sink) == [f"e{i}" for i in range(10)]
+
+
+def test_frames_split_across_reads_are_reassembled():
+    payloads = [b"a" * 5, b"", b"xyz" * 100]
+    stream = b"".join(FRAME.pack(len(p)) + p for p in payloads)
+    buf, got = bytearray(), []
+    for i in range(0, len(stream), 7):
+        buf += stream[i : i + 7]
+        got += _take_frames(buf)
+    assert got == payloads and not buf
