@@ -10,6 +10,8 @@ import logging
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -213,6 +215,18 @@ def resolve(settings: Settings, *, start: bool = True) -> ServiceUrls:
         missing = "Postgres" if not database_url else "Redis"
         raise ServiceUnavailable(f"embedded {missing} is not running: run `chatmem services up`")
     return ServiceUrls(database_url, redis_url, pg is not None, rd is not None)
+
+
+@contextmanager
+def running(settings: Settings) -> Iterator[ServiceUrls]:
+    """The services, started if needed; on exit, stops the embedded ones this call started."""
+    pg, rd = embedded(settings)
+    started = [svc for svc in (pg, rd) if svc is not None and svc.url() is None]
+    try:
+        yield resolve(settings, start=True)
+    finally:
+        for svc in started:
+            svc.stop()
 
 
 def status(settings: Settings) -> list[ServiceStatus]:

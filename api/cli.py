@@ -198,17 +198,12 @@ def up() -> None:
     from adapters import services
     from workers.supervisor import Supervisor
 
-    settings = _settings()
-    pg, rd = services.embedded(settings)
-    started = [svc for svc in (pg, rd) if svc is not None and svc.url() is None]
-    urls = services.resolve(settings, start=True)
-    m.migrate(urls.database_url)
-    console.print(f"chatmem up: postgres {urls.database_url} · redis {urls.redis_url} · Ctrl-C stops")
-    supervisor = Supervisor()
-    supervisor.start()
-    code = supervisor.wait()
-    for svc in started:
-        svc.stop()
+    with services.running(_settings()) as urls:
+        m.migrate(urls.database_url)
+        console.print(f"chatmem up: postgres {urls.database_url} · redis {urls.redis_url} · Ctrl-C stops")
+        supervisor = Supervisor()
+        supervisor.start()
+        code = supervisor.wait()
     raise typer.Exit(code)
 
 

@@ -64,29 +64,25 @@ def _print_memory(c: Container, console: Console, thread_ids: list[str]) -> None
 
 
 def run_demo(settings: Settings, console: Console, timeout: float) -> int:
-    pg, rd = services.embedded(settings)
-    started = [svc for svc in (pg, rd) if svc is not None and svc.url() is None]
-    urls = services.resolve(settings, start=True)
-    migrate.migrate(urls.database_url)
-    console.print(f"[bold]chatmem demo[/bold] · postgres {urls.database_url} · redis {urls.redis_url}")
-    c = Container(settings, urls)
-    supervisor = Supervisor()
-    try:
-        supervisor.start()
-        events = [parse_event(line) for line in SAMPLE.read_bytes().splitlines() if line.strip()]
-        with Publisher.from_settings(settings, urls.redis_url) as pub:
-            result = publish_jsonl(pub, SAMPLE, settings)
-        console.print(f"published {result.accepted} events from {SAMPLE.name}")
-        thread_ids = sorted({e.thread_id for e in events})
-        if not _wait_processed(c, [e.event_id for e in events], thread_ids, timeout):
-            console.print(f"[red]not processed within {timeout:.0f}s[/red]; failed: {supervisor.failed()}")
-            return 1
-        _print_memory(c, console, thread_ids)
-        rep = report(c)
-        console.print(f"status: {rep.counts} · queues {rep.queues} · largest lag {rep.lag.max_events}")
-        return 0
-    finally:
-        supervisor.stop()
-        c.close()
-        for svc in started:
-            svc.stop()
+    with services.running(settings) as urls:
+        migrate.migrate(urls.database_url)
+        console.print(f"[bold]chatmem demo[/bold] · postgres {urls.database_url} · redis {urls.redis_url}")
+        c = Container(settings, urls)
+        supervisor = Supervisor()
+        try:
+            supervisor.start()
+            events = [parse_event(line) for line in SAMPLE.read_bytes().splitlines() if line.strip()]
+            with Publisher.from_settings(settings, urls.redis_url) as pub:
+                result = publish_jsonl(pub, SAMPLE, settings)
+            console.print(f"published {result.accepted} events from {SAMPLE.name}")
+            thread_ids = sorted({e.thread_id for e in events})
+            if not _wait_processed(c, [e.event_id for e in events], thread_ids, timeout):
+                console.print(f"[red]not processed within {timeout:.0f}s[/red]; failed: {supervisor.failed()}")
+                return 1
+            _print_memory(c, console, thread_ids)
+            rep = report(c)
+            console.print(f"status: {rep.counts} · queues {rep.queues} · largest lag {rep.lag.max_events}")
+            return 0
+        finally:
+            supervisor.stop()
+            c.close()

@@ -42,26 +42,27 @@ def _with_db(url: str, name: str) -> str:
 
 @contextmanager
 def scratch(settings: Settings):
-    """Settings pointing at a fresh database and an empty Redis db; removed afterwards."""
-    urls = services.resolve(settings, start=True)
-    name = f"chatmem_bench_{os.getpid()}"
-    admin = urls.database_url
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name}")
-        conn.execute(f"CREATE DATABASE {name}")
-    db_url = _with_db(admin, name)
-    migrate.migrate(db_url)
-    redis_url = urls.redis_url.rsplit("/", 1)[0] + f"/{BENCH_REDIS_DB}"
-    redis.Redis.from_url(redis_url).flushdb()
-    bench_settings = settings.model_copy(update={"database_url": db_url, "redis_url": redis_url})
-    c = Container(bench_settings, services.ServiceUrls(db_url, redis_url, False, False))
-    try:
-        yield c
-    finally:
-        c.close()
-        redis.Redis.from_url(redis_url).flushdb()
+    """Settings pointing at a fresh database and an empty Redis db; removed afterwards (and the
+    embedded services stopped again if this started them)."""
+    with services.running(settings) as urls:
+        name = f"chatmem_bench_{os.getpid()}"
+        admin = urls.database_url
         with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            conn.execute(f"DROP DATABASE IF EXISTS {name}")
+            conn.execute(f"CREATE DATABASE {name}")
+        db_url = _with_db(admin, name)
+        migrate.migrate(db_url)
+        redis_url = urls.redis_url.rsplit("/", 1)[0] + f"/{BENCH_REDIS_DB}"
+        redis.Redis.from_url(redis_url).flushdb()
+        bench_settings = settings.model_copy(update={"database_url": db_url, "redis_url": redis_url})
+        c = Container(bench_settings, services.ServiceUrls(db_url, redis_url, False, False))
+        try:
+            yield c
+        finally:
+            c.close()
+            redis.Redis.from_url(redis_url).flushdb()
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def make_events(n: int, n_threads: int, offset: int = 0, prefix: str = "bench-thread") -> list[MessageEvent]:
