@@ -261,6 +261,21 @@ def bench_ingest(
     run(_settings(), console, n_events=events, n_threads=threads)
 
 
+@bench_app.command("topicseg")
+def bench_topicseg(
+    data: Path = typer.Option(..., exists=True, dir_okay=False, help="TIAGE .json or Def-DTS .jsonl"),
+    out: Path = typer.Option(None, help="write predictions here, one JSON line per dialogue"),
+) -> None:
+    """Topic segmentation with the workers' segmenter: Pk, WD, F1 and Score."""
+    from adapters.embedders import MiniLMEmbedder
+    from bench.topicseg import run
+    from memory.segmentation import SegmenterConfig
+
+    _settings()
+    s = run(data, out, MiniLMEmbedder(), SegmenterConfig())
+    console.print(f"{data.name}: Pk {s.pk:.3f} · WD {s.wd:.3f} · F1 {s.f1:.3f} · Score {s.score:.3f}")
+
+
 def main() -> None:
     app()
 

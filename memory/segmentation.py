@@ -1,0 +1,278 @@
+"""Episode segmentation: a pure, streaming function over a thread's messages.
+
+A new episode starts
+- on a time gap longer than `time_gap_hours`;
+- on an explicit marker in a user message ("by the way", "кстати", ...), at once;
+- on a topic shift: a user message whose similarity to the current episode (the centroid of its
+  recent turns) is below `shift_threshold`, confirmed by hysteresis: the next user message must
+  be shifted too (a one-turn digression never splits). The boundary is then placed at the first
+  shifted message, so messages after it move to the new episode when the shift is confirmed.
+
+The state is small and JSON-serialisable, so the worker keeps it per thread between batches;
+the same function runs in the workers and in `chatmem bench topicseg`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+import numpy as np
+
+DEFAULT_MARKERS: tuple[str, ...] = (
+    # English
+    "by the way",
+    "btw",
+    "let's talk about something else",
+    "lets talk about something else",
+    "on another note",
+    "on a different note",
+    "changing the subject",
+    "change of topic",
+    "different topic",
+    "new topic",
+    "unrelated question",
+    "unrelated,",
+    "anyway,",
+    "speaking of which",
+    # Russian
+    "кстати",
+    "давай про другое",
+    "давай поговорим о другом",
+    "давайте поговорим о другом",
+    "сменим тему",
+    "другой вопрос",
+    "другая тема",
+    "о другом",
+    "не по теме",
+    "а вот ещё",
+)
+
+
+@dataclass(frozen=True)
+class SegmenterConfig:
+    # Defaults tuned on the development splits of TIAGE and SuperDialseg (docs/benchmarks.md).
+    time_gap_hours: float = 8.0
+    shift_threshold: float = 0.20
+    window: int = 2  # recent turns of the current episode that form its centroid
+    # Dialogue cues adjust the similarity: a reply to a question continues the topic; a new
+    # question that answers nothing tends to open one; a few-word acknowledgement never does.
+    answer_bonus: float = 0.3
+    question_penalty: float = 0.4
+    min_shift_words: int = 3
+    markers: tuple[str, ...] = DEFAULT_MARKERS
+    max_episode_turns: int = 400  # a very long episode is cut so summaries stay bounded
+
+    def with_overrides(self, overrides: dict) -> SegmenterConfig:
+        known = {k: v for k, v in overrides.items() if k in self.__dataclass_fields__ and k != "markers"}
+        if "markers" in overrides:
+            known["markers"] = tuple(str(m).lower() for m in overrides["markers"])
+        return replace(self, **known)
+
+
+@dataclass(frozen=True)
+class SegTurn:
+    seq: int
+    role: str  # user | assistant | system
+    text: str
+    at: datetime
+    vector: np.ndarray | None  # unit-normalised embedding, None when the text is empty
+
+
+@dataclass(frozen=True)
+class Boundary:
+    seq: int  # the first message of the new episode
+    reason: str  # gap | marker | shift | length
+
+
+@dataclass
+class SegmenterState:
+    window: list[list[float]] = field(default_factory=list)  # recent vectors of the episode
+    pending: list[tuple[int, list[float] | None]] = field(default_factory=list)  # first shifted user turn on
+    last_at: str | None = None
+    turns: int = 0  # turns in the current episode
+    prev_question: bool = False  # the previous message asked something
+
+    def to_json(self) -> dict:
+        return {
+            "window": self.window,
+            "pending": self.pending,
+            "last_at": self.last_at,
+            "turns": self.turns,
+            "prev_question": self.prev_question,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict | None) -> SegmenterState:
+        if not data:
+            return cls()
+        return cls(
+            window=[list(v) for v in data.get("window", [])],
+            pending=[(int(s), v) for s, v in data.get("pending", [])],
+            last_at=data.get("last_at"),
+            turns=int(data.get("turns", 0)),
+            prev_question=bool(data.get("prev_question", False)),
+        )
+
+    @property
+    def pending_since(self) -> int | None:
+        return self.pending[0][0] if self.pending else None
+
+
+_WORD = re.compile(r"[\w']+", re.UNICODE)
+
+
+def has_marker(text: str, markers: Sequence[str]) -> bool:
+    """A marker counts at the start of the message or of a sentence in it."""
+    lowered = text.lower()
+    for marker in markers:
+        idx = lowered.find(marker)
+        while idx != -1:
+            before = lowered[:idx].rstrip()
+            at_word_edge = idx == 0 or not lowered[idx - 1].isalnum()
+            after = lowered[idx + len(marker) : idx + len(marker) + 1]
+            ends_word = not after or not after.isalnum()
+            if at_word_edge and ends_word and (not before or before[-1] in ".!?,;:-—(" or len(before) <= 12):
+                return True
+            idx = lowered.find(marker, idx + 1)
+    return False
+
+
+def _centroid(vectors: Sequence[Sequence[float]]) -> np.ndarray | None:
+    if not vectors:
+        return None
+    c = np.mean(np.asarray(vectors, dtype=np.float32), axis=0)
+    norm = float(np.linalg.norm(c))
+    return c / norm if norm > 0 else None
+
+
+def similarity(vector: np.ndarray | None, window: Sequence[Sequence[float]]) -> float | None:
+    centroid = _centroid(window)
+    if vector is None or centroid is None:
+        return None
+    return float(np.dot(vector, centroid))
+
+
+def _push(window: list[list[float]], vector: np.ndarray | None, size: int) -> None:
+    if vector is not None:
+        window.append([float(x) for x in vector])
+        del window[:-size]
+
+
+def asks(text: str) -> bool:
+    return "?" in text
+
+
+def shift_score(
+    turn: SegTurn, window: Sequence[Sequence[float]], prev_question: bool, cfg: SegmenterConfig
+) -> float | None:
+    """Similarity of the turn to the topic, adjusted by dialogue cues; below the threshold is a shift."""
+    sim = similarity(turn.vector, window)
+    if sim is None:
+        return None
+    if len(_WORD.findall(turn.text)) < cfg.min_shift_words:
+        return 1.0
+    if prev_question and not asks(turn.text):
+        sim += cfg.answer_bonus
+    elif asks(turn.text) and not prev_question:
+        sim -= cfg.question_penalty
+    return sim
+
+
+def feed(state: SegmenterState, turn: SegTurn, cfg: SegmenterConfig) -> tuple[SegmenterState, list[Boundary]]:
+    """Consume one message; return the new state and any boundaries decided now (a confirmed
+    shift's boundary lies at an earlier message: the first shifted one)."""
+    st, bounds = _feed(state, turn, cfg)
+    st.prev_question = asks(turn.text)
+    return st, bounds
+
+
+def _feed(state: SegmenterState, turn: SegTurn, cfg: SegmenterConfig) -> tuple[SegmenterState, list[Boundary]]:
+    st = SegmenterState(list(state.window), list(state.pending), state.last_at, state.turns, state.prev_question)
+    at_iso = turn.at.isoformat()
+    gap = (
+        st.last_at is not None
+        and (turn.at - datetime.fromisoformat(st.last_at)).total_seconds() > cfg.time_gap_hours * 3600
+    )
+    st.last_at = at_iso
+    if st.turns == 0:
+        st.turns = 1
+        _push(st.window, turn.vector, cfg.window)
+        return st, []
+    if gap or st.turns >= cfg.max_episode_turns:
+        return _restart(turn, cfg), [Boundary(turn.seq, "gap" if gap else "length")]
+
+    if turn.role != "user":
+        # Replies follow the user's topic: they extend whichever topic is pending or current.
+        if st.pending:
+            st.pending.append((turn.seq, None if turn.vector is None else [float(x) for x in turn.vector]))
+        else:
+            _push(st.window, turn.vector, cfg.window)
+        st.turns += 1
+        return st, []
+
+    if has_marker(turn.text, cfg.markers):
+        return _restart(turn, cfg), [Boundary(turn.seq, "marker")]
+
+    score = shift_score(turn, st.window, st.prev_question, cfg)
+    shifted = score is not None and score < cfg.shift_threshold
+    if st.pending:
+        if not _returns(turn, st, score, cfg):
+            # The shift persisted: the episode starts at the first shifted user turn.
+            first = st.pending[0][0]
+            new = SegmenterState(window=[], pending=[], last_at=at_iso, turns=len(st.pending) + 1)
+            for _, vec in st.pending:
+                if vec is not None:
+                    _push(new.window, np.asarray(vec), cfg.window)
+            # This turn may itself open the next topic (a chain of new questions): judge it
+            # against the new episode as any turn is.
+            own = shift_score(turn, new.window, st.prev_question, cfg)
+            if own is not None and own < cfg.shift_threshold:
+                new.pending = [(turn.seq, [float(x) for x in turn.vector])]  # type: ignore[union-attr]
+            else:
+                _push(new.window, turn.vector, cfg.window)
+            return new, [Boundary(first, "shift")]
+        # A one-turn digression: stay, and keep the digression out of the topic centroid.
+        st.pending = []
+        _push(st.window, turn.vector, cfg.window)
+        st.turns += 1
+        return st, []
+    if shifted:
+        st.pending = [(turn.seq, [float(x) for x in turn.vector])]  # type: ignore[union-attr]
+    else:
+        _push(st.window, turn.vector, cfg.window)
+    st.turns += 1
+    return st, []
+
+
+def _returns(turn: SegTurn, st: SegmenterState, score_old: float | None, cfg: SegmenterConfig) -> bool:
+    """Is this user turn, the one after a shifted turn, back on the old topic (a digression
+    ended) rather than going on with the new one?"""
+    if st.prev_question and not asks(turn.text):
+        return False  # it answers what was just asked, inside the new topic
+    if score_old is not None and score_old < cfg.shift_threshold:
+        return False  # still away from the old topic
+    pending_vecs = [v for _, v in st.pending if v is not None]
+    sim_old = similarity(turn.vector, st.window)
+    sim_new = similarity(turn.vector, pending_vecs)
+    if sim_old is None or sim_new is None:
+        return sim_new is None
+    return sim_old >= sim_new
+
+
+def _restart(turn: SegTurn, cfg: SegmenterConfig) -> SegmenterState:
+    st = SegmenterState(window=[], pending=[], last_at=turn.at.isoformat(), turns=1)
+    _push(st.window, turn.vector, cfg.window)
+    return st
+
+
+def segment(turns: Iterable[SegTurn], cfg: SegmenterConfig, state: SegmenterState | None = None) -> list[Boundary]:
+    """Boundaries over a whole sequence (what the benchmark and tests use)."""
+    st = state or SegmenterState()
+    out: list[Boundary] = []
+    for turn in turns:
+        st, bounds = feed(st, turn, cfg)
+        out.extend(bounds)
+    return out
