@@ -74,6 +74,82 @@ class Container:
         app = self.celery
         return RedisDoorbell(self.redis, lambda tid: ring_thread(app, tid), self.settings.doorbell_dedupe_s)
 
+    @cached_property
+    def embedder(self):  # noqa: ANN201
+        from adapters.embedders import CachedEmbedder, MiniLMEmbedder, OpenAIEmbedder
+
+        s = self.settings
+        inner = (
+            OpenAIEmbedder(s.embedding_model, s.embedding_dim, s.llm_api_key, s.llm_base_url)
+            if s.embedding_provider == "openai"
+            else MiniLMEmbedder()
+        )
+        return CachedEmbedder(inner, self.pool)
+
+    @cached_property
+    def offline_llm(self):  # noqa: ANN201
+        from memory.offline_llm import OfflineLLM
+
+        llm = OfflineLLM(self.embedder)
+        llm.model = f"{OfflineLLM.model}+{self.embedder.model}"  # its output depends on the embedder
+        return llm
+
+    def llm(self, queue: str, *, refresh: bool = False, offline: bool = False):  # noqa: ANN201
+        """The LLM for a queue: the configured endpoint, or the offline one (no key, or as the
+        last resort when the endpoint keeps failing), behind the output cache."""
+        from adapters.llm import CachedLLM, OpenAILLM, RateLimiter
+
+        s = self.settings
+        if s.llm_api_key and not offline:
+            inner = OpenAILLM(s.llm_model, s.llm_api_key, s.llm_base_url)
+        else:
+            inner = self.offline_llm
+        return CachedLLM(
+            inner,
+            self.pool,
+            self._limiters.setdefault(queue, RateLimiter(s.llm_rate_limits.get(queue, 0))),
+            refresh=refresh,
+        )
+
+    @cached_property
+    def _limiters(self) -> dict:
+        return {}
+
+    @cached_property
+    def projections(self):  # noqa: ANN201
+        from adapters.projections import PostgresProjections
+
+        return PostgresProjections(self.pool)
+
+    @cached_property
+    def seg_config(self):  # noqa: ANN201
+        from memory.segmentation import SegmenterConfig
+
+        return SegmenterConfig(time_gap_hours=self.settings.time_gap_hours)
+
+    @cached_property
+    def summary_policy(self):  # noqa: ANN201
+        from memory.episodes import SummaryPolicy
+
+        s = self.settings
+        return SummaryPolicy(s.running_summary_every, s.running_summary_tokens, s.chunk_summary_every)
+
+    @cached_property
+    def processor(self):  # noqa: ANN201
+        from memory.pipeline import ThreadProcessor
+        from workers.celery_app import enqueue_summary
+
+        app = self.celery
+        return ThreadProcessor(
+            self.projections,
+            self.embedder,
+            self.seg_config,
+            self.summary_policy,
+            lambda thread_id, generation, job: enqueue_summary(app, thread_id, generation, job),
+            self.thread_log.advance_cursor_in,
+            self.settings.stream_key,
+        )
+
     def close(self) -> None:
         if "pool" in self.__dict__:
             self.pool.close()

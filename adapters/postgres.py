@@ -220,12 +220,13 @@ class PostgresThreadLog:
         with self.pool.connection() as conn:
             rows = conn.execute(
                 """
-                SELECT t.thread_id FROM threads t
+                WITH w AS (SELECT coalesce(max(watermark), 0) AS pos FROM ingest_state WHERE stream_key = %s)
+                SELECT t.thread_id FROM threads t, w
                 WHERE EXISTS (
                     SELECT 1 FROM events e
-                    WHERE e.thread_id = t.thread_id AND e.stream_pos > t.cursor_pos
-                      AND e.stream_pos < (SELECT coalesce(max(watermark), 0) FROM ingest_state
-                                          WHERE stream_key = %s))
+                    WHERE e.thread_id = t.thread_id AND e.stream_pos > t.cursor_pos AND e.stream_pos < w.pos
+                      -- a paused thread lags on purpose until a memory_on arrives
+                      AND (t.memory_on OR (e.type = 'command' AND e.payload->>'command' = 'memory_on')))
                 LIMIT %s
                 """,
                 (self.stream_key, limit),

@@ -170,6 +170,7 @@ def worker(
 def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps")) -> None:
     """Re-ring the doorbell of threads whose cursor lags the committed log."""
     from memory import sequencer
+    from workers.celery_app import enqueue_summary
 
     c = _container(_settings())
     stop = _stop_on_signals()
@@ -178,6 +179,11 @@ def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps"))
         rung = sequencer.sweep(c.thread_log, c.doorbell)
         if rung:
             log.info("re-rang %d lagging threads", rung)
+        missing = c.projections.missing_finals()
+        for thread_id, generation, job in missing:
+            enqueue_summary(c.celery, thread_id, generation, job)  # keyed: a duplicate does nothing
+        if missing:
+            log.info("re-queued %d final summaries", len(missing))
         stop.wait(interval)
 
 

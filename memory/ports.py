@@ -4,11 +4,15 @@ hand-written in-memory fake in `adapters/fakes.py` for unit tests."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
+from pydantic import BaseModel
 
+from memory.prompts import Prompt
 from schemas.records import AcceptedEvent, DeadLetter, LoggedEvent, StoreResult, StreamEntry, ThreadLease
+
+T = TypeVar("T", bound=BaseModel)
 
 
 class TransientError(Exception):
@@ -92,3 +96,11 @@ class Embedder(Protocol):
     dim: int
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class LLM(Protocol):
+    """Structured completion: a versioned prompt in, a validated pydantic model out."""
+
+    model: str
+
+    def complete(self, prompt: Prompt, response_model: type[T]) -> T: ...

@@ -54,8 +54,11 @@ def advance_thread(
             batch = threads.pending_events(thread_id, lease.cursor_pos, batch_size)
             if not batch:
                 break
+            before = lease.cursor_pos
             lease = applier(lease, batch)
-            applied += len(batch)
+            if lease.cursor_pos == before:
+                break  # nothing could be applied now (the thread's memory is paused)
+            applied += sum(1 for e in batch if e.stream_pos <= lease.cursor_pos)
     except LeaseLost:
         log.warning("thread %s: lease lost after %d events; another worker continues", thread_id, applied)
         return AdvanceResult(thread_id, applied, lost_lease=True)

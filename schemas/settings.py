@@ -74,6 +74,32 @@ class Settings(BaseSettings):
     task_max_retries: int = Field(8, ge=0, description="Retries of a task after a transient error.")
     log_level: str = Field("INFO", description="Log level of every chatmem process.")
 
+    # --- models ---------------------------------------------------------------------------
+    llm_base_url: str | None = Field(
+        None, description="OpenAI-compatible endpoint; unset with no key: the offline LLM."
+    )
+    llm_api_key: str | None = Field(None, description="Key for the LLM endpoint. Unset: the offline deterministic LLM.")
+    llm_model: str = Field("gpt-4o-mini", description="Model name at the LLM endpoint.")
+    llm_rate_limits: dict[str, int] = Field(
+        default_factory=dict,
+        description='LLM calls per minute per queue, as JSON, e.g. {"summarize": 60}; missing or 0: no limit.',
+    )
+    embedding_provider: str = Field(
+        "minilm", pattern="^(minilm|openai)$", description="minilm (offline, 384-d) or openai."
+    )
+    embedding_model: str = Field("text-embedding-3-small", description="Model name when embedding_provider=openai.")
+    embedding_dim: int = Field(1536, ge=1, description="Dimensions when embedding_provider=openai.")
+
+    # --- episodes and summaries (a thread's `configure` command overrides these) -----------
+    time_gap_hours: float = Field(8.0, gt=0, description="A pause longer than this starts a new episode.")
+    running_summary_every: int = Field(10, ge=1, description="Messages between running summaries of an episode.")
+    running_summary_tokens: int = Field(
+        1500, ge=100, description="Unsummarised tokens in an episode that trigger a running summary early."
+    )
+    chunk_summary_every: int = Field(40, ge=30, le=50, description="Messages per chunk summary (30-50).")
+    rollup_fanin: int = Field(4, ge=2, description="Summaries merged into one summary of the next level.")
+    rollup_keep: int = Field(4, ge=1, description="Newest summaries of a level that stay unmerged.")
+
     @property
     def resolved_spool_dir(self) -> Path:
         return self.spool_dir or self.data_dir / "spool"

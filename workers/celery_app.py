@@ -8,10 +8,12 @@ from schemas.settings import Settings
 from workers.queues import PROFILES, VISIBILITY_TIMEOUT_S, Queue
 
 ADVANCE_THREAD = "chatmem.advance_thread"
+SUMMARIZE = "chatmem.summarize"
 SWEEP = "chatmem.sweep"
 
 TASK_QUEUES: dict[str, Queue] = {
     ADVANCE_THREAD: Queue.SEGMENT,
+    SUMMARIZE: Queue.SUMMARIZE,
     SWEEP: Queue.MAINTENANCE,
 }
 
@@ -51,3 +53,7 @@ def create_celery(settings: Settings, broker_url: str) -> Celery:
 
 def ring_thread(app: Celery, thread_id: str, countdown: float | None = None) -> None:
     app.send_task(ADVANCE_THREAD, args=[thread_id], countdown=countdown)
+
+
+def enqueue_summary(app: Celery, thread_id: str, generation: int, job) -> None:  # noqa: ANN001
+    app.send_task(SUMMARIZE, args=[thread_id, generation, job.kind, job.episode_id, job.from_seq, job.upto_seq])

@@ -8,6 +8,8 @@ from celery import Task, shared_task
 
 from adapters.bootstrap import TRANSIENT_ERRORS, Container, process_name
 from memory import sequencer
+from memory.episodes import Job
+from memory.summaries import run_job
 from schemas.events import InvalidEvent, validate_identifier
 
 # Only failures that a later attempt can fix are retried; a bad payload fails at once.
@@ -38,12 +40,38 @@ def advance_thread(self: Task, thread_id: str) -> dict:
         owner=process_name("worker"),
         lease_s=c.settings.thread_lease_s,
         batch_size=c.settings.apply_batch_size,
+        apply=c.processor.apply,
     )
     if result.busy:
         # Another worker holds the thread; look again shortly in case it finished just before
         # the events that rang this bell became visible to it.
         self.apply_async(args=[thread_id], countdown=1)
     return {"thread_id": thread_id, "applied": result.applied, "busy": result.busy}
+
+
+@shared_task(name="chatmem.summarize", bind=True, **RETRY)
+def summarize(
+    self: Task, thread_id: str, generation: int, kind: str, episode_id: str, from_seq: int, upto_seq: int
+) -> dict:
+    thread_id = _checked(thread_id)
+    if kind not in ("running", "chunk", "final"):
+        raise ValueError(f"summarize: unknown kind {kind!r}")
+    c = container(self)
+    # The last attempt degrades to the offline LLM rather than leave the episode unsummarised.
+    last_try = self.request.retries >= max(0, (self.max_retries or 0) - 1)
+    llm = c.llm("summarize", offline=last_try and bool(c.settings.llm_api_key))
+    job = Job(kind, episode_id, int(from_seq), int(upto_seq))
+    outcome = run_job(
+        c.projections, llm, job, thread_id, int(generation), fanin=c.settings.rollup_fanin, keep=c.settings.rollup_keep
+    )
+    return {"episode_id": episode_id, "kind": kind, "upto_seq": upto_seq, "outcome": outcome}
+
+
+def _checked(thread_id: str) -> str:
+    try:
+        return validate_identifier(thread_id)
+    except InvalidEvent as error:
+        raise ValueError(error.reason) from None
 
 
 @shared_task(name="chatmem.sweep", bind=True, **RETRY)

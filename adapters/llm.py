@@ -1,0 +1,112 @@
+"""LLM adapters: an OpenAI-compatible endpoint (structured outputs), the output cache keyed by
+(model, prompt version, input hash), and a per-queue rate limit. Retries live in one place:
+transient failures raise TransientError and the task retries with backoff."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from typing import TypeVar
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+from pydantic import BaseModel, ValidationError
+
+from memory.ports import LLM, TransientError
+from memory.prompts import Prompt
+
+T = TypeVar("T", bound=BaseModel)
+
+
+class OpenAILLM:
+    def __init__(self, model: str, api_key: str | None, base_url: str | None, timeout_s: float = 60.0):
+        from openai import OpenAI
+
+        self.model = model
+        # The client's own retries handle a blip; longer outages surface as TransientError.
+        self.client = OpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=2)
+
+    def complete(self, prompt: Prompt, response_model: type[T]) -> T:
+        import openai
+
+        try:
+            reply = self.client.chat.completions.parse(
+                model=self.model,
+                messages=[
+                    {"role": "system", "content": prompt.system},
+                    {"role": "user", "content": prompt.user_text()},
+                ],
+                response_format=response_model,
+                temperature=0,
+            )
+        except (
+            openai.RateLimitError,
+            openai.APIConnectionError,
+            openai.APITimeoutError,
+            openai.InternalServerError,
+        ) as error:
+            raise TransientError(f"LLM unavailable: {error}") from error
+        parsed = reply.choices[0].message.parsed
+        if parsed is None:
+            raise TransientError("LLM returned no parsable output")
+        return response_model.model_validate(parsed.model_dump())
+
+
+class RateLimiter:
+    """At most `per_minute` calls, spread evenly; 0 means no limit."""
+
+    def __init__(self, per_minute: int):
+        self.interval = 60.0 / per_minute if per_minute > 0 else 0.0
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def wait(self) -> None:
+        if not self.interval:
+            return
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next)
+            self._next = start + self.interval
+        if start > now:
+            time.sleep(start - now)
+
+
+def input_hash(prompt: Prompt) -> bytes:
+    return hashlib.sha256(json.dumps(prompt.input, sort_keys=True, ensure_ascii=False).encode()).digest()
+
+
+class CachedLLM:
+    """Replays cost no tokens: an output is reused for the same (model, prompt version, input)."""
+
+    def __init__(self, inner: LLM, pool: ConnectionPool, limiter: RateLimiter | None = None, refresh: bool = False):
+        self.inner = inner
+        self.pool = pool
+        self.model = inner.model
+        self.limiter = limiter or RateLimiter(0)
+        self.refresh = refresh
+        self.calls = 0
+
+    def complete(self, prompt: Prompt, response_model: type[T]) -> T:
+        key = (self.model, prompt.version, input_hash(prompt))
+        if not self.refresh:
+            with self.pool.connection() as conn:
+                row = conn.execute(
+                    "SELECT output FROM llm_cache WHERE model = %s AND prompt_version = %s AND input_hash = %s", key
+                ).fetchone()
+            if row is not None:
+                try:
+                    return response_model.model_validate(row[0])
+                except ValidationError:
+                    pass  # the response model changed: ask again
+        self.limiter.wait()
+        self.calls += 1
+        result = self.inner.complete(prompt, response_model)
+        with self.pool.connection() as conn:
+            conn.execute(
+                "INSERT INTO llm_cache (model, prompt_version, input_hash, output) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (model, prompt_version, input_hash) DO UPDATE SET output = EXCLUDED.output",
+                (*key, Jsonb(result.model_dump(mode="json"))),
+            )
+        return result

@@ -1,0 +1,325 @@
+"""From a thread's events to its episodes: a pure planner. Given the thread's context and a batch
+of logged events (with embeddings computed beforehand, outside any transaction), it returns the
+changes to apply in one transaction together with the cursor, and the summary jobs to queue
+after the commit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from memory.segmentation import SegmenterConfig, SegmenterState, SegTurn, feed
+from schemas.records import LoggedEvent
+
+# What `configure` may change per thread, and the type each value must have.
+CONFIGURABLE: dict[str, type] = {
+    "time_gap_hours": float,
+    "shift_threshold": float,
+    "window": int,
+    "markers": list,
+    "running_summary_every": int,
+    "running_summary_tokens": int,
+    "chunk_summary_every": int,
+}
+
+
+@dataclass(frozen=True)
+class SummaryPolicy:
+    running_every: int = 10
+    running_tokens: int = 1500
+    chunk_every: int = 40
+
+    def with_overrides(self, cfg: dict) -> SummaryPolicy:
+        return SummaryPolicy(
+            int(cfg.get("running_summary_every", self.running_every)),
+            int(cfg.get("running_summary_tokens", self.running_tokens)),
+            int(cfg.get("chunk_summary_every", self.chunk_every)),
+        )
+
+
+@dataclass(frozen=True)
+class OpenEpisode:
+    episode_id: str
+    ordinal: int
+    start_seq: int
+    started_at: datetime
+    summarized_upto: int  # last seq covered by a running summary job
+    chunked_upto: int  # last seq covered by a chunk summary job
+    pending_tokens: int  # rough tokens not yet in a running summary
+
+
+@dataclass(frozen=True)
+class ThreadContext:
+    thread_id: str
+    generation: int
+    memory_on: bool
+    config: dict[str, Any]
+    seg_state: SegmenterState
+    episode: OpenEpisode | None
+    episode_count: int
+    message_count: int
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    seq: int
+    event_id: str
+    stream_pos: int
+    episode_id: str
+    user_id: str
+    role: str
+    text: str
+    platform_message_id: str | None
+    occurred_at: datetime
+    embedding: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class EpisodeOpen:
+    episode_id: str
+    ordinal: int
+    start_seq: int
+    opened_by: str
+    started_at: datetime
+
+
+@dataclass(frozen=True)
+class EpisodeClose:
+    episode_id: str
+    end_seq: int
+    closed_by: str
+    ended_at: datetime
+
+
+@dataclass(frozen=True)
+class Move:
+    from_seq: int
+    from_episode: str
+    to_episode: str
+
+
+@dataclass(frozen=True)
+class CommandAck:
+    event_id: str
+    command: str
+    status: str  # applied | rejected
+    detail: str
+
+
+@dataclass(frozen=True)
+class Job:
+    kind: str  # running | chunk | final
+    episode_id: str
+    from_seq: int
+    upto_seq: int
+
+
+@dataclass
+class Plan:
+    messages: list[NewMessage] = field(default_factory=list)
+    edits: list[tuple[str, str]] = field(default_factory=list)  # (platform_message_id, new text)
+    opened: list[EpisodeOpen] = field(default_factory=list)
+    closed: list[EpisodeClose] = field(default_factory=list)
+    moves: list[Move] = field(default_factory=list)
+    commands: list[CommandAck] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)
+    consumed: list[LoggedEvent] = field(default_factory=list)
+    context: ThreadContext | None = None
+
+
+def episode_id(thread_id: str, ordinal: int) -> str:
+    # Stable across replays: the same log yields the same ids (mem0 run_id relies on it).
+    return f"{thread_id}#{ordinal}"
+
+
+def estimate_tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def message_text(payload: dict) -> str:
+    text = payload.get("text") or ""
+    captions = [a.get("caption") for a in payload.get("attachments") or [] if a.get("caption")]
+    return "\n".join([text, *[f"[attachment] {c}" for c in captions]]).strip()
+
+
+def validate_configure(args: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    unknown = sorted(set(args) - set(CONFIGURABLE))
+    if unknown:
+        return {}, f"unknown settings: {', '.join(unknown)} (allowed: {', '.join(sorted(CONFIGURABLE))})"
+    clean: dict[str, Any] = {}
+    for key, value in args.items():
+        want = CONFIGURABLE[key]
+        if want is list:
+            if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+                return {}, f"{key}: must be a list of non-empty strings"
+            clean[key] = [v.strip().lower() for v in value]
+        else:
+            try:
+                number = want(value)
+            except (TypeError, ValueError):
+                return {}, f"{key}: must be a number"
+            if number <= 0:
+                return {}, f"{key}: must be positive"
+            clean[key] = number
+    return clean, None
+
+
+class _Builder:
+    """Mutable state while planning one batch."""
+
+    def __init__(self, ctx: ThreadContext, seg_cfg: SegmenterConfig, policy: SummaryPolicy):
+        self.ctx = ctx
+        self.seg_cfg = seg_cfg
+        self.policy = policy
+        self.plan = Plan()
+        self.state = ctx.seg_state
+        self.episode = ctx.episode
+        self.episode_count = ctx.episode_count
+        self.message_count = ctx.message_count
+        self.config = dict(ctx.config)
+        self.memory_on = ctx.memory_on
+
+    def open(self, start_seq: int, opened_by: str, at: datetime) -> OpenEpisode:
+        self.episode_count += 1
+        eid = episode_id(self.ctx.thread_id, self.episode_count)
+        self.plan.opened.append(EpisodeOpen(eid, self.episode_count, start_seq, opened_by, at))
+        self.episode = OpenEpisode(eid, self.episode_count, start_seq, at, start_seq - 1, start_seq - 1, 0)
+        return self.episode
+
+    def close(self, end_seq: int, closed_by: str, at: datetime) -> None:
+        ep = self.episode
+        if ep is None:
+            return
+        if end_seq >= ep.start_seq:
+            self.plan.closed.append(EpisodeClose(ep.episode_id, end_seq, closed_by, at))
+            self.plan.jobs.append(Job("final", ep.episode_id, ep.start_seq, end_seq))
+        self.episode = None
+
+    def split(self, at_seq: int, reason: str, at: datetime) -> None:
+        """A boundary at `at_seq`: the current episode ends before it, a new one starts at it."""
+        old = self.episode
+        self.close(at_seq - 1, reason, at)
+        self.open(at_seq, reason, at)
+        if old is not None and at_seq <= self.message_count:
+            # A confirmed shift reaches back: earlier messages move to the new episode.
+            self.plan.moves.append(Move(at_seq, old.episode_id, self.episode.episode_id))  # type: ignore[union-attr]
+            moved = [m for m in self.plan.messages if m.seq >= at_seq and m.episode_id == old.episode_id]
+            for m in moved:
+                idx = self.plan.messages.index(m)
+                self.plan.messages[idx] = replace(m, episode_id=self.episode.episode_id)  # type: ignore[union-attr]
+
+    def message(self, ev: LoggedEvent, vector: np.ndarray | None) -> None:
+        p = ev.payload
+        text = message_text(p)
+        seq = self.message_count + 1
+        turn = SegTurn(seq, p.get("role", "user"), text, ev.occurred_at, vector)
+        self.state, bounds = feed(self.state, turn, self.seg_cfg)
+        self.message_count = seq
+        if self.episode is None:
+            self.open(seq, "first" if self.episode_count == 0 else "command", ev.occurred_at)
+        for b in bounds:
+            self.split(b.seq, b.reason, ev.occurred_at)
+        ep = self.episode
+        assert ep is not None
+        self.plan.messages.append(
+            NewMessage(
+                seq,
+                ev.event_id,
+                ev.stream_pos,
+                ep.episode_id,
+                ev.user_id,
+                turn.role,
+                text,
+                p.get("platform_message_id"),
+                ev.occurred_at,
+                vector,
+            )
+        )
+        self.episode = replace(ep, pending_tokens=ep.pending_tokens + estimate_tokens(text))
+        self.schedule_summaries(force=False)
+
+    def schedule_summaries(self, *, force: bool) -> None:
+        ep = self.episode
+        if ep is None or self.message_count < ep.start_seq:
+            return
+        upto = self.message_count
+        due = upto - ep.summarized_upto >= self.policy.running_every or ep.pending_tokens >= self.policy.running_tokens
+        if (due or force) and upto > ep.summarized_upto:
+            self.plan.jobs.append(Job("running", ep.episode_id, ep.start_seq, upto))
+            ep = replace(ep, summarized_upto=upto, pending_tokens=0)
+        if upto - ep.chunked_upto >= self.policy.chunk_every:
+            self.plan.jobs.append(Job("chunk", ep.episode_id, ep.chunked_upto + 1, upto))
+            ep = replace(ep, chunked_upto=upto)
+        self.episode = ep
+
+    def command(self, ev: LoggedEvent) -> bool:
+        """Apply a command; False when processing must stop after it (memory_off)."""
+        name = ev.payload.get("command", "")
+        args = ev.payload.get("args") or {}
+        ack = lambda status, detail: self.plan.commands.append(CommandAck(ev.event_id, name, status, detail))  # noqa: E731
+        if name == "close_episode":
+            if self.episode is None:
+                ack("rejected", "no open episode")
+            else:
+                closed = self.episode.episode_id
+                self.close(self.message_count, "command", ev.occurred_at)
+                self.state = SegmenterState()
+                ack("applied", f"closed {closed}")
+        elif name == "summarize_now":
+            if self.episode is None or self.message_count < self.episode.start_seq:
+                ack("rejected", "no open episode with messages")
+            else:
+                self.schedule_summaries(force=True)
+                ack("applied", f"running summary of {self.episode.episode_id} up to message {self.message_count}")
+        elif name == "memory_off":
+            self.memory_on = False
+            ack("applied", "memory off: events are logged but not processed until memory_on")
+            return False
+        elif name == "memory_on":
+            ack("applied", "memory on" if self.ctx.memory_on else "memory on: caught up")
+            self.memory_on = True
+        elif name == "configure":
+            clean, error = validate_configure(args)
+            if error:
+                ack("rejected", error)
+            else:
+                self.config.update(clean)
+                self.seg_cfg = self.seg_cfg.with_overrides(clean)
+                self.policy = self.policy.with_overrides(clean)
+                ack("applied", "configured " + ", ".join(f"{k}={v}" for k, v in sorted(clean.items())))
+        else:
+            # remember / forget act on facts, which the facts pipeline owns.
+            ack("applied", f"{name}: recorded for the facts pipeline")
+        return True
+
+
+def plan_batch(
+    ctx: ThreadContext,
+    events: Sequence[LoggedEvent],
+    vectors: dict[str, np.ndarray],
+    seg_cfg: SegmenterConfig,
+    policy: SummaryPolicy,
+) -> Plan:
+    """Plan the effects of `events` (in publish order). Stops after a memory_off: the events
+    after it stay in the log until a memory_on arrives."""
+    b = _Builder(ctx, seg_cfg.with_overrides(ctx.config), policy.with_overrides(ctx.config))
+    for ev in events:
+        b.plan.consumed.append(ev)
+        if ev.type == "message":
+            b.message(ev, vectors.get(ev.event_id))
+        elif ev.type == "message_edited":
+            b.plan.edits.append((ev.payload.get("platform_message_id", ""), message_text(ev.payload)))
+        elif ev.type == "command" and not b.command(ev):
+            break
+    b.plan.context = ThreadContext(
+        ctx.thread_id, ctx.generation, b.memory_on, b.config, b.state, b.episode, b.episode_count, b.message_count
+    )
+    return b.plan
+
+
+def texts_to_embed(events: Sequence[LoggedEvent]) -> dict[str, str]:
+    return {ev.event_id: message_text(ev.payload) for ev in events if ev.type == "message" and message_text(ev.payload)}

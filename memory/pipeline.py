@@ -1,0 +1,66 @@
+"""Turning a thread's committed events into memory, batch by batch, for the doorbell (live) and
+for replay. Embeddings are computed before the write transaction; the write moves the cursor
+with the projections; summary jobs are queued after the commit (the sweeper re-queues any that
+are lost in between)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Protocol
+
+from memory.episodes import Job, Plan, SummaryPolicy, ThreadContext, plan_batch, texts_to_embed
+from memory.ports import Embedder
+from memory.segmentation import SegmenterConfig
+from schemas.records import LoggedEvent, ThreadLease
+
+EnqueueJob = Callable[[str, int, Job], None]
+
+
+class Projections(Protocol):
+    def load_context(self, thread_id: str) -> ThreadContext: ...
+
+    def memory_on_ahead(self, thread_id: str, after_pos: int, watermark_key: str) -> bool: ...
+
+    def apply(self, plan: Plan, *, lease: ThreadLease | None, advance) -> ThreadLease | None: ...  # noqa: ANN001
+
+
+def embed_batch(embedder: Embedder, events: Sequence[LoggedEvent]) -> dict:
+    texts = texts_to_embed(events)
+    if not texts:
+        return {}
+    vectors = embedder.embed(list(texts.values()))
+    return dict(zip(texts.keys(), vectors, strict=True))
+
+
+class ThreadProcessor:
+    def __init__(
+        self,
+        projections: Projections,
+        embedder: Embedder,
+        seg_cfg: SegmenterConfig,
+        policy: SummaryPolicy,
+        enqueue: EnqueueJob,
+        advance,
+        stream_key: str,
+    ):  # noqa: ANN001
+        self.projections = projections
+        self.embedder = embedder
+        self.seg_cfg = seg_cfg
+        self.policy = policy
+        self.enqueue = enqueue
+        self.advance = advance  # moves the cursor inside the write transaction
+        self.stream_key = stream_key
+
+    def apply(self, lease: ThreadLease, batch: Sequence[LoggedEvent]) -> ThreadLease:
+        ctx = self.projections.load_context(lease.thread_id)
+        if not ctx.memory_on:
+            if not self.projections.memory_on_ahead(lease.thread_id, lease.cursor_pos, self.stream_key):
+                return lease  # paused: events wait in the log (no progress ends the drain)
+            ctx = replace(ctx, memory_on=True)  # catch up, in order, up to and past the memory_on
+        vectors = embed_batch(self.embedder, batch)
+        plan = plan_batch(ctx, batch, vectors, self.seg_cfg, self.policy)
+        new_lease = self.projections.apply(plan, lease=lease, advance=self.advance)
+        for job in plan.jobs:
+            self.enqueue(lease.thread_id, ctx.generation, job)
+        return new_lease  # type: ignore[return-value]

@@ -1,0 +1,100 @@
+"""Prompts: pure, versioned functions next to the response models they ask for. A prompt's
+`input` is what the LLM cache hashes (with the model and the version), so changing a prompt
+means bumping its version."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class Line(BaseModel):
+    seq: int
+    role: str
+    text: str
+
+
+class RunningSummary(BaseModel):
+    summary: str = Field(description="what the conversation is about so far, a few sentences")
+    open_loops: list[str] = Field(default_factory=list, description="unanswered questions, promises, to-dos")
+
+
+class FinalSummary(BaseModel):
+    topic: str
+    topic_label: str = Field(description="two to five words")
+    summary: str
+    decisions: list[str] = Field(default_factory=list)
+    todos: list[str] = Field(default_factory=list)
+    facts_candidates: list[str] = Field(default_factory=list, description="durable facts about the user")
+    entities: list[str] = Field(default_factory=list)
+    artifacts: list[str] = Field(default_factory=list)
+    open_questions: list[str] = Field(default_factory=list)
+
+
+class RollupSummary(BaseModel):
+    summary: str
+    topics: list[str] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    name: str
+    version: str
+    system: str
+    input: dict[str, Any]
+    response_model: type[BaseModel]
+
+    def user_text(self) -> str:
+        return json.dumps(self.input, ensure_ascii=False, indent=1)
+
+
+_STYLE = (
+    "You maintain the memory of a chat between a user and an assistant. Be factual and brief; "
+    "never invent anything that is not in the input. Answer in the conversation's language."
+)
+
+
+def running_summary(lines: list[Line], previous: str | None) -> Prompt:
+    return Prompt(
+        name="running_summary",
+        version="running-v1",
+        system=_STYLE + " Update the running summary of the current episode and list its open loops "
+        "(unanswered questions, promises such as 'I will', to-dos).",
+        input={"previous_summary": previous, "messages": [ln.model_dump() for ln in lines]},
+        response_model=RunningSummary,
+    )
+
+
+def chunk_summary(lines: list[Line]) -> Prompt:
+    return Prompt(
+        name="chunk_summary",
+        version="chunk-v1",
+        system=_STYLE + " Summarise this stretch of the conversation in a few sentences.",
+        input={"messages": [ln.model_dump() for ln in lines]},
+        response_model=RunningSummary,
+    )
+
+
+def final_summary(lines: list[Line]) -> Prompt:
+    return Prompt(
+        name="final_summary",
+        version="final-v1",
+        system=_STYLE + " The episode is over: give its topic, a short label, a summary, decisions, "
+        "to-dos, durable facts about the user worth remembering (preferences, identity, constraints; "
+        "no greetings or small talk), named entities, shared files and open questions.",
+        input={"messages": [ln.model_dump() for ln in lines]},
+        response_model=FinalSummary,
+    )
+
+
+def rollup_summary(texts: list[str]) -> Prompt:
+    return Prompt(
+        name="rollup_summary",
+        version="rollup-v1",
+        system=_STYLE + " Merge these summaries of consecutive parts of a conversation into one.",
+        input={"summaries": texts},
+        response_model=RollupSummary,
+    )
