@@ -156,6 +156,10 @@ class FakeThreadLog:
         self.leases[thread_id] = owner
         return ThreadLease(thread_id, owner, self.cursors.get(thread_id, 0), lease_s)
 
+    def renew_lease(self, lease: ThreadLease) -> None:
+        if self.leases.get(lease.thread_id) != lease.owner:
+            raise LeaseLost(lease.thread_id)
+
     def release_lease(self, thread_id: str, owner: str) -> None:
         if self.leases.get(thread_id) == owner:
             del self.leases[thread_id]

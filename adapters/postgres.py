@@ -172,6 +172,16 @@ class PostgresThreadLog:
                 raise UnknownThread(thread_id)
         return ThreadLease(thread_id, owner, row[0], lease_s) if row else None
 
+    def renew_lease(self, lease: ThreadLease) -> None:
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                """UPDATE threads SET lease_until = now() + make_interval(secs => %s)
+                   WHERE thread_id = %s AND lease_owner = %s RETURNING 1""",
+                (lease.lease_s, lease.thread_id, lease.owner),
+            ).fetchone()
+        if row is None:
+            raise LeaseLost(lease.thread_id)
+
     def release_lease(self, thread_id: str, owner: str) -> None:
         with self.pool.connection() as conn:
             conn.execute(
@@ -215,6 +225,10 @@ class PostgresThreadLog:
         if row is None:
             raise LeaseLost(lease.thread_id)
         return ThreadLease(lease.thread_id, lease.owner, new_pos, lease.lease_s)
+
+    def all_threads(self) -> list[str]:
+        with self.pool.connection() as conn:
+            return [r[0] for r in conn.execute("SELECT thread_id FROM threads ORDER BY thread_id")]
 
     def lagging_threads(self, limit: int) -> list[str]:
         with self.pool.connection() as conn:

@@ -167,6 +167,34 @@ class PostgresProjections:
                 (ack.event_id, gen, tid, ack.command, ack.status, ack.detail),
             )
 
+    def next_generation(self, thread_id: str) -> int:
+        with self.pool.connection() as conn:
+            return conn.execute(
+                """SELECT greatest((SELECT generation FROM threads WHERE thread_id = %(t)s),
+                                   (SELECT max(generation) FROM episodes WHERE thread_id = %(t)s),
+                                   (SELECT max(generation) FROM messages WHERE thread_id = %(t)s)) + 1""",
+                {"t": thread_id},
+            ).fetchone()[0]
+
+    def switch_generation(self, lease: ThreadLease, ctx: ThreadContext) -> bool:
+        """Make the rebuilt generation the thread's active one, atomically, if the lease holds."""
+        with self.pool.connection() as conn, conn.transaction():
+            if not self._lease_held(conn, lease):
+                return False
+            self.save_state(conn, ctx, cursor_pos=lease.cursor_pos)
+            return True
+
+    def gc(self) -> dict[str, int]:
+        """Delete the rows of generations replaced by a replay (asked for explicitly)."""
+        removed = {}
+        with self.pool.connection() as conn, conn.transaction():
+            for table in ("summaries", "messages", "episodes", "commands_applied"):
+                removed[table] = conn.execute(
+                    f"""DELETE FROM {table} x USING threads t
+                        WHERE x.thread_id = t.thread_id AND x.generation < t.generation"""
+                ).rowcount
+        return removed
+
     def missing_finals(self, limit: int = 500) -> list[tuple[str, int, Job]]:
         """Closed episodes of active generations with no final summary (a lost job)."""
         with self.pool.connection() as conn:
@@ -208,15 +236,6 @@ class PostgresProjections:
             ).fetchall()
         return [Line(seq=s, role=r, text=t) for s, r, t in rows]
 
-    def previous_running(self, generation: int, episode_id: str, before_seq: int) -> tuple[int, str] | None:
-        with self.pool.connection() as conn:
-            row = conn.execute(
-                """SELECT upto_seq, text FROM summaries WHERE generation = %s AND episode_id = %s
-                   AND kind = 'running' AND upto_seq < %s ORDER BY upto_seq DESC LIMIT 1""",
-                (generation, episode_id, before_seq),
-            ).fetchone()
-        return (row[0], row[1]) if row else None
-
     def save_summary(self, record: SummaryRecord, *, archive_episode: bool) -> bool:
         r = record
         with self.pool.connection() as conn, conn.transaction():
@@ -257,12 +276,18 @@ class PostgresProjections:
             ).fetchone()
             if row is None:
                 return False
-            if r.kind == "running":
+            if r.kind in ("running", "chunk"):
+                # Whatever order jobs finish in, the end state is the same: only the newest running
+                # summary is active, and nothing of an episode whose final summary exists.
                 conn.execute(
-                    """UPDATE summaries SET is_active = false, archived_at = now()
-                       WHERE generation = %s AND episode_id = %s AND kind = 'running' AND upto_seq < %s
-                       AND is_active""",
-                    (r.generation, r.episode_id, r.upto_seq),
+                    """UPDATE summaries s SET is_active = false, archived_at = now()
+                       WHERE s.generation = %s AND s.episode_id = %s AND s.kind IN ('running', 'chunk') AND s.is_active
+                       AND (EXISTS (SELECT 1 FROM summaries f WHERE f.generation = s.generation
+                                    AND f.summary_key = s.episode_id || ':final')
+                            OR (s.kind = 'running' AND s.upto_seq < (
+                                SELECT max(upto_seq) FROM summaries m WHERE m.generation = s.generation
+                                AND m.episode_id = s.episode_id AND m.kind = 'running')))""",
+                    (r.generation, r.episode_id),
                 )
             if source_ids:
                 conn.execute(

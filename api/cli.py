@@ -244,6 +244,56 @@ def demo(timeout: float = typer.Option(120.0, help="seconds to wait for processi
     raise typer.Exit(run_demo(_settings(), console, timeout))
 
 
+@app.command()
+def replay(
+    thread: list[str] = typer.Option(None, "--thread", help="thread id (repeatable)"),
+    all_threads: bool = typer.Option(False, "--all", help="every thread"),
+    refresh_llm: bool = typer.Option(False, "--refresh-llm", help="ask the LLM again instead of the cache"),
+) -> None:
+    """Rebuild threads' memory from the event log into a new generation and switch to it."""
+    from adapters.bootstrap import process_name
+    from memory.replay import replay_thread
+    from schemas.events import InvalidEvent, validate_identifier
+
+    if bool(thread) == all_threads:
+        console.print("[red]give --thread T (one or more) or --all[/red]")
+        raise typer.Exit(2)
+    c = _container(_settings())
+    try:
+        ids = [validate_identifier(t) for t in thread] if thread else c.thread_log.all_threads()
+    except InvalidEvent as error:
+        console.print(f"[red]{error.reason}[/red]")
+        raise typer.Exit(2) from None
+    s = c.settings
+    llm = c.llm("maintenance", refresh=refresh_llm)
+    for tid in ids:
+        r = replay_thread(
+            tid,
+            threads=c.thread_log,
+            projections=c.projections,
+            embedder=c.embedder,
+            llm=llm,
+            seg_cfg=c.seg_config,
+            policy=c.summary_policy,
+            owner=process_name("replay"),
+            lease_s=s.thread_lease_s,
+            batch_size=s.apply_batch_size,
+            fanin=s.rollup_fanin,
+            keep=s.rollup_keep,
+        )
+        console.print(
+            f"{tid}: generation {r.generation} · {r.events} events · {r.episodes} episodes · {r.seconds:.1f}s"
+        )
+    console.print(f"LLM calls made: {llm.calls} (the rest came from the cache)")
+
+
+@app.command()
+def gc() -> None:
+    """Delete the rows of generations that a replay replaced."""
+    removed = _container(_settings()).projections.gc()
+    console.print("removed " + ", ".join(f"{n} {t}" for t, n in removed.items()))
+
+
 @app.command("export-schemas")
 def export_schemas(check: bool = typer.Option(False, help="fail if the committed files are stale")) -> None:
     """Write the JSON Schema of every event kind to schemas/jsonschema/."""

@@ -57,13 +57,13 @@ _STYLE = (
 )
 
 
-def running_summary(lines: list[Line], previous: str | None) -> Prompt:
+def running_summary(lines: list[Line]) -> Prompt:
     return Prompt(
         name="running_summary",
         version="running-v1",
-        system=_STYLE + " Update the running summary of the current episode and list its open loops "
+        system=_STYLE + " Summarise the current episode so far and list its open loops "
         "(unanswered questions, promises such as 'I will', to-dos).",
-        input={"previous_summary": previous, "messages": [ln.model_dump() for ln in lines]},
+        input={"messages": [ln.model_dump() for ln in lines]},
         response_model=RunningSummary,
     )
 

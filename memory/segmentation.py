@@ -250,11 +250,16 @@ def _feed(state: SegmenterState, turn: SegTurn, cfg: SegmenterConfig) -> tuple[S
 def _returns(turn: SegTurn, st: SegmenterState, score_old: float | None, cfg: SegmenterConfig) -> bool:
     """Is this user turn, the one after a shifted turn, back on the old topic (a digression
     ended) rather than going on with the new one?"""
+    pending_vecs = [v for _, v in st.pending if v is not None]
     if st.prev_question and not asks(turn.text):
-        return False  # it answers what was just asked, inside the new topic
+        # It answers what was just asked: it goes on with whichever topic that question was on.
+        question = pending_vecs[-1] if len(pending_vecs) > 1 else None
+        if question is None or (similarity(np.asarray(question), pending_vecs[:1]) or 0.0) > (
+            similarity(np.asarray(question), st.window) or 0.0
+        ):
+            return False
     if score_old is not None and score_old < cfg.shift_threshold:
         return False  # still away from the old topic
-    pending_vecs = [v for _, v in st.pending if v is not None]
     sim_old = similarity(turn.vector, st.window)
     sim_new = similarity(turn.vector, pending_vecs)
     if sim_old is None or sim_new is None:

@@ -22,6 +22,7 @@ from memory.ports import LLM
 log = logging.getLogger(__name__)
 
 MAX_LEVEL = 3
+RUNNING_WINDOW = 60  # messages a running summary looks at
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,6 @@ class SummaryStore(Protocol):
         self, thread_id: str, generation: int, episode_id: str, from_seq: int, upto_seq: int
     ) -> list[prompts.Line]: ...
 
-    def previous_running(self, generation: int, episode_id: str, before_seq: int) -> tuple[int, str] | None: ...
-
     def save_summary(self, record: SummaryRecord, *, archive_episode: bool) -> bool:
         """Insert unless present (False then); with archive_episode, also archive the episode's
         running and chunk summaries and its messages, and set its topic label. Raises
@@ -88,10 +87,11 @@ def run_job(store: SummaryStore, llm: LLM, job: Job, thread_id: str, generation:
     if not store.generation_active(thread_id, generation):
         return "stale"
     if job.kind == "running":
-        previous = store.previous_running(generation, job.episode_id, job.upto_seq)
-        start = previous[0] + 1 if previous else job.from_seq
+        # From the episode's own recent lines only, never from the previous running summary:
+        # jobs may finish in any order, and replay must reproduce the same text.
+        start = max(job.from_seq, job.upto_seq - RUNNING_WINDOW + 1)
         lines = store.episode_lines(thread_id, generation, job.episode_id, start, job.upto_seq)
-        prompt = prompts.running_summary(lines, previous[1] if previous else None)
+        prompt = prompts.running_summary(lines)
         result = llm.complete(prompt, prompts.RunningSummary)
         record = _record(job, key, thread_id, generation, 0, result.summary, result.model_dump(), llm, prompt)
     elif job.kind == "chunk":

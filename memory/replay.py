@@ -1,0 +1,82 @@
+"""Replay: rebuild a thread's projections from the event log into a new generation, then switch
+to it in one transaction. The thread's lease is held throughout, so live processing of the
+thread waits (its events stay in the log) and readers, who read the active generation only,
+never see a half-built one. With warm caches the rebuild reproduces the same episodes and
+summaries and costs no LLM calls; `refresh` asks the LLM again."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from memory.episodes import SummaryPolicy, ThreadContext, plan_batch
+from memory.pipeline import embed_batch
+from memory.ports import LLM, Embedder, LeaseLost, ThreadLog
+from memory.segmentation import SegmenterConfig, SegmenterState
+from memory.summaries import run_job
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    thread_id: str
+    generation: int
+    events: int
+    episodes: int
+    seconds: float
+
+
+def replay_thread(
+    thread_id: str,
+    *,
+    threads: ThreadLog,
+    projections,  # noqa: ANN001 - PostgresProjections-like: load_context, apply, next_generation, switch
+    embedder: Embedder,
+    llm: LLM,
+    seg_cfg: SegmenterConfig,
+    policy: SummaryPolicy,
+    owner: str,
+    lease_s: int,
+    batch_size: int,
+    fanin: int,
+    keep: int,
+    wait_s: float = 60.0,
+    on_progress: Callable[[int], None] | None = None,
+) -> ReplayResult:
+    started = time.monotonic()
+    lease = None
+    while lease is None:
+        lease = threads.acquire_lease(thread_id, owner, lease_s)
+        if lease is None:
+            if time.monotonic() - started > wait_s:
+                raise TimeoutError(f"thread {thread_id} stayed busy for {wait_s:.0f}s")
+            time.sleep(0.2)
+    try:
+        generation = projections.next_generation(thread_id)
+        ctx = ThreadContext(thread_id, generation, True, {}, SegmenterState(), None, 0, 0)
+        pos, applied = 0, 0
+        while True:
+            batch = [e for e in threads.pending_events(thread_id, pos, batch_size) if e.stream_pos <= lease.cursor_pos]
+            if not batch:
+                break
+            if not ctx.memory_on:
+                # As live: paused until a memory_on, which the live cursor has passed if we are here.
+                ctx = replace(ctx, memory_on=True)
+            plan = plan_batch(ctx, batch, embed_batch(embedder, batch), seg_cfg, policy)
+            projections.apply(plan, lease=None, advance=None)
+            for job in plan.jobs:  # inline and in order: the same summaries as live, deterministically
+                run_job(projections, llm, job, thread_id, generation, fanin=fanin, keep=keep)
+            ctx = plan.context
+            pos = plan.consumed[-1].stream_pos
+            applied += len(plan.consumed)
+            threads.renew_lease(lease)
+            if on_progress:
+                on_progress(applied)
+        if not projections.switch_generation(lease, ctx):
+            raise LeaseLost(thread_id)
+        return ReplayResult(thread_id, generation, applied, ctx.episode_count, time.monotonic() - started)
+    finally:
+        threads.release_lease(thread_id, owner)

@@ -1,0 +1,183 @@
+"""Episodes, summaries, commands and replay on real Postgres, Redis and the real embedder."""
+
+import threading
+
+import pytest
+
+from memory.episodes import Job
+from memory.pipeline import ThreadProcessor
+from memory.ports import TransientError
+from memory.replay import replay_thread
+from memory.sequencer import advance_thread
+from memory.summaries import run_job
+from producers.publisher import Publisher
+from tests.conftest import scalar
+from tests.scripted import EXPECTED_STARTS, command, script_events
+from workers.ingest import IngestRunner
+
+pytestmark = pytest.mark.integration
+
+
+class Driver:
+    """Runs what the workers run, in this process: ingest, doorbell, summary jobs."""
+
+    def __init__(self, c, llm=None):
+        self.c = c
+        self.jobs: list[tuple[str, int, Job]] = []
+        self.llm = llm or c.llm("summarize")
+        self.processor = ThreadProcessor(
+            c.projections, c.embedder, c.seg_config, c.summary_policy,
+            lambda t, g, j: self.jobs.append((t, g, j)), c.thread_log.advance_cursor_in, c.settings.stream_key,
+        )
+
+    def publish(self, events):
+        Publisher(self.c.sink, self.c.settings.resolved_spool_dir).publish_many(events)
+        IngestRunner(self.c, "test").run(threading.Event(), until_idle=True)
+
+    def advance(self, thread_id, owner="w1", batch_size=4):
+        return advance_thread(self.c.thread_log, self.c.doorbell, thread_id, owner=owner, lease_s=30,
+                              batch_size=batch_size, apply=self.processor.apply)
+
+    def run_jobs(self):
+        outcomes = []
+        while self.jobs:
+            t, g, job = self.jobs.pop(0)
+            outcomes.append(run_job(self.c.projections, self.llm, job, t, g, fanin=2, keep=1))
+        return outcomes
+
+
+def episodes(c, thread="script", generation=1):
+    with c.pool.connection() as conn:
+        return conn.execute(
+            """SELECT episode_id, ordinal, start_seq, end_seq, status, opened_by, closed_by, topic_label
+               FROM episodes WHERE thread_id = %s AND generation = %s ORDER BY ordinal""",
+            (thread, generation),
+        ).fetchall()
+
+
+def summaries(c, thread="script", generation=1):
+    with c.pool.connection() as conn:
+        return conn.execute(
+            """SELECT summary_key, kind, level, from_seq, upto_seq, text, content, is_active FROM summaries
+               WHERE thread_id = %s AND generation = %s ORDER BY summary_key""",
+            (thread, generation),
+        ).fetchall()
+
+
+def test_scripted_conversation_yields_the_expected_episodes(container):
+    d = Driver(container)
+    d.publish(script_events())
+    assert d.advance("script").applied == 16
+    eps = episodes(container)
+    assert {e[2]: e[5] for e in eps} == EXPECTED_STARTS
+    assert [(e[2], e[3]) for e in eps] == [(1, 8), (9, 10), (11, 14), (15, None)]
+    with container.pool.connection() as conn:
+        digression = conn.execute(
+            "SELECT episode_id FROM messages WHERE thread_id = 'script' AND seq IN (5, 6, 7)").fetchall()
+    assert {r[0] for r in digression} == {"script#1"}  # the one-turn digression stayed in episode 1
+    outcomes = d.run_jobs()
+    assert outcomes.count("saved") >= 3
+    finals = [s for s in summaries(container) if s[1] == "final"]
+    assert [s[0] for s in finals] == ["script#1:final", "script#2:final", "script#3:final"]
+    assert "Lisbon" in finals[0][5] and finals[0][6]["topic_label"]
+    assert any("prefer" in f for f in finals[0][6]["facts_candidates"])
+
+
+def test_two_workers_racing_on_one_thread_keep_order_and_never_double_apply(container):
+    d = Driver(container)
+    d.publish(script_events())
+    results = []
+    workers = [threading.Thread(target=lambda o=o: results.append(d.advance("script", owner=o, batch_size=2)))
+               for o in ("w1", "w2", "w3")]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    while d.advance("script").applied:  # a busy worker re-rings; drain whatever is left
+        pass
+    with container.pool.connection() as conn:
+        rows = conn.execute(
+            "SELECT seq, event_id FROM messages WHERE thread_id = 'script' ORDER BY seq").fetchall()
+    assert [r[0] for r in rows] == list(range(1, 17))
+    assert [r[1] for r in rows] == [f"script-{i}" for i in range(1, 17)]
+    assert {e[2]: e[5] for e in episodes(container)} == EXPECTED_STARTS
+
+
+def test_replay_reproduces_the_same_episodes_and_summaries(container):
+    d = Driver(container)
+    d.publish(script_events())
+    d.advance("script")
+    d.run_jobs()
+    llm = container.llm("maintenance")
+    s = container.settings
+    r = replay_thread("script", threads=container.thread_log, projections=container.projections,
+                      embedder=container.embedder, llm=llm, seg_cfg=container.seg_config,
+                      policy=container.summary_policy, owner="replay", lease_s=30, batch_size=500, fanin=2, keep=1)
+    assert r.generation == 2 and r.events == 16
+    assert llm.calls == 0  # warm caches: no new LLM work
+    assert episodes(container, generation=2) == episodes(container, generation=1)
+    assert summaries(container, generation=2) == summaries(container, generation=1)
+    assert scalar(container, "SELECT generation FROM threads WHERE thread_id = 'script'") == 2
+    removed = container.projections.gc()
+    assert removed["messages"] == 16 and episodes(container, generation=1) == []
+
+
+class FailingLLM:
+    model = "failing"
+
+    def complete(self, prompt, response_model):
+        raise TransientError("LLM down")
+
+
+def test_failing_llm_is_retried_and_archives_nothing_early(container):
+    d = Driver(container, llm=FailingLLM())
+    d.publish(script_events())
+    d.advance("script")
+    jobs = list(d.jobs)
+    with pytest.raises(TransientError):
+        d.run_jobs()
+    assert summaries(container) == []
+    assert scalar(container, "SELECT count(*) FROM messages WHERE NOT is_active") == 0
+    d.llm = container.llm("summarize")  # the LLM is back: the retried jobs succeed
+    d.jobs = jobs + jobs  # each job delivered twice (at-least-once)
+    outcomes = d.run_jobs()
+    assert outcomes.count("duplicate") >= len(jobs)
+    keys = [s[0] for s in summaries(container)]
+    assert len(keys) == len(set(keys))
+    assert scalar(container, "SELECT count(*) FROM messages WHERE NOT is_active") == 14  # episodes 1-3 closed
+
+
+def test_memory_off_logs_but_waits_and_memory_on_catches_up(container):
+    d = Driver(container)
+    events = script_events()
+    d.publish([*events[:4], command("script", "memory_off", 1, 5), *events[4:8]])
+    d.advance("script")
+    assert scalar(container, "SELECT count(*) FROM messages") == 4  # paused after memory_off
+    assert scalar(container, "SELECT count(*) FROM events") == 9  # ...but everything is logged
+    d.publish([command("script", "memory_on", 2, 9), *events[8:]])
+    d.advance("script")
+    with container.pool.connection() as conn:
+        got = [r[0] for r in conn.execute("SELECT event_id FROM messages ORDER BY seq")]
+        acks = conn.execute("SELECT command, status FROM commands_applied ORDER BY applied_at").fetchall()
+    assert got == [e.event_id for e in events]
+    assert acks == [("memory_off", "applied"), ("memory_on", "applied")]
+
+
+def test_close_summarize_now_and_configure_commands(container):
+    d = Driver(container)
+    events = script_events()
+    d.publish([*events[:3], command("script", "summarize_now", 1, 3),
+               command("script", "configure", 2, 3, time_gap_hours=100, bogus=1),
+               command("script", "configure", 3, 3, time_gap_hours=100),
+               command("script", "close_episode", 4, 3), *events[3:10]])
+    d.advance("script")
+    with container.pool.connection() as conn:
+        acks = conn.execute("SELECT command, status, detail FROM commands_applied ORDER BY event_id").fetchall()
+    assert [a[:2] for a in acks] == [("summarize_now", "applied"), ("configure", "rejected"),
+                                     ("configure", "applied"), ("close_episode", "applied")]
+    assert "bogus" in acks[1][2]
+    assert [j.kind for _, _, j in d.jobs][:2] == ["running", "final"]
+    eps = episodes(container)
+    # closed by command after message 3; the 8-hour gap no longer splits (time_gap_hours=100)
+    assert [(e[2], e[3], e[5]) for e in eps] == [(1, 3, "first"), (4, None, "command")]
+    assert scalar(container, "SELECT count(DISTINCT episode_id) FROM messages WHERE seq BETWEEN 4 AND 10") == 1
