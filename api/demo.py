@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from adapters import migrate, services
@@ -36,6 +37,45 @@ def _wait_processed(c: Container, event_ids: list[str], thread_ids: list[str], t
     return False
 
 
+def _summaries_settled(c: Container, thread_ids: list[str]) -> bool:
+    """Every closed episode has its final summary and every open one a running summary."""
+    with c.pool.connection() as conn:
+        missing = conn.execute(
+            """SELECT count(*) FROM episodes e
+               JOIN threads t ON t.thread_id = e.thread_id AND t.generation = e.generation
+               WHERE e.thread_id = ANY(%s) AND NOT EXISTS (
+                   SELECT 1 FROM summaries s WHERE s.generation = e.generation AND s.episode_id = e.episode_id
+                   AND s.kind = CASE WHEN e.status = 'closed' THEN 'final' ELSE 'running' END)""",
+            (thread_ids,),
+        ).fetchone()[0]
+    return missing == 0
+
+
+def _print_episodes(c: Container, console: Console, thread_ids: list[str]) -> None:
+    with c.pool.connection() as conn:
+        rows = conn.execute(
+            """SELECT e.thread_id, e.episode_id, e.start_seq, e.end_seq, e.status, e.opened_by,
+                      coalesce(e.topic_label, ''), s.kind, s.text, s.content
+               FROM episodes e JOIN threads t ON t.thread_id = e.thread_id AND t.generation = e.generation
+               LEFT JOIN LATERAL (
+                   SELECT kind, text, content FROM summaries s WHERE s.generation = e.generation
+                   AND s.episode_id = e.episode_id AND s.kind IN ('final', 'running')
+                   ORDER BY (s.kind = 'final') DESC, s.upto_seq DESC LIMIT 1) s ON true
+               WHERE e.thread_id = ANY(%s) ORDER BY e.thread_id, e.ordinal""",
+            (thread_ids,),
+        ).fetchall()
+    table = Table(title="episodes", show_lines=True)
+    for col in ("episode", "messages", "opened by", "summary", "open loops"):
+        table.add_column(col, overflow="fold")
+    for _tid, eid, start, end, status, opened_by, label, kind, text, content in rows:
+        loops = (content or {}).get("open_loops") or (content or {}).get("open_questions") or []
+        todos = (content or {}).get("todos") or []
+        span = f"{start}-{end if end else '…'} ({status})"
+        head = escape(f"[{kind or 'no summary yet'}] {label}".strip())
+        table.add_row(eid, span, opened_by, f"{head}\n{text or ''}", "\n".join(f"• {x}" for x in [*loops, *todos][:5]))
+    console.print(table)
+
+
 def _print_memory(c: Container, console: Console, thread_ids: list[str]) -> None:
     with c.pool.connection() as conn:
         rows = conn.execute(
@@ -45,8 +85,9 @@ def _print_memory(c: Container, console: Console, thread_ids: list[str]) -> None
             (thread_ids,),
         ).fetchall()
         recent = conn.execute(
-            """SELECT thread_id, payload->>'role', coalesce(payload->>'text', payload->>'command')
-               FROM events WHERE thread_id = ANY(%s) ORDER BY thread_id, stream_pos""",
+            """SELECT m.thread_id, m.episode_id, m.role, m.text FROM messages m
+               JOIN threads t ON t.thread_id = m.thread_id AND t.generation = m.generation
+               WHERE m.thread_id = ANY(%s) ORDER BY m.thread_id, m.seq""",
             (thread_ids,),
         ).fetchall()
     table = Table(title="threads in memory")
@@ -55,11 +96,11 @@ def _print_memory(c: Container, console: Console, thread_ids: list[str]) -> None
     for tid, applied, logged, first, last in rows:
         table.add_row(tid, str(logged), str(applied), f"{first:%Y-%m-%d %H:%M}", f"{last:%Y-%m-%d %H:%M}")
     console.print(table)
-    log_table = Table(title="event log (publish order)")
-    for col in ("thread", "role", "text"):
+    log_table = Table(title="messages by episode")
+    for col in ("episode", "role", "text"):
         log_table.add_column(col)
-    for tid, role, text in recent:
-        log_table.add_row(tid, role or "command", (text or "")[:90])
+    for _tid, eid, role, text in recent:
+        log_table.add_row(eid, role, (text or "")[:90])
     console.print(log_table)
 
 
@@ -79,7 +120,11 @@ def run_demo(settings: Settings, console: Console, timeout: float) -> int:
             if not _wait_processed(c, [e.event_id for e in events], thread_ids, timeout):
                 console.print(f"[red]not processed within {timeout:.0f}s[/red]; failed: {supervisor.failed()}")
                 return 1
+            deadline = time.monotonic() + timeout
+            while not _summaries_settled(c, thread_ids) and time.monotonic() < deadline:
+                time.sleep(0.25)
             _print_memory(c, console, thread_ids)
+            _print_episodes(c, console, thread_ids)
             rep = report(c)
             console.print(f"status: {rep.counts} · queues {rep.queues} · largest lag {rep.lag.max_events}")
             return 0

@@ -97,3 +97,6 @@ CREATE TABLE llm_cache (
     created_at     timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (model, prompt_version, input_hash)
 );
+
+-- Threads logged before these projections existed are rebuilt from the log by the doorbell.
+UPDATE threads SET cursor_pos = 0, applied_events = 0;

@@ -26,8 +26,13 @@ class Driver:
         self.jobs: list[tuple[str, int, Job]] = []
         self.llm = llm or c.llm("summarize")
         self.processor = ThreadProcessor(
-            c.projections, c.embedder, c.seg_config, c.summary_policy,
-            lambda t, g, j: self.jobs.append((t, g, j)), c.thread_log.advance_cursor_in, c.settings.stream_key,
+            c.projections,
+            c.embedder,
+            c.seg_config,
+            c.summary_policy,
+            lambda t, g, j: self.jobs.append((t, g, j)),
+            c.thread_log.advance_cursor_in,
+            c.settings.stream_key,
         )
 
     def publish(self, events):
@@ -35,8 +40,15 @@ class Driver:
         IngestRunner(self.c, "test").run(threading.Event(), until_idle=True)
 
     def advance(self, thread_id, owner="w1", batch_size=4):
-        return advance_thread(self.c.thread_log, self.c.doorbell, thread_id, owner=owner, lease_s=30,
-                              batch_size=batch_size, apply=self.processor.apply)
+        return advance_thread(
+            self.c.thread_log,
+            self.c.doorbell,
+            thread_id,
+            owner=owner,
+            lease_s=30,
+            batch_size=batch_size,
+            apply=self.processor.apply,
+        )
 
     def run_jobs(self):
         outcomes = []
@@ -73,7 +85,8 @@ def test_scripted_conversation_yields_the_expected_episodes(container):
     assert [(e[2], e[3]) for e in eps] == [(1, 8), (9, 10), (11, 14), (15, None)]
     with container.pool.connection() as conn:
         digression = conn.execute(
-            "SELECT episode_id FROM messages WHERE thread_id = 'script' AND seq IN (5, 6, 7)").fetchall()
+            "SELECT episode_id FROM messages WHERE thread_id = 'script' AND seq IN (5, 6, 7)"
+        ).fetchall()
     assert {r[0] for r in digression} == {"script#1"}  # the one-turn digression stayed in episode 1
     outcomes = d.run_jobs()
     assert outcomes.count("saved") >= 3
@@ -87,8 +100,10 @@ def test_two_workers_racing_on_one_thread_keep_order_and_never_double_apply(cont
     d = Driver(container)
     d.publish(script_events())
     results = []
-    workers = [threading.Thread(target=lambda o=o: results.append(d.advance("script", owner=o, batch_size=2)))
-               for o in ("w1", "w2", "w3")]
+    workers = [
+        threading.Thread(target=lambda o=o: results.append(d.advance("script", owner=o, batch_size=2)))
+        for o in ("w1", "w2", "w3")
+    ]
     for w in workers:
         w.start()
     for w in workers:
@@ -96,8 +111,7 @@ def test_two_workers_racing_on_one_thread_keep_order_and_never_double_apply(cont
     while d.advance("script").applied:  # a busy worker re-rings; drain whatever is left
         pass
     with container.pool.connection() as conn:
-        rows = conn.execute(
-            "SELECT seq, event_id FROM messages WHERE thread_id = 'script' ORDER BY seq").fetchall()
+        rows = conn.execute("SELECT seq, event_id FROM messages WHERE thread_id = 'script' ORDER BY seq").fetchall()
     assert [r[0] for r in rows] == list(range(1, 17))
     assert [r[1] for r in rows] == [f"script-{i}" for i in range(1, 17)]
     assert {e[2]: e[5] for e in episodes(container)} == EXPECTED_STARTS
@@ -109,10 +123,20 @@ def test_replay_reproduces_the_same_episodes_and_summaries(container):
     d.advance("script")
     d.run_jobs()
     llm = container.llm("maintenance")
-    s = container.settings
-    r = replay_thread("script", threads=container.thread_log, projections=container.projections,
-                      embedder=container.embedder, llm=llm, seg_cfg=container.seg_config,
-                      policy=container.summary_policy, owner="replay", lease_s=30, batch_size=500, fanin=2, keep=1)
+    r = replay_thread(
+        "script",
+        threads=container.thread_log,
+        projections=container.projections,
+        embedder=container.embedder,
+        llm=llm,
+        seg_cfg=container.seg_config,
+        policy=container.summary_policy,
+        owner="replay",
+        lease_s=30,
+        batch_size=500,
+        fanin=2,
+        keep=1,
+    )
     assert r.generation == 2 and r.events == 16
     assert llm.calls == 0  # warm caches: no new LLM work
     assert episodes(container, generation=2) == episodes(container, generation=1)
@@ -166,15 +190,25 @@ def test_memory_off_logs_but_waits_and_memory_on_catches_up(container):
 def test_close_summarize_now_and_configure_commands(container):
     d = Driver(container)
     events = script_events()
-    d.publish([*events[:3], command("script", "summarize_now", 1, 3),
-               command("script", "configure", 2, 3, time_gap_hours=100, bogus=1),
-               command("script", "configure", 3, 3, time_gap_hours=100),
-               command("script", "close_episode", 4, 3), *events[3:10]])
+    d.publish(
+        [
+            *events[:3],
+            command("script", "summarize_now", 1, 3),
+            command("script", "configure", 2, 3, time_gap_hours=100, bogus=1),
+            command("script", "configure", 3, 3, time_gap_hours=100),
+            command("script", "close_episode", 4, 3),
+            *events[3:10],
+        ]
+    )
     d.advance("script")
     with container.pool.connection() as conn:
         acks = conn.execute("SELECT command, status, detail FROM commands_applied ORDER BY event_id").fetchall()
-    assert [a[:2] for a in acks] == [("summarize_now", "applied"), ("configure", "rejected"),
-                                     ("configure", "applied"), ("close_episode", "applied")]
+    assert [a[:2] for a in acks] == [
+        ("summarize_now", "applied"),
+        ("configure", "rejected"),
+        ("configure", "applied"),
+        ("close_episode", "applied"),
+    ]
     assert "bogus" in acks[1][2]
     assert [j.kind for _, _, j in d.jobs][:2] == ["running", "final"]
     eps = episodes(container)
