@@ -89,10 +89,10 @@ class CachedEmbedder:
         unique = list(dict.fromkeys(hashes))
         with self.pool.connection() as conn:
             rows = conn.execute(
-                "SELECT text_hash, vector::text FROM embedding_cache WHERE model = %s AND text_hash = ANY(%s)",
+                "SELECT text_hash, vector FROM embedding_cache WHERE model = %s AND text_hash = ANY(%s)",
                 (self.model, unique),
             ).fetchall()
-        found = {bytes(h): np.fromstring(v.strip("[]"), sep=",", dtype=np.float32) for h, v in rows}
+        found = {bytes(h): v.to_numpy().astype(np.float32) for h, v in rows}
         missing = [h for h in unique if h not in found]
         if missing:
             first_text = {}
@@ -102,15 +102,11 @@ class CachedEmbedder:
             with self.pool.connection() as conn, conn.transaction():
                 with conn.cursor() as cur:
                     cur.executemany(
-                        "INSERT INTO embedding_cache (model, text_hash, vector) VALUES (%s, %s, %s::vector)"
+                        "INSERT INTO embedding_cache (model, text_hash, vector) VALUES (%s, %s, %s)"
                         " ON CONFLICT DO NOTHING",
-                        [(self.model, h, _vec_literal(v)) for h, v in zip(missing, vectors, strict=True)],
+                        [(self.model, h, v) for h, v in zip(missing, vectors, strict=True)],
                     )
             found.update(zip(missing, vectors, strict=True))
         for i, h in enumerate(hashes):
             out[i] = found[h]
         return out
-
-
-def _vec_literal(v: np.ndarray) -> str:
-    return "[" + ",".join(f"{x:.7g}" for x in v) + "]"

@@ -36,6 +36,15 @@ ON CONFLICT (source, entry_id) DO UPDATE
 """
 
 
+def _configure(conn: psycopg.Connection) -> None:
+    from pgvector.psycopg import register_vector
+
+    # numpy arrays <-> vector, in binary; before the first migration the type does not exist yet.
+    if conn.execute("SELECT 1 FROM pg_type WHERE typname = 'vector'").fetchone():
+        register_vector(conn)
+    conn.commit()
+
+
 def make_pool(database_url: str, size: int, name: str = "chatmem") -> ConnectionPool:
     pool = ConnectionPool(
         database_url,
@@ -44,6 +53,7 @@ def make_pool(database_url: str, size: int, name: str = "chatmem") -> Connection
         name=name,
         open=False,
         check=ConnectionPool.check_connection,
+        configure=_configure,
     )
     pool.open(wait=True, timeout=30)
     return pool

@@ -13,7 +13,6 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from adapters.embedders import _vec_literal
 from memory.episodes import Job, OpenEpisode, Plan, ThreadContext
 from memory.ports import LeaseLost
 from memory.prompts import Line
@@ -123,7 +122,7 @@ class PostgresProjections:
                 cur.executemany(
                     """INSERT INTO messages (thread_id, generation, seq, event_id, stream_pos, episode_id, user_id,
                                              role, text, platform_message_id, occurred_at, embedding)
-                       VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::vector) ON CONFLICT DO NOTHING""",
+                       VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING""",
                     [
                         (
                             tid,
@@ -137,7 +136,7 @@ class PostgresProjections:
                             m.text,
                             m.platform_message_id,
                             m.occurred_at,
-                            None if m.embedding is None else _vec_literal(m.embedding),
+                            m.embedding,
                         )
                         for m in plan.messages
                     ],

@@ -138,7 +138,7 @@ def worker(
     concurrency: int = typer.Option(2, min=1, help="worker processes"),
 ) -> None:
     """Run a Celery worker for the given queues."""
-    from workers.queues import parse_queues, prefetch_for
+    from workers.queues import Queue, parse_queues, prefetch_for
 
     settings = _settings()
     try:
@@ -147,6 +147,7 @@ def worker(
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
     c = _container(settings)
+    c.celery.conf.chatmem_preload_model = bool({Queue.SEGMENT, Queue.SUMMARIZE} & set(qs))
     # argv for Celery's own worker command; the app (and its settings) are ours.
     c.celery.worker_main(
         [
@@ -330,6 +331,17 @@ def bench_topicseg(
     _settings()
     s = run(data, out, MiniLMEmbedder(), SegmenterConfig())
     console.print(f"{data.name}: Pk {s.pk:.3f} · WD {s.wd:.3f} · F1 {s.f1:.3f} · Score {s.score:.3f}")
+
+
+@bench_app.command("pipeline")
+def bench_pipeline(
+    messages: int = typer.Option(2000, help="messages to publish"),
+    threads: int = typer.Option(20, help="threads they are spread over"),
+) -> None:
+    """End-to-end messages/s next to the raw embedding rate; replay rate next to the live rate."""
+    from bench.pipeline import run
+
+    run(_settings(), console, n_messages=messages, n_threads=threads)
 
 
 def main() -> None:

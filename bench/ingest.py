@@ -134,10 +134,7 @@ def multi_consumer_rate(c: Container, n_consumers: int, n_events: int, n_threads
     with c.pool.connection() as conn:
         before = conn.execute("SELECT count(*) FROM events").fetchone()[0]
     c.sink.add_many([e.model_dump_json().encode() for e in events])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHATMEM_")}
-    for name, value in c.settings.model_dump().items():
-        if value is not None:
-            env[f"CHATMEM_{name.upper()}"] = str(value)
+    env = c.settings.as_env()
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "api.cli", "ingest", "--consumer", f"bench-{k}"],

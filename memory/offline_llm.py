@@ -127,19 +127,22 @@ class OfflineLLM:
 
     # --- extractive core ------------------------------------------------------------------
     def _central(self, lines: list[Line], k: int | None = None) -> str:
+        """The k most central messages (closest to the centroid of all), in order, two sentences
+        of each at most. Chat messages are short, so message vectors serve as sentence vectors,
+        and they are the ones the pipeline already embedded (cache hits, no new model work)."""
         k = k or self.max_sentences
-        cands = [(i, s) for i, ln in enumerate(lines) for s in sentences(ln.text) if not _FILLER.match(s)]
+        cands = [ln.text for ln in lines if ln.text.strip() and not _FILLER.match(ln.text.strip())]
         if not cands:
             return ""
-        if len(cands) <= k:
-            return " ".join(s for _, s in cands)
-        vectors = self.embedder.embed([s for _, s in cands])
-        centroid = vectors.mean(axis=0)
-        centroid /= max(float(np.linalg.norm(centroid)), 1e-12)
-        scores = vectors @ centroid
-        # Ties broken by position so the output never depends on sort stability.
-        best = sorted(range(len(cands)), key=lambda j: (-round(float(scores[j]), 6), j))[:k]
-        return " ".join(cands[j][1] for j in sorted(best))
+        if len(cands) > k:
+            vectors = self.embedder.embed(cands)
+            centroid = vectors.mean(axis=0)
+            centroid /= max(float(np.linalg.norm(centroid)), 1e-12)
+            scores = vectors @ centroid
+            # Ties broken by position so the output never depends on sort stability.
+            best = sorted(range(len(cands)), key=lambda j: (-round(float(scores[j]), 6), j))[:k]
+            cands = [cands[j] for j in sorted(best)]
+        return " ".join(" ".join(sentences(text)[:2]) for text in cands)
 
 
 def open_loops(lines: list[Line]) -> list[str]:

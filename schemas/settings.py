@@ -100,6 +100,19 @@ class Settings(BaseSettings):
     rollup_fanin: int = Field(4, ge=2, description="Summaries merged into one summary of the next level.")
     rollup_keep: int = Field(4, ge=1, description="Newest summaries of a level that stay unmerged.")
 
+    def as_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """An environment (based on `base`, minus other CHATMEM_* keys) that reproduces these settings
+        in a child process."""
+        import json
+
+        env = {
+            k: v for k, v in (base if base is not None else os.environ).items() if not k.upper().startswith(ENV_PREFIX)
+        }
+        for name, value in self.model_dump(mode="json").items():
+            if value is not None:
+                env[ENV_PREFIX + name.upper()] = json.dumps(value) if isinstance(value, dict | list) else str(value)
+        return env
+
     @property
     def resolved_spool_dir(self) -> Path:
         return self.spool_dir or self.data_dir / "spool"

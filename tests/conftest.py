@@ -92,11 +92,7 @@ def container(settings) -> Iterator[Container]:
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The environment a chatmem subprocess needs to use the same settings."""
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("CHATMEM_")}
-    for name, value in settings.model_dump().items():
-        if value is not None:
-            env[f"CHATMEM_{name.upper()}"] = str(value)
-    return env
+    return settings.as_env()
 
 
 def spawn(settings: Settings, *args: str, **overrides: str) -> subprocess.Popen:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Task, shared_task
+from celery.signals import worker_process_init
 
 from adapters.bootstrap import TRANSIENT_ERRORS, Container, process_name
 from memory import sequencer
@@ -16,6 +17,17 @@ from schemas.events import InvalidEvent, validate_identifier
 RETRY = {"autoretry_for": TRANSIENT_ERRORS, "retry_backoff": 2, "retry_backoff_max": 120, "retry_jitter": True}
 
 _containers: dict[int, Container] = {}
+
+
+@worker_process_init.connect
+def _preload_model(**_: object) -> None:
+    """Load the embedding model when a pool process starts, not on its first message."""
+    from celery import current_app
+
+    if current_app.conf.get("chatmem_preload_model"):
+        c = Container(current_app.conf.chatmem_settings, start_services=False)
+        _containers[os.getpid()] = c
+        c.embedder.inner.embed(["warm up"])
 
 
 def container(task: Task) -> Container:

@@ -1,0 +1,162 @@
+"""`chatmem bench pipeline`: messages per second end to end (publish -> ingest -> segmentation
+with embeddings -> summaries on the offline LLM) next to the raw throughput of the same
+embedding model in the same run; then the replay rate with warm caches next to the live rate.
+Printed, never asserted. Runs in a scratch database and Redis db (see bench/ingest.py)."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+from rich.console import Console
+from rich.table import Table
+
+from adapters.bootstrap import process_name
+from adapters.embedders import MiniLMEmbedder
+from adapters.status import queue_depths
+from bench.ingest import scratch
+from memory.replay import replay_thread
+from producers.publisher import Publisher
+from schemas.events import MessageEvent
+from schemas.settings import Settings
+
+TOPICS = {
+    "travel": "flight hotel Lisbon Berlin train booking luggage passport museum beach weekend trip",
+    "cooking": "recipe pasta oven garlic tomato sauce bake dinner spices vegetarian dessert",
+    "laptop": "laptop battery overheating fan compile linux driver keyboard screen memory upgrade",
+    "fitness": "running marathon knee stretching gym protein training plan recovery shoes",
+    "money": "budget savings rent invoice tax bank transfer salary pension insurance",
+}
+
+
+def make_conversation(n_messages: int, n_threads: int, seed: int = 7) -> list[MessageEvent]:
+    rng = random.Random(seed)
+    names = list(TOPICS)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    events = []
+    for t in range(n_threads):
+        topic = rng.choice(names)
+        for i in range(n_messages // n_threads):
+            if i and i % 12 == 0:
+                topic = rng.choice(names)  # a topic change every dozen turns
+            words = TOPICS[topic].split()
+            text = " ".join(rng.choice(words) for _ in range(rng.randint(8, 16))).capitalize() + "."
+            if rng.random() < 0.3:
+                text += " What do you think?"
+            events.append(
+                MessageEvent(
+                    event_id=f"pipe-{t}-{i}",
+                    thread_id=f"pipe-{t}",
+                    user_id=f"user-{t}",
+                    role="user" if i % 2 == 0 else "assistant",
+                    text=text,
+                    occurred_at=t0 + timedelta(minutes=i),
+                )
+            )
+    return events
+
+
+def _wait_until_settled(c, n_messages: int, t0: float, limit_s: float = 900) -> float:  # noqa: ANN001
+    """Seconds until every message is applied and the summary work has drained (the summarize
+    queue is empty and the summary count stopped changing)."""
+    last, last_change = -1, time.perf_counter()
+    while time.perf_counter() - t0 < limit_s:
+        time.sleep(0.1)
+        with c.pool.connection() as conn:
+            applied = conn.execute("SELECT coalesce(sum(message_count), 0) FROM threads").fetchone()[0]
+            count = conn.execute("SELECT count(*) FROM summaries").fetchone()[0]
+        if count != last:
+            last, last_change = count, time.perf_counter()
+        if applied >= n_messages and queue_depths(c)["summarize"] == 0 and time.perf_counter() - last_change > 1.0:
+            return last_change - t0
+    raise TimeoutError("the pipeline did not settle")
+
+
+def run(settings: Settings, console: Console, *, n_messages: int = 2000, n_threads: int = 20) -> dict:
+    events = make_conversation(n_messages, n_threads)
+    texts = [e.text for e in events]
+    with scratch(settings) as c:
+        raw = MiniLMEmbedder()
+        raw.embed(texts[:64])  # load the model before timing
+        t0 = time.perf_counter()
+        raw.embed(texts)
+        raw_rate = len(texts) / (time.perf_counter() - t0)
+
+        env = c.settings.as_env()
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "api.cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            for args in (
+                ("ingest",),
+                ("worker", "--queues", "segment", "--concurrency", "1"),
+                ("worker", "--queues", "summarize", "--concurrency", "1"),
+            )
+        ]
+        try:
+            time.sleep(8)  # let the workers load the model: start-up is not throughput
+            t0 = time.perf_counter()
+            with Publisher.from_settings(c.settings, c.urls.redis_url) as pub:
+                for e in events:
+                    pub.publish_nowait(e)
+            live_s = _wait_until_settled(c, len(events), t0)
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(30)
+        live_rate = len(events) / live_s
+
+        t0 = time.perf_counter()
+        replayed = 0
+        llm = c.llm("maintenance")
+        for tid in c.thread_log.all_threads():
+            r = replay_thread(
+                tid,
+                threads=c.thread_log,
+                projections=c.projections,
+                embedder=c.embedder,
+                llm=llm,
+                seg_cfg=c.seg_config,
+                policy=c.summary_policy,
+                owner=process_name("bench"),
+                lease_s=300,
+                batch_size=500,
+                fanin=c.settings.rollup_fanin,
+                keep=c.settings.rollup_keep,
+            )
+            replayed += r.events
+        replay_rate = replayed / (time.perf_counter() - t0)
+        with c.pool.connection() as conn:
+            n_episodes = conn.execute("SELECT count(*) FROM episodes").fetchone()[0]
+            n_summaries = conn.execute("SELECT count(*) FROM summaries").fetchone()[0]
+
+    table = Table(title=f"chatmem bench pipeline · {os.cpu_count()} cores · {datetime.now(UTC):%Y-%m-%d}")
+    for col in ("measure", "rate", "compared with (same run)", "ratio", "target"):
+        table.add_column(col)
+    table.add_row("raw embedding (all-MiniLM-L6-v2)", f"{raw_rate:,.0f} texts/s", "", "", "")
+    table.add_row(
+        "live pipeline, end to end",
+        f"{live_rate:,.0f} msg/s",
+        f"{raw_rate:,.0f} texts/s raw",
+        f"{live_rate / raw_rate:.0%}",
+        "≥ 75%",
+    )
+    table.add_row(
+        "replay, warm caches",
+        f"{replay_rate:,.0f} msg/s",
+        f"{live_rate:,.0f} msg/s live",
+        f"{replay_rate / live_rate:.1f}×",
+        "≥ 5×",
+    )
+    table.add_row("LLM calls during replay", str(llm.calls), "", "", "0")
+    console.print(
+        f"{len(events):,} messages over {n_threads} threads → {n_episodes} episode rows, "
+        f"{n_summaries} summary rows (both generations)"
+    )
+    console.print(table)
+    return {"raw_rate": raw_rate, "live_rate": live_rate, "replay_rate": replay_rate, "llm_calls": llm.calls}
