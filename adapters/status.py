@@ -11,7 +11,7 @@ from schemas.status import Lag, ServiceState, StatusReport, StreamState
 from workers.queues import Queue
 
 # Projection tables counted when present; later migrations add to this list's tables.
-COUNTED_TABLES = ("events", "threads", "dead_letters", "episodes", "summaries", "facts", "artifacts")
+COUNTED_TABLES = ("events", "threads", "dead_letters", "messages", "episodes", "summaries", "facts", "artifacts")
 
 
 def table_counts(c: Container) -> dict[str, int]:
@@ -22,6 +22,10 @@ def table_counts(c: Container) -> dict[str, int]:
                 continue
             # Table names come from the constant above, never from input.
             counts[table] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        if conn.execute("SELECT to_regclass('commands_applied')").fetchone()[0] is not None:
+            for status, n in conn.execute("SELECT status, count(*) FROM commands_applied GROUP BY status"):
+                counts[f"commands_{status}"] = n
+            counts["paused_threads"] = conn.execute("SELECT count(*) FROM threads WHERE NOT memory_on").fetchone()[0]
     return counts
 
 

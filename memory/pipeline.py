@@ -5,6 +5,7 @@ are lost in between)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
@@ -15,6 +16,7 @@ from memory.segmentation import SegmenterConfig
 from schemas.records import LoggedEvent, ThreadLease
 
 EnqueueJob = Callable[[str, int, Job], None]
+log = logging.getLogger(__name__)
 
 
 class Projections(Protocol):
@@ -61,6 +63,8 @@ class ThreadProcessor:
         vectors = embed_batch(self.embedder, batch)
         plan = plan_batch(ctx, batch, vectors, self.seg_cfg, self.policy)
         new_lease = self.projections.apply(plan, lease=lease, advance=self.advance)
+        for ack in plan.commands:
+            log.info("thread %s: %s %s (%s): %s", lease.thread_id, ack.command, ack.status, ack.event_id, ack.detail)
         for job in plan.jobs:
             self.enqueue(lease.thread_id, ctx.generation, job)
         return new_lease  # type: ignore[return-value]

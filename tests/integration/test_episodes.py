@@ -185,6 +185,9 @@ def test_memory_off_logs_but_waits_and_memory_on_catches_up(container):
         acks = conn.execute("SELECT command, status FROM commands_applied ORDER BY applied_at").fetchall()
     assert got == [e.event_id for e in events]
     assert acks == [("memory_off", "applied"), ("memory_on", "applied")]
+    from adapters.status import table_counts
+
+    assert table_counts(container)["commands_applied"] == 2 and table_counts(container)["paused_threads"] == 0
 
 
 def test_close_summarize_now_and_configure_commands(container):
