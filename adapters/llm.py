@@ -57,20 +57,22 @@ class OpenAILLM:
 class RateLimiter:
     """At most `per_minute` calls, spread evenly; 0 means no limit."""
 
-    def __init__(self, per_minute: int):
+    def __init__(self, per_minute: int, clock=time.monotonic, sleep=time.sleep):  # noqa: ANN001
         self.interval = 60.0 / per_minute if per_minute > 0 else 0.0
         self._next = 0.0
         self._lock = threading.Lock()
+        self._clock = clock
+        self._sleep = sleep
 
     def wait(self) -> None:
         if not self.interval:
             return
         with self._lock:
-            now = time.monotonic()
+            now = self._clock()
             start = max(now, self._next)
             self._next = start + self.interval
         if start > now:
-            time.sleep(start - now)
+            self._sleep(start - now)
 
 
 def input_hash(prompt: Prompt) -> bytes:

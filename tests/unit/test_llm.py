@@ -1,0 +1,123 @@
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import numpy as np
+import pytest
+
+from adapters.llm import OpenAILLM, RateLimiter
+from memory.offline_llm import OfflineLLM, open_loops, unanswered_questions
+from memory.ports import TransientError
+from memory.prompts import FinalSummary, Line, RunningSummary, final_summary, running_summary
+
+
+class WordEmbedder:
+    """A deterministic bag-of-words embedder (the unit tests' fake of the embedding port)."""
+
+    model, dim = "words", 64
+
+    def embed(self, texts):
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in t.lower().split():
+                out[i, hash(w.strip(".,!?")) % self.dim] += 1
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+LINES = [
+    Line(seq=1, role="user", text="Hi!"),
+    Line(seq=2, role="user", text="My name is Alex and I prefer window seats on flights."),
+    Line(seq=3, role="assistant", text="Noted, window seats. I will look for flights to Rome."),
+    Line(seq=4, role="user", text="We decided to go with the Friday flight to Rome."),
+    Line(seq=5, role="user", text="I need to renew my passport before the trip."),
+    Line(seq=6, role="user", text="Can you check the hotel prices in Rome?"),
+]
+
+
+def test_offline_final_summary_extracts_structure():
+    llm = OfflineLLM(WordEmbedder())
+    out = llm.complete(final_summary(LINES), FinalSummary)
+    assert any("prefer window seats" in f for f in out.facts_candidates)
+    assert all("Hi" not in f for f in out.facts_candidates)
+    assert any("decided" in d for d in out.decisions)
+    assert any("renew my passport" in t for t in out.todos)
+    assert out.open_questions == ["Can you check the hotel prices in Rome?"]
+    assert "Rome" in out.entities and out.topic_label
+    assert llm.complete(final_summary(LINES), FinalSummary) == out  # deterministic
+
+
+def test_open_loops_and_unanswered_questions():
+    assert unanswered_questions(LINES) == ["Can you check the hotel prices in Rome?"]
+    loops = open_loops(LINES)
+    assert "I will look for flights to Rome." in loops and "I need to renew my passport before the trip." in loops
+    ru = [Line(seq=1, role="user", text="Мне нужно купить билеты. Напомни завтра.")]
+    assert len(open_loops(ru)) == 2
+
+
+def test_offline_running_summary_picks_central_messages():
+    out = OfflineLLM(WordEmbedder(), max_sentences=2).complete(running_summary(LINES), RunningSummary)
+    assert out.summary and "Hi!" not in out.summary
+
+
+class _FakeOpenAI(BaseHTTPRequestHandler):
+    status = 200
+    body: dict = {}
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(type(self).status)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(json.dumps(type(self).body).encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_openai():
+    server = HTTPServer(("127.0.0.1", 0), _FakeOpenAI)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+
+
+def test_openai_adapter_parses_structured_output(fake_openai):
+    content = {"summary": "Trip to Rome.", "open_loops": ["renew passport"]}
+    _FakeOpenAI.status = 200
+    _FakeOpenAI.body = {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": json.dumps(content)}}
+        ],
+    }
+    llm = OpenAILLM("m", "key", f"http://127.0.0.1:{fake_openai.server_port}/v1")
+    out = llm.complete(running_summary(LINES), RunningSummary)
+    assert out == RunningSummary(**content)
+
+
+def test_openai_rate_limit_becomes_a_transient_error(fake_openai):
+    _FakeOpenAI.status = 429
+    _FakeOpenAI.body = {"error": {"message": "slow down", "type": "rate_limit"}}
+    llm = OpenAILLM("m", "key", f"http://127.0.0.1:{fake_openai.server_port}/v1")
+    llm.client = llm.client.with_options(max_retries=0)
+    with pytest.raises(TransientError, match="LLM unavailable"):
+        llm.complete(running_summary(LINES), RunningSummary)
+
+
+def test_rate_limiter_spaces_calls():
+    now = [100.0]
+    slept = []
+
+    def sleep(seconds):
+        slept.append(round(seconds, 3))
+        now[0] += seconds
+
+    limiter = RateLimiter(per_minute=1200, clock=lambda: now[0], sleep=sleep)  # one call per 50 ms
+    for _ in range(4):
+        limiter.wait()
+    assert slept == [0.05, 0.05, 0.05]
+    assert RateLimiter(per_minute=0).interval == 0.0
