@@ -150,6 +150,26 @@ class Container:
             self.settings.stream_key,
         )
 
+    @cached_property
+    def fact_store(self):  # noqa: ANN201
+        from adapters.facts_pg import PostgresFactStore
+
+        return PostgresFactStore(self.pool)
+
+    @cached_property
+    def mem0(self):  # noqa: ANN201
+        from adapters.mem0_store import Mem0Store
+
+        s = self.settings
+        return Mem0Store(
+            self.urls.database_url,
+            s.data_dir,
+            self.embedder,
+            llm_api_key=s.llm_api_key,
+            llm_base_url=s.llm_base_url,
+            llm_model=s.llm_model,
+        )
+
     def close(self) -> None:
         if "pool" in self.__dict__:
             self.pool.close()

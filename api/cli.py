@@ -253,8 +253,8 @@ def replay(
 ) -> None:
     """Rebuild threads' memory from the event log into a new generation and switch to it."""
     from adapters.bootstrap import process_name
-    from memory.replay import replay_thread
     from schemas.events import InvalidEvent, validate_identifier
+    from workers.tasks import replay as replay_one
 
     if bool(thread) == all_threads:
         console.print("[red]give --thread T (one or more) or --all[/red]")
@@ -265,23 +265,9 @@ def replay(
     except InvalidEvent as error:
         console.print(f"[red]{error.reason}[/red]")
         raise typer.Exit(2) from None
-    s = c.settings
     llm = c.llm("maintenance", refresh=refresh_llm)
     for tid in ids:
-        r = replay_thread(
-            tid,
-            threads=c.thread_log,
-            projections=c.projections,
-            embedder=c.embedder,
-            llm=llm,
-            seg_cfg=c.seg_config,
-            policy=c.summary_policy,
-            owner=process_name("replay"),
-            lease_s=s.thread_lease_s,
-            batch_size=s.apply_batch_size,
-            fanin=s.rollup_fanin,
-            keep=s.rollup_keep,
-        )
+        r = replay_one(c, tid, llm, process_name("replay"))
         console.print(
             f"{tid}: generation {r.generation} · {r.events} events · {r.episodes} episodes · {r.seconds:.1f}s"
         )

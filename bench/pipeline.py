@@ -19,10 +19,10 @@ from adapters.bootstrap import process_name
 from adapters.embedders import MiniLMEmbedder
 from adapters.status import queue_depths
 from bench.ingest import scratch
-from memory.replay import replay_thread
 from producers.publisher import Publisher
 from schemas.events import MessageEvent
 from schemas.settings import Settings
+from workers.tasks import replay as replay_one
 
 TOPICS = {
     "travel": "flight hotel Lisbon Berlin train booking luggage passport museum beach weekend trip",
@@ -115,21 +115,7 @@ def run(settings: Settings, console: Console, *, n_messages: int = 2000, n_threa
         replayed = 0
         llm = c.llm("maintenance")
         for tid in c.thread_log.all_threads():
-            r = replay_thread(
-                tid,
-                threads=c.thread_log,
-                projections=c.projections,
-                embedder=c.embedder,
-                llm=llm,
-                seg_cfg=c.seg_config,
-                policy=c.summary_policy,
-                owner=process_name("bench"),
-                lease_s=300,
-                batch_size=500,
-                fanin=c.settings.rollup_fanin,
-                keep=c.settings.rollup_keep,
-            )
-            replayed += r.events
+            replayed += replay_one(c, tid, llm, process_name("bench")).events
         replay_rate = replayed / (time.perf_counter() - t0)
         with c.pool.connection() as conn:
             n_episodes = conn.execute("SELECT count(*) FROM episodes").fetchone()[0]

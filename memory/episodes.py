@@ -112,10 +112,11 @@ class CommandAck:
 
 @dataclass(frozen=True)
 class Job:
-    kind: str  # running | chunk | final
+    kind: str  # running | chunk | final (summarize queue) · remember | forget (facts queue)
     episode_id: str
     from_seq: int
     upto_seq: int
+    event_id: str | None = None
 
 
 @dataclass
@@ -291,9 +292,12 @@ class _Builder:
                 self.seg_cfg = self.seg_cfg.with_overrides(clean)
                 self.policy = self.policy.with_overrides(clean)
                 ack("applied", "configured " + ", ".join(f"{k}={v}" for k, v in sorted(clean.items())))
+        elif name in ("remember", "forget"):
+            # Facts belong to the facts queue; its job fills in the outcome (what matched).
+            ack("applied", f"{name}: queued")
+            self.plan.jobs.append(Job(name, self.episode.episode_id if self.episode else "", 0, 0, ev.event_id))
         else:
-            # remember / forget act on facts, which the facts pipeline owns.
-            ack("applied", f"{name}: recorded for the facts pipeline")
+            ack("rejected", f"unknown command {name!r}")
         return True
 
 

@@ -11,11 +11,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from memory.episodes import SummaryPolicy, ThreadContext, plan_batch
+from memory.episodes import Job, SummaryPolicy, ThreadContext, plan_batch
 from memory.pipeline import embed_batch
-from memory.ports import LLM, Embedder, LeaseLost, ThreadLog
+from memory.ports import Embedder, LeaseLost, ThreadLog
 from memory.segmentation import SegmenterConfig, SegmenterState
-from memory.summaries import run_job
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +34,13 @@ def replay_thread(
     threads: ThreadLog,
     projections,  # noqa: ANN001 - PostgresProjections-like: load_context, apply, next_generation, switch
     embedder: Embedder,
-    llm: LLM,
+    run: Callable[[Job, int], None],
     seg_cfg: SegmenterConfig,
     policy: SummaryPolicy,
     owner: str,
     lease_s: int,
     batch_size: int,
-    fanin: int,
-    keep: int,
+    after_switch: Callable[[int], None] | None = None,
     wait_s: float = 60.0,
     on_progress: Callable[[int], None] | None = None,
 ) -> ReplayResult:
@@ -67,8 +65,8 @@ def replay_thread(
                 ctx = replace(ctx, memory_on=True)
             plan = plan_batch(ctx, batch, embed_batch(embedder, batch), seg_cfg, policy)
             projections.apply(plan, lease=None, advance=None)
-            for job in plan.jobs:  # inline and in order: the same summaries as live, deterministically
-                run_job(projections, llm, job, thread_id, generation, fanin=fanin, keep=keep)
+            for job in plan.jobs:  # inline and in order: the same summaries and facts as live
+                run(job, generation)
             ctx = plan.context
             pos = plan.consumed[-1].stream_pos
             applied += len(plan.consumed)
@@ -77,6 +75,8 @@ def replay_thread(
                 on_progress(applied)
         if not projections.switch_generation(lease, ctx):
             raise LeaseLost(thread_id)
+        if after_switch is not None:
+            after_switch(generation)
         return ReplayResult(thread_id, generation, applied, ctx.episode_count, time.monotonic() - started)
     finally:
         threads.release_lease(thread_id, owner)

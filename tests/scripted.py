@@ -47,11 +47,11 @@ def script_events(thread_id: str = "script", user_id: str = "alex") -> list[Mess
     ]
 
 
-def command(thread_id: str, name: str, n: int, minute: int, **args) -> CommandEvent:
+def command(thread_id: str, name: str, n: int, minute: int, user_id: str = "alex", **args) -> CommandEvent:
     return CommandEvent(
         event_id=f"{thread_id}-cmd-{n}",
         thread_id=thread_id,
-        user_id="alex",
+        user_id=user_id,
         command=name,
         args=args,
         occurred_at=T0 + timedelta(minutes=minute),

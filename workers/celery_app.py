@@ -9,11 +9,15 @@ from workers.queues import PROFILES, VISIBILITY_TIMEOUT_S, Queue
 
 ADVANCE_THREAD = "chatmem.advance_thread"
 SUMMARIZE = "chatmem.summarize"
+EPISODE_FACTS = "chatmem.episode_facts"
+FACT_COMMAND = "chatmem.fact_command"
 SWEEP = "chatmem.sweep"
 
 TASK_QUEUES: dict[str, Queue] = {
     ADVANCE_THREAD: Queue.SEGMENT,
     SUMMARIZE: Queue.SUMMARIZE,
+    EPISODE_FACTS: Queue.FACTS,
+    FACT_COMMAND: Queue.FACTS,
     SWEEP: Queue.MAINTENANCE,
 }
 
@@ -56,4 +60,12 @@ def ring_thread(app: Celery, thread_id: str, countdown: float | None = None) -> 
 
 
 def enqueue_summary(app: Celery, thread_id: str, generation: int, job) -> None:  # noqa: ANN001
-    app.send_task(SUMMARIZE, args=[thread_id, generation, job.kind, job.episode_id, job.from_seq, job.upto_seq])
+    """Queue a planned job: summaries on `summarize`, remember / forget on `facts`."""
+    if job.kind in ("remember", "forget"):
+        app.send_task(FACT_COMMAND, args=[thread_id, generation, job.event_id])
+    else:
+        app.send_task(SUMMARIZE, args=[thread_id, generation, job.kind, job.episode_id, job.from_seq, job.upto_seq])
+
+
+def enqueue_episode_facts(app: Celery, thread_id: str, generation: int, episode_id: str) -> None:
+    app.send_task(EPISODE_FACTS, args=[thread_id, generation, episode_id])

@@ -10,8 +10,10 @@ from celery.signals import worker_process_init
 from adapters.bootstrap import TRANSIENT_ERRORS, Container, process_name
 from memory import sequencer
 from memory.episodes import Job
+from memory.fact_jobs import write_episode_facts
 from memory.summaries import run_job
 from schemas.events import InvalidEvent, validate_identifier
+from workers.celery_app import enqueue_episode_facts
 
 # Only failures that a later attempt can fix are retried; a bad payload fails at once.
 RETRY = {"autoretry_for": TRANSIENT_ERRORS, "retry_backoff": 2, "retry_backoff_max": 120, "retry_jitter": True}
@@ -76,7 +78,81 @@ def summarize(
     outcome = run_job(
         c.projections, llm, job, thread_id, int(generation), fanin=c.settings.rollup_fanin, keep=c.settings.rollup_keep
     )
+    if kind == "final" and outcome in ("saved", "duplicate"):
+        enqueue_episode_facts(c.celery, thread_id, int(generation), episode_id)  # keyed: a repeat is a no-op
     return {"episode_id": episode_id, "kind": kind, "upto_seq": upto_seq, "outcome": outcome}
+
+
+@shared_task(name="chatmem.episode_facts", bind=True, **RETRY)
+def episode_facts(self: Task, thread_id: str, generation: int, episode_id: str) -> dict:
+    thread_id = _checked(thread_id)
+    c = container(self)
+    return write_episode_facts(
+        c.fact_store, c.mem0, thread_id=thread_id, generation=int(generation), episode_id=str(episode_id)
+    )
+
+
+@shared_task(name="chatmem.fact_command", bind=True, **RETRY)
+def fact_command(self: Task, thread_id: str, generation: int, event_id: str) -> dict:
+    thread_id = _checked(thread_id)
+    return {"detail": apply_fact_command(container(self), thread_id, int(generation), str(event_id))}
+
+
+def run_job_inline(c: Container, llm, thread_id: str, generation: int, job: Job) -> None:  # noqa: ANN001
+    """What the summarize and facts tasks do, synchronously (replay runs jobs this way)."""
+    if job.kind in ("remember", "forget"):
+        apply_fact_command(c, thread_id, generation, job.event_id or "")
+        return
+    outcome = run_job(
+        c.projections, llm, job, thread_id, generation, fanin=c.settings.rollup_fanin, keep=c.settings.rollup_keep
+    )
+    if job.kind == "final" and outcome in ("saved", "duplicate"):
+        write_episode_facts(c.fact_store, c.mem0, thread_id=thread_id, generation=generation, episode_id=job.episode_id)
+
+
+def replay(c: Container, thread_id: str, llm, owner: str):  # noqa: ANN001, ANN201
+    """Rebuild one thread (see memory/replay.py), facts included, and retire what the old
+    generation derived that the rebuild did not, in Postgres and in mem0."""
+    from memory.replay import replay_thread
+
+    def after_switch(generation: int) -> None:
+        for _, mem0_id in c.fact_store.archive_rebuilt(thread_id, generation):
+            if mem0_id:
+                c.mem0.delete(mem0_id)
+
+    s = c.settings
+    return replay_thread(
+        thread_id,
+        threads=c.thread_log,
+        projections=c.projections,
+        embedder=c.embedder,
+        run=lambda job, generation: run_job_inline(c, llm, thread_id, generation, job),
+        seg_cfg=c.seg_config,
+        policy=c.summary_policy,
+        owner=owner,
+        lease_s=s.thread_lease_s,
+        batch_size=s.apply_batch_size,
+        after_switch=after_switch,
+    )
+
+
+def apply_fact_command(c: Container, thread_id: str, generation: int, event_id: str) -> str:
+    from memory import fact_jobs
+
+    cmd = c.fact_store.command_event(event_id)
+    if cmd is None or cmd["thread_id"] != thread_id or cmd["command"] not in ("remember", "forget"):
+        raise ValueError(f"fact_command: no remember/forget event {event_id!r} in thread {thread_id!r}")
+    handler = fact_jobs.remember if cmd["command"] == "remember" else fact_jobs.forget
+    text = str((cmd["args"] or {}).get("text", ""))
+    return handler(
+        c.fact_store,
+        c.mem0,
+        thread_id=thread_id,
+        generation=generation,
+        event_id=event_id,
+        user_id=cmd["user_id"],
+        text=text,
+    )
 
 
 def _checked(thread_id: str) -> str:

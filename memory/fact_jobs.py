@@ -1,0 +1,210 @@
+"""Fact jobs (queue `facts`): an episode's facts when it closes, and the remember / forget
+commands. Each operation is recorded in a ledger, so a retried job writes nothing twice; the
+mem0 write is checked against mem0 itself (by the fact's id in its metadata) before adding."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from memory.facts import FactCandidate, extract, from_remember
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FactWrite:
+    action: str  # insert | replace | same | keep_old
+    fact_id: int | None
+    replaced: list[tuple[int, str | None]]  # (fact id, mem0 id) archived by this write
+
+
+@dataclass(frozen=True)
+class UserLine:
+    event_id: str
+    user_id: str
+    text: str
+
+
+class FactStore(Protocol):
+    def ledger_get(self, op_key: str) -> dict | None: ...
+
+    def ledger_put(self, op_key: str, result: dict) -> None: ...
+
+    def generation_active(self, thread_id: str, generation: int) -> bool: ...
+
+    def episode_user_lines(self, thread_id: str, generation: int, episode_id: str) -> list[UserLine]: ...
+
+    def final_facts_candidates(self, generation: int, episode_id: str) -> list[str]: ...
+
+    def apply_fact(
+        self,
+        *,
+        user_id: str,
+        thread_id: str,
+        generation: int,
+        episode_id: str | None,
+        fact: FactCandidate,
+        event_ids: list[str],
+        source: str,
+    ) -> FactWrite: ...
+
+    def set_mem0_id(self, fact_id: int, mem0_id: str) -> None: ...
+
+    def forget(self, *, user_id: str, text: str, event_id: str) -> list[tuple[int, str | None]]: ...
+
+    def set_command_detail(self, event_id: str, generation: int, detail: str) -> None: ...
+
+
+class MemoryStore(Protocol):
+    def add(self, text: str, *, user_id: str, run_id: str, metadata: dict[str, Any]) -> list[str]: ...
+
+    def find(self, *, user_id: str, fact_id: int) -> list[str]: ...
+
+    def delete(self, memory_id: str) -> None: ...
+
+
+def _mem0_write(
+    store: FactStore,
+    mem: MemoryStore | None,
+    write: FactWrite,
+    *,
+    user_id: str,
+    thread_id: str,
+    episode_id: str | None,
+    fact: FactCandidate,
+    event_ids: list[str],
+) -> None:
+    if mem is None:
+        return
+    for _, old_mem0 in write.replaced:
+        if old_mem0:
+            mem.delete(old_mem0)  # mem0 holds the current value only; the history is in Postgres
+    if write.fact_id is None or write.action not in ("insert", "replace"):
+        return
+    ids = mem.find(user_id=user_id, fact_id=write.fact_id)  # written before a crash?
+    if not ids:
+        ids = mem.add(
+            fact.text,
+            user_id=user_id,
+            run_id=episode_id or thread_id,
+            metadata={
+                "thread_id": thread_id,
+                "episode_id": episode_id or "",
+                "category": fact.category,
+                "key": fact.key,
+                "source_event_ids": event_ids,
+                "chatmem_fact_id": str(write.fact_id),
+            },
+        )
+    if ids:
+        store.set_mem0_id(write.fact_id, ids[0])
+
+
+def write_episode_facts(
+    store: FactStore, mem: MemoryStore | None, *, thread_id: str, generation: int, episode_id: str
+) -> dict:
+    op = f"{episode_id}:g{generation}:facts"
+    if (done := store.ledger_get(op)) is not None:
+        return {**done, "duplicate": True}
+    if not store.generation_active(thread_id, generation):
+        return {"stale": True}
+    lines = store.episode_user_lines(thread_id, generation, episode_id)
+    found: list[tuple[str, list[str], FactCandidate]] = []
+    seen: set[tuple[str, str, str]] = set()
+    for line in lines:
+        for fact in extract(line.text):
+            if (line.user_id, fact.category, fact.key) not in seen:
+                seen.add((line.user_id, fact.category, fact.key))
+                found.append((line.user_id, [line.event_id], fact))
+    # Candidates from the final summary (an LLM's, when one is configured) count when a rule
+    # recognises them; they belong to the episode's main speaker.
+    main_user = max({ln.user_id for ln in lines}, key=[ln.user_id for ln in lines].count) if lines else None
+    for sentence in store.final_facts_candidates(generation, episode_id) if main_user else []:
+        for fact in extract(sentence):
+            if (main_user, fact.category, fact.key) not in seen:
+                seen.add((main_user, fact.category, fact.key))  # type: ignore[arg-type]
+                found.append((main_user, [], fact))  # type: ignore[arg-type]
+    outcome: dict[str, int] = {}
+    for user_id, event_ids, fact in found:
+        write = store.apply_fact(
+            user_id=user_id,
+            thread_id=thread_id,
+            generation=generation,
+            episode_id=episode_id,
+            fact=fact,
+            event_ids=event_ids,
+            source="extracted",
+        )
+        _mem0_write(
+            store,
+            mem,
+            write,
+            user_id=user_id,
+            thread_id=thread_id,
+            episode_id=episode_id,
+            fact=fact,
+            event_ids=event_ids,
+        )
+        outcome[write.action] = outcome.get(write.action, 0) + 1
+    store.ledger_put(op, outcome)
+    return outcome
+
+
+def remember(
+    store: FactStore,
+    mem: MemoryStore | None,
+    *,
+    thread_id: str,
+    generation: int,
+    event_id: str,
+    user_id: str,
+    text: str,
+) -> str:
+    op = f"{event_id}:g{generation}:remember"
+    if (done := store.ledger_get(op)) is not None:
+        return str(done.get("detail"))
+    if not text.strip():
+        detail = "remember: nothing to remember (args.text is empty)"
+    else:
+        fact = from_remember(text)
+        write = store.apply_fact(
+            user_id=user_id,
+            thread_id=thread_id,
+            generation=generation,
+            episode_id=None,
+            fact=fact,
+            event_ids=[event_id],
+            source="remember",
+        )
+        _mem0_write(
+            store, mem, write, user_id=user_id, thread_id=thread_id, episode_id=None, fact=fact, event_ids=[event_id]
+        )
+        detail = f"remember: {fact.category}/{fact.key} = {fact.value!r} ({write.action})"
+    store.set_command_detail(event_id, generation, detail)
+    store.ledger_put(op, {"detail": detail})
+    return detail
+
+
+def forget(
+    store: FactStore,
+    mem: MemoryStore | None,
+    *,
+    thread_id: str,
+    generation: int,
+    event_id: str,
+    user_id: str,
+    text: str,
+) -> str:
+    op = f"{event_id}:g{generation}:forget"
+    if (done := store.ledger_get(op)) is not None:
+        return str(done.get("detail"))
+    archived = store.forget(user_id=user_id, text=text, event_id=event_id) if text.strip() else []
+    for _, mem0_id in archived:
+        if mem is not None and mem0_id:
+            mem.delete(mem0_id)
+    detail = f"forget: archived {len(archived)} fact(s)" if archived else "forget: nothing matched"
+    store.set_command_detail(event_id, generation, detail)
+    store.ledger_put(op, {"detail": detail, "fact_ids": [f for f, _ in archived]})
+    return detail

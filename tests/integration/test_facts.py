@@ -1,0 +1,122 @@
+"""Facts with real mem0 on the real Postgres: conflict resolution, remember / forget, citations,
+isolation between users, and retried jobs that write nothing twice."""
+
+from datetime import timedelta
+
+import pytest
+
+from memory.fact_jobs import write_episode_facts
+from schemas.events import InvalidEvent, MessageEvent
+from tests.integration.test_episodes import Driver
+from tests.scripted import T0, command
+
+pytestmark = pytest.mark.integration
+
+
+def say(thread, user, n, text, minute):
+    return MessageEvent(
+        event_id=f"{thread}-{n}", thread_id=thread, user_id=user, text=text, occurred_at=T0 + timedelta(minutes=minute)
+    )
+
+
+def facts(c, user, history=False):
+    return [
+        (f["category"], f["key"], f["value"], f["is_active"], f["archived_reason"])
+        for f in c.fact_store.user_facts(user, include_history=history)
+    ]
+
+
+def test_name_conflicts_resolve_by_confidence_and_keep_history(container):
+    d = Driver(container)
+    d.publish(
+        [
+            say("t", "alex", 1, "Hello! My name is Alex.", 0),
+            command("t", "close_episode", 1, 1),
+            say("t", "alex", 2, "You can call me Al.", 2),
+            command("t", "close_episode", 2, 3),
+            say("t", "alex", 3, "For the forms: my full name is Alexander.", 4),
+            command("t", "close_episode", 3, 5),
+        ]
+    )
+    d.advance("t")
+    d.run_jobs(with_facts=True)
+    assert facts(container, "alex") == [("identity", "name", "Alexander", True, None)]
+    assert facts(container, "alex", history=True) == [
+        ("identity", "name", "Alex", False, "replaced"),
+        ("identity", "name", "Alexander", True, None),
+    ]  # "call me Al" (confidence 0.6 < 0.9) was ignored
+    hits = container.mem0.search("what is my name", user_id="alex")
+    assert [h["memory"] for h in hits] == ["For the forms: my full name is Alexander."]
+    meta = hits[0]["metadata"]
+    assert meta["thread_id"] == "t" and meta["episode_id"] == "t#3" and meta["source_event_ids"] == ["t-3"]
+
+
+def test_remember_and_forget_round_trip_through_events(container):
+    d = Driver(container)
+    d.publish(
+        [
+            say("t", "ann", 1, "Let's plan dinner.", 0),
+            command("t", "remember", 1, 1, "ann", text="I am vegetarian"),
+            command("t", "forget", 2, 2, "ann", text="unicorns"),
+        ]
+    )
+    d.advance("t")
+    d.run_jobs()
+    assert [f[2] for f in facts(container, "ann")] == ["I am vegetarian"]
+    assert container.mem0.search("vegetarian", user_id="ann")
+    d.publish([command("t", "forget", 3, 3, "ann", text="vegetarian")])
+    d.advance("t")
+    d.run_jobs()
+    with container.pool.connection() as conn:
+        details = dict(
+            conn.execute(
+                "SELECT event_id, detail FROM commands_applied WHERE command IN ('remember', 'forget')"
+            ).fetchall()
+        )
+    assert details["t-cmd-1"].startswith("remember: instruction/")
+    assert details["t-cmd-2"] == "forget: nothing matched"
+    assert details["t-cmd-3"] == "forget: archived 1 fact(s)"
+    assert facts(container, "ann") == []
+    assert facts(container, "ann", history=True)[0][4] == "forgotten"
+    assert container.mem0.search("vegetarian", user_id="ann") == []
+
+
+def test_users_never_see_each_others_facts(container):
+    d = Driver(container)
+    d.publish(
+        [
+            say("a", "alice", 1, "I live in Lisbon and I'm allergic to peanuts.", 0),
+            command("a", "close_episode", 1, 1, "alice"),
+            say("b", "bob", 1, "I live in Riga.", 0),
+            command("b", "close_episode", 1, 1, "bob"),
+        ]
+    )
+    d.advance("a")
+    d.advance("b")
+    d.run_jobs(with_facts=True)
+    bob_sees = [h["memory"] for h in container.mem0.search("where do I live, allergies", user_id="bob", limit=10)]
+    assert bob_sees == ["I live in Riga."]
+    assert all(f[2] != "Lisbon" for f in facts(container, "bob"))
+    for hostile in ["*", "%", "' OR 1=1 --", "alice' --", ""]:
+        with pytest.raises(InvalidEvent):
+            container.mem0.search("anything", user_id=hostile)
+        assert container.fact_store.user_facts(hostile) == []
+
+
+def test_a_retried_facts_job_writes_nothing_twice(container):
+    d = Driver(container)
+    d.publish([say("t", "zoe", 1, "I work at Acme Robotics.", 0), command("t", "close_episode", 1, 1, "zoe")])
+    d.advance("t")
+    d.run_jobs()  # the final summary
+    first = write_episode_facts(container.fact_store, container.mem0, thread_id="t", generation=1, episode_id="t#1")
+    assert first == {"insert": 1}
+    # A crash after the mem0 write, before the ledger entry: the retry must find mem0's copy.
+    with container.pool.connection() as conn:
+        conn.execute("DELETE FROM fact_ledger")
+    again = write_episode_facts(container.fact_store, container.mem0, thread_id="t", generation=1, episode_id="t#1")
+    assert again == {"same": 1}
+    assert write_episode_facts(container.fact_store, container.mem0, thread_id="t", generation=1, episode_id="t#1")[
+        "duplicate"
+    ]
+    assert len(container.mem0.memory.get_all(filters={"user_id": "zoe"})["results"]) == 1
+    assert len(facts(container, "zoe", history=True)) == 1
