@@ -76,6 +76,39 @@ def _print_episodes(c: Container, console: Console, thread_ids: list[str]) -> No
     console.print(table)
 
 
+def _facts_settled(c: Container, thread_ids: list[str]) -> bool:
+    """Every closed episode's facts job and every remember/forget command has run."""
+    with c.pool.connection() as conn:
+        waiting = conn.execute(
+            """SELECT (SELECT count(*) FROM episodes e JOIN threads t
+                         ON t.thread_id = e.thread_id AND t.generation = e.generation
+                       WHERE e.thread_id = ANY(%(t)s) AND e.status = 'closed' AND NOT EXISTS (
+                           SELECT 1 FROM fact_ledger l
+                           WHERE l.op_key = e.episode_id || ':g' || e.generation || ':facts'))
+                    + (SELECT count(*) FROM commands_applied WHERE thread_id = ANY(%(t)s)
+                       AND command IN ('remember', 'forget') AND detail LIKE '%%queued')""",
+            {"t": thread_ids},
+        ).fetchone()[0]
+    return waiting == 0
+
+
+def _print_facts(c: Container, console: Console, user_ids: list[str]) -> None:
+    table = Table(title="facts (active values; replaced and forgotten ones are kept as history)")
+    for col in ("user", "category", "key", "value", "confidence", "from"):
+        table.add_column(col, overflow="fold")
+    for uid in user_ids:
+        for f in c.fact_store.user_facts(uid):
+            table.add_row(
+                uid,
+                f["category"],
+                f["key"],
+                f["value"],
+                f"{f['confidence']:.2f}",
+                f["episode_id"] or f"{f['source']} ({', '.join(f['source_event_ids'])})",
+            )
+    console.print(table)
+
+
 def _print_memory(c: Container, console: Console, thread_ids: list[str]) -> None:
     with c.pool.connection() as conn:
         rows = conn.execute(
@@ -121,10 +154,14 @@ def run_demo(settings: Settings, console: Console, timeout: float) -> int:
                 console.print(f"[red]not processed within {timeout:.0f}s[/red]; failed: {supervisor.failed()}")
                 return 1
             deadline = time.monotonic() + timeout
-            while not _summaries_settled(c, thread_ids) and time.monotonic() < deadline:
+            while not (_summaries_settled(c, thread_ids) and _facts_settled(c, thread_ids)):
+                if time.monotonic() > deadline:
+                    console.print("[yellow]summaries or facts still pending; showing what is there[/yellow]")
+                    break
                 time.sleep(0.25)
             _print_memory(c, console, thread_ids)
             _print_episodes(c, console, thread_ids)
+            _print_facts(c, console, sorted({e.user_id for e in events}))
             rep = report(c)
             console.print(f"status: {rep.counts} · queues {rep.queues} · largest lag {rep.lag.max_events}")
             return 0
