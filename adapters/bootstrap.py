@@ -39,7 +39,7 @@ class Container:
 
     @cached_property
     def pool(self) -> ConnectionPool:
-        return make_pool(self.urls.database_url, self.settings.db_pool_size)
+        return make_pool(self.urls.database_url, self.settings.db_pool_size, timeout_s=self.settings.db_timeout_s)
 
     @cached_property
     def redis(self) -> redis.Redis:
@@ -162,7 +162,7 @@ class Container:
 
         s = self.settings
         return Mem0Store(
-            self.urls.database_url,
+            self.pool,
             s.data_dir,
             self.embedder,
             llm_api_key=s.llm_api_key,

@@ -59,7 +59,7 @@ class _Mem0OfflineLLM:
 class Mem0Store:
     def __init__(
         self,
-        database_url: str,
+        pool: Any,
         data_dir: Path,
         embedder: Embedder,
         *,
@@ -78,7 +78,7 @@ class Mem0Store:
             "vector_store": {
                 "provider": "pgvector",
                 "config": {
-                    "connection_string": database_url,
+                    "connection_pool": pool,  # the project's pool: checked connections, one set per process
                     "collection_name": COLLECTION,
                     "embedding_model_dims": embedder.dim,
                     "hnsw": True,

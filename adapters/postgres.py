@@ -45,12 +45,13 @@ def _configure(conn: psycopg.Connection) -> None:
     conn.commit()
 
 
-def make_pool(database_url: str, size: int, name: str = "chatmem") -> ConnectionPool:
+def make_pool(database_url: str, size: int, name: str = "chatmem", timeout_s: float = 30.0) -> ConnectionPool:
     pool = ConnectionPool(
         database_url,
         min_size=1,
         max_size=max(1, size),
         name=name,
+        timeout=timeout_s,
         open=False,
         check=ConnectionPool.check_connection,
         configure=_configure,

@@ -68,7 +68,10 @@ class EmbeddedPostgres:
         if self._running_uri(DATABASE_NAME) is None:
             self.pgdata.parent.mkdir(parents=True, exist_ok=True)
             # cleanup_mode=None: the server outlives this process; `services down` stops it.
-            pgserver.get_server(self.pgdata, cleanup_mode=None)
+            server = pgserver.get_server(self.pgdata, cleanup_mode=None)
+            # get_server hands back its cached handle when this process started the server
+            # before: after a stop, that handle has to start it again.
+            server.ensure_postgres_running()
         admin = self._running_uri("postgres")
         if admin is None:
             raise ServiceUnavailable(f"embedded Postgres did not start; see {self.pgdata / 'log'}")

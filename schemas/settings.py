@@ -36,6 +36,9 @@ class Settings(BaseSettings):
         0, ge=0, le=65535, description="Port of the embedded Redis on 127.0.0.1; 0 picks a free one once."
     )
     db_pool_size: int = Field(4, ge=1, description="Postgres connections per process.")
+    db_timeout_s: float = Field(
+        30.0, gt=0, description="How long to wait for a Postgres connection before the work is retried."
+    )
 
     # --- events stream & ingest -----------------------------------------------------------
     stream_key: str = Field("chatmem:events", description="Redis stream that bots publish events to.")

@@ -120,3 +120,27 @@ def test_a_retried_facts_job_writes_nothing_twice(container):
     ]
     assert len(container.mem0.memory.get_all(filters={"user_id": "zoe"})["results"]) == 1
     assert len(facts(container, "zoe", history=True)) == 1
+
+
+def test_postgres_briefly_unavailable_is_retried_without_duplicates(settings_factory, embedded):
+    from adapters.bootstrap import TRANSIENT_ERRORS, Container
+    from adapters.services import ServiceUrls
+
+    s = settings_factory(db_timeout_s=2)
+    c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
+    d = Driver(c)
+    d.publish([say("t", "kim", 1, "I live in Oslo. I prefer trains.", 0), command("t", "close_episode", 1, 1, "kim")])
+    d.advance("t")
+    d.run_jobs()
+    c.mem0  # noqa: B018 - built while Postgres is up, as in a running worker
+    embedded["pg"].stop()
+    try:
+        with pytest.raises(TRANSIENT_ERRORS):  # what makes the facts task retry with backoff
+            write_episode_facts(c.fact_store, c.mem0, thread_id="t", generation=1, episode_id="t#1")
+    finally:
+        embedded["pg"].start()
+    assert write_episode_facts(c.fact_store, c.mem0, thread_id="t", generation=1, episode_id="t#1") == {"insert": 2}
+    assert write_episode_facts(c.fact_store, c.mem0, thread_id="t", generation=1, episode_id="t#1")["duplicate"]
+    assert sorted(f[2] for f in facts(c, "kim", history=True)) == ["Oslo", "trains"]
+    assert len(c.mem0.memory.get_all(filters={"user_id": "kim"})["results"]) == 2
+    c.close()
