@@ -17,6 +17,7 @@ def test_scripted_conversation_through_real_workers(container):
         spawn(s, "worker", "--queues", "segment", "--concurrency", "2"),
         spawn(s, "worker", "--queues", "segment", "--concurrency", "1"),
         spawn(s, "worker", "--queues", "summarize", "--concurrency", "1"),
+        spawn(s, "worker", "--queues", "facts", "--concurrency", "1"),
     ]
     try:
         with Publisher.from_settings(s) as pub:
@@ -24,6 +25,8 @@ def test_scripted_conversation_through_real_workers(container):
                 pub.publish_nowait(event)
         finals = lambda: scalar(container, "SELECT count(*) FROM summaries WHERE kind = 'final'") == 3  # noqa: E731
         assert wait_for(finals, timeout=180), stop(procs[1])[-3000:]
+        facts_done = lambda: scalar(container, "SELECT count(*) FROM fact_ledger") == 3  # noqa: E731
+        assert wait_for(facts_done, timeout=120), stop(procs[4])[-3000:]
     finally:
         outputs = [stop(p) for p in procs]
     with container.pool.connection() as conn:
@@ -33,3 +36,5 @@ def test_scripted_conversation_through_real_workers(container):
     assert [r[1] for r in rows] == [f"script-{i}" for i in range(1, 17)], outputs[1][-2000:]
     assert starts == EXPECTED_STARTS
     assert dup_keys == 0
+    prefs = [f["value"] for f in container.fact_store.user_facts("alex")]
+    assert prefs == ["morning departures"]  # "I prefer morning departures and direct flights ..." in episode 1

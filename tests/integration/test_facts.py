@@ -144,3 +144,34 @@ def test_postgres_briefly_unavailable_is_retried_without_duplicates(settings_fac
     assert sorted(f[2] for f in facts(c, "kim", history=True)) == ["Oslo", "trains"]
     assert len(c.mem0.memory.get_all(filters={"user_id": "kim"})["results"]) == 2
     c.close()
+
+
+def test_replay_replaces_only_that_threads_facts(container):
+    from workers.tasks import replay
+
+    d = Driver(container)
+    d.publish(
+        [
+            say("a", "max", 1, "I live in Porto.", 0),
+            command("a", "close_episode", 1, 1, "max"),
+            say("b", "max", 1, "I work at Globex.", 0),
+            command("b", "close_episode", 1, 1, "max"),
+            say("c", "eva", 1, "I live in Graz.", 0),
+            command("c", "close_episode", 1, 1, "eva"),
+        ]
+    )
+    for t in "abc":
+        d.advance(t)
+    d.run_jobs(with_facts=True)
+    before = {f["key"]: f for f in container.fact_store.user_facts("max")}
+    eva_before = container.fact_store.user_facts("eva")
+    replay(container, "a", container.llm("maintenance"), "replay")
+    after = {f["key"]: f for f in container.fact_store.user_facts("max")}
+    assert after["location"]["value"] == "Porto" and after["location"]["id"] != before["location"]["id"]
+    assert after["employer"] == before["employer"]  # thread b untouched
+    assert container.fact_store.user_facts("eva") == eva_before  # another user untouched
+    history = container.fact_store.user_facts("max", include_history=True)
+    assert [f["archived_reason"] for f in history if not f["is_active"]] == ["replaced"]
+    mem = container.mem0.memory.get_all(filters={"user_id": "max"})["results"]
+    assert sorted(m["memory"] for m in mem) == ["I live in Porto.", "I work at Globex."]
+    assert {m["id"] for m in mem} == {after["location"]["mem0_id"], after["employer"]["mem0_id"]}
