@@ -120,6 +120,11 @@ class PostgresFactStore:
         with self.pool.connection() as conn:
             conn.execute("UPDATE facts SET mem0_id = %s WHERE id = %s", (mem0_id, fact_id))
 
+    def mem0_id_of(self, fact_id: int) -> str | None:
+        with self.pool.connection() as conn:
+            row = conn.execute("SELECT mem0_id FROM facts WHERE id = %s", (fact_id,)).fetchone()
+        return row[0] if row else None
+
     def forget(self, *, user_id: str, text: str, event_id: str) -> list[tuple[int, str | None]]:
         # position(), not LIKE: the text is the user's, and % or _ must not act as wildcards.
         with self.pool.connection() as conn, conn.transaction():

@@ -330,6 +330,17 @@ def bench_pipeline(
     run(_settings(), console, n_messages=messages, n_threads=threads)
 
 
+@bench_app.command("facts")
+def bench_facts(
+    facts: int = typer.Option(10_000, help="facts to write"),
+    users: int = typer.Option(100, help="users they belong to"),
+) -> None:
+    """Facts written per second; mem0 search latency next to a direct pgvector query."""
+    from bench.facts import run
+
+    run(_settings(), console, n_facts=facts, n_users=users)
+
+
 def main() -> None:
     app()
 

@@ -52,6 +52,8 @@ class FactStore(Protocol):
 
     def set_mem0_id(self, fact_id: int, mem0_id: str) -> None: ...
 
+    def mem0_id_of(self, fact_id: int) -> str | None: ...
+
     def forget(self, *, user_id: str, text: str, event_id: str) -> list[tuple[int, str | None]]: ...
 
     def set_command_detail(self, event_id: str, generation: int, detail: str) -> None: ...
@@ -65,6 +67,9 @@ class MemoryStore(Protocol):
     def delete(self, memory_id: str) -> None: ...
 
 
+PENDING = "pending"  # mem0 write begun: a retry must look in mem0 before adding
+
+
 def _mem0_write(
     store: FactStore,
     mem: MemoryStore | None,
@@ -76,15 +81,21 @@ def _mem0_write(
     fact: FactCandidate,
     event_ids: list[str],
 ) -> None:
+    """Make mem0 hold exactly the active value. The intent is recorded in Postgres first, so only a
+    write interrupted by a crash pays for the lookup in mem0."""
     if mem is None:
         return
     for _, old_mem0 in write.replaced:
-        if old_mem0:
+        if old_mem0 and old_mem0 != PENDING:
             mem.delete(old_mem0)  # mem0 holds the current value only; the history is in Postgres
-    if write.fact_id is None or write.action not in ("insert", "replace"):
+    if write.fact_id is None or write.action == "keep_old":
         return
-    ids = mem.find(user_id=user_id, fact_id=write.fact_id)  # written before a crash?
+    state = store.mem0_id_of(write.fact_id)
+    if state and state != PENDING:
+        return  # already in mem0
+    ids = mem.find(user_id=user_id, fact_id=write.fact_id) if state == PENDING else []
     if not ids:
+        store.set_mem0_id(write.fact_id, PENDING)
         ids = mem.add(
             fact.text,
             user_id=user_id,

@@ -110,9 +110,11 @@ def test_a_retried_facts_job_writes_nothing_twice(container):
     d.run_jobs()  # the final summary
     first = write_episode_facts(container.fact_store, container.mem0, thread_id="t", generation=1, episode_id="t#1")
     assert first == {"insert": 1}
-    # A crash after the mem0 write, before the ledger entry: the retry must find mem0's copy.
+    # A crash after the mem0 write, before its id and the ledger entry were recorded: the retry
+    # must find mem0's copy instead of adding a second one.
     with container.pool.connection() as conn:
         conn.execute("DELETE FROM fact_ledger")
+        conn.execute("UPDATE facts SET mem0_id = 'pending'")
     again = write_episode_facts(container.fact_store, container.mem0, thread_id="t", generation=1, episode_id="t#1")
     assert again == {"same": 1}
     assert write_episode_facts(container.fact_store, container.mem0, thread_id="t", generation=1, episode_id="t#1")[
@@ -120,6 +122,14 @@ def test_a_retried_facts_job_writes_nothing_twice(container):
     ]
     assert len(container.mem0.memory.get_all(filters={"user_id": "zoe"})["results"]) == 1
     assert len(facts(container, "zoe", history=True)) == 1
+    # A crash after the Postgres commit, before mem0 was written at all: the retry writes it.
+    with container.pool.connection() as conn:
+        mem0_id = conn.execute("SELECT mem0_id FROM facts").fetchone()[0]
+        conn.execute("DELETE FROM fact_ledger")
+        conn.execute("UPDATE facts SET mem0_id = NULL")
+    container.mem0.delete(mem0_id)
+    write_episode_facts(container.fact_store, container.mem0, thread_id="t", generation=1, episode_id="t#1")
+    assert len(container.mem0.memory.get_all(filters={"user_id": "zoe"})["results"]) == 1
 
 
 def test_postgres_briefly_unavailable_is_retried_without_duplicates(settings_factory, embedded):
