@@ -19,7 +19,7 @@ from rich.table import Table
 
 from adapters.mem0_store import COLLECTION
 from bench.ingest import scratch
-from memory.fact_jobs import _mem0_write
+from memory.fact_jobs import store_fact
 from memory.facts import extract
 from schemas.settings import Settings
 
@@ -76,7 +76,9 @@ def run(
             user = f"bench-user-{u}"
             for text in texts:
                 fact = extract(text)[0]
-                write = store.apply_fact(
+                store_fact(
+                    store,
+                    mem,
                     user_id=user,
                     thread_id=f"bench-{u}",
                     generation=1,
@@ -84,9 +86,6 @@ def run(
                     fact=fact,
                     event_ids=[],
                     source="extracted",
-                )
-                _mem0_write(
-                    store, mem, write, user_id=user, thread_id=f"bench-{u}", episode_id=None, fact=fact, event_ids=[]
                 )
                 written += 1
         write_rate = written / (time.perf_counter() - t0)

@@ -5,6 +5,7 @@ mem0 write is checked against mem0 itself (by the fact's id in its metadata) bef
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -113,6 +114,34 @@ def _mem0_write(
         store.set_mem0_id(write.fact_id, ids[0])
 
 
+def store_fact(
+    store: FactStore,
+    mem: MemoryStore | None,
+    *,
+    user_id: str,
+    thread_id: str,
+    generation: int,
+    episode_id: str | None,
+    fact: FactCandidate,
+    event_ids: list[str],
+    source: str,
+) -> FactWrite:
+    """Settle the fact in Postgres, then make mem0 match."""
+    write = store.apply_fact(
+        user_id=user_id,
+        thread_id=thread_id,
+        generation=generation,
+        episode_id=episode_id,
+        fact=fact,
+        event_ids=event_ids,
+        source=source,
+    )
+    _mem0_write(
+        store, mem, write, user_id=user_id, thread_id=thread_id, episode_id=episode_id, fact=fact, event_ids=event_ids
+    )
+    return write
+
+
 def write_episode_facts(
     store: FactStore, mem: MemoryStore | None, *, thread_id: str, generation: int, episode_id: str
 ) -> dict:
@@ -131,7 +160,8 @@ def write_episode_facts(
                 found.append((line.user_id, [line.event_id], fact))
     # Candidates from the final summary (an LLM's, when one is configured) count when a rule
     # recognises them; they belong to the episode's main speaker.
-    main_user = max({ln.user_id for ln in lines}, key=[ln.user_id for ln in lines].count) if lines else None
+    speakers = [ln.user_id for ln in lines]
+    main_user = max(set(speakers), key=speakers.count) if speakers else None
     for sentence in store.final_facts_candidates(generation, episode_id) if main_user else []:
         for fact in extract(sentence):
             if (main_user, fact.category, fact.key) not in seen:
@@ -139,7 +169,9 @@ def write_episode_facts(
                 found.append((main_user, [], fact))  # type: ignore[arg-type]
     outcome: dict[str, int] = {}
     for user_id, event_ids, fact in found:
-        write = store.apply_fact(
+        write = store_fact(
+            store,
+            mem,
             user_id=user_id,
             thread_id=thread_id,
             generation=generation,
@@ -148,19 +180,19 @@ def write_episode_facts(
             event_ids=event_ids,
             source="extracted",
         )
-        _mem0_write(
-            store,
-            mem,
-            write,
-            user_id=user_id,
-            thread_id=thread_id,
-            episode_id=episode_id,
-            fact=fact,
-            event_ids=event_ids,
-        )
         outcome[write.action] = outcome.get(write.action, 0) + 1
     store.ledger_put(op, outcome)
     return outcome
+
+
+def _command_once(store: FactStore, op: str, event_id: str, generation: int, work: Callable[[], dict]) -> str:
+    """Run a remember / forget once: a retried job returns the recorded outcome."""
+    if (done := store.ledger_get(op)) is not None:
+        return str(done.get("detail"))
+    result = work()
+    store.set_command_detail(event_id, generation, result["detail"])
+    store.ledger_put(op, result)
+    return result["detail"]
 
 
 def remember(
@@ -173,14 +205,13 @@ def remember(
     user_id: str,
     text: str,
 ) -> str:
-    op = f"{event_id}:g{generation}:remember"
-    if (done := store.ledger_get(op)) is not None:
-        return str(done.get("detail"))
-    if not text.strip():
-        detail = "remember: nothing to remember (args.text is empty)"
-    else:
+    def work() -> dict:
+        if not text.strip():
+            return {"detail": "remember: nothing to remember (args.text is empty)"}
         fact = from_remember(text)
-        write = store.apply_fact(
+        write = store_fact(
+            store,
+            mem,
             user_id=user_id,
             thread_id=thread_id,
             generation=generation,
@@ -189,13 +220,9 @@ def remember(
             event_ids=[event_id],
             source="remember",
         )
-        _mem0_write(
-            store, mem, write, user_id=user_id, thread_id=thread_id, episode_id=None, fact=fact, event_ids=[event_id]
-        )
-        detail = f"remember: {fact.category}/{fact.key} = {fact.value!r} ({write.action})"
-    store.set_command_detail(event_id, generation, detail)
-    store.ledger_put(op, {"detail": detail})
-    return detail
+        return {"detail": f"remember: {fact.category}/{fact.key} = {fact.value!r} ({write.action})"}
+
+    return _command_once(store, f"{event_id}:g{generation}:remember", event_id, generation, work)
 
 
 def forget(
@@ -208,14 +235,12 @@ def forget(
     user_id: str,
     text: str,
 ) -> str:
-    op = f"{event_id}:g{generation}:forget"
-    if (done := store.ledger_get(op)) is not None:
-        return str(done.get("detail"))
-    archived = store.forget(user_id=user_id, text=text, event_id=event_id) if text.strip() else []
-    for _, mem0_id in archived:
-        if mem is not None and mem0_id:
-            mem.delete(mem0_id)
-    detail = f"forget: archived {len(archived)} fact(s)" if archived else "forget: nothing matched"
-    store.set_command_detail(event_id, generation, detail)
-    store.ledger_put(op, {"detail": detail, "fact_ids": [f for f, _ in archived]})
-    return detail
+    def work() -> dict:
+        archived = store.forget(user_id=user_id, text=text, event_id=event_id) if text.strip() else []
+        for _, mem0_id in archived:
+            if mem is not None and mem0_id and mem0_id != PENDING:
+                mem.delete(mem0_id)
+        detail = f"forget: archived {len(archived)} fact(s)" if archived else "forget: nothing matched"
+        return {"detail": detail, "fact_ids": [f for f, _ in archived]}
+
+    return _command_once(store, f"{event_id}:g{generation}:forget", event_id, generation, work)
