@@ -35,19 +35,11 @@ class PostgresFactStore:
     def episode_user_lines(self, thread_id: str, generation: int, episode_id: str) -> list[UserLine]:
         with self.pool.connection() as conn:
             rows = conn.execute(
-                """SELECT event_id, user_id, text FROM messages WHERE thread_id = %s AND generation = %s
+                """SELECT seq, event_id, user_id, text FROM messages WHERE thread_id = %s AND generation = %s
                    AND episode_id = %s AND role = 'user' ORDER BY seq""",
                 (thread_id, generation, episode_id),
             ).fetchall()
         return [UserLine(*r) for r in rows]
-
-    def final_facts_candidates(self, generation: int, episode_id: str) -> list[str]:
-        with self.pool.connection() as conn:
-            row = conn.execute(
-                "SELECT content->'facts_candidates' FROM summaries WHERE generation = %s AND summary_key = %s",
-                (generation, f"{episode_id}:final"),
-            ).fetchone()
-        return list(row[0] or []) if row else []
 
     def apply_fact(
         self,

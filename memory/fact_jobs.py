@@ -9,7 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from memory.facts import FactCandidate, extract, from_remember
+from memory import prompts
+from memory.facts import FactCandidate, from_remember, normalise_key
+from memory.ports import LLM
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +25,7 @@ class FactWrite:
 
 @dataclass(frozen=True)
 class UserLine:
+    seq: int
     event_id: str
     user_id: str
     text: str
@@ -36,8 +39,6 @@ class FactStore(Protocol):
     def generation_active(self, thread_id: str, generation: int) -> bool: ...
 
     def episode_user_lines(self, thread_id: str, generation: int, episode_id: str) -> list[UserLine]: ...
-
-    def final_facts_candidates(self, generation: int, episode_id: str) -> list[str]: ...
 
     def apply_fact(
         self,
@@ -143,41 +144,41 @@ def store_fact(
 
 
 def write_episode_facts(
-    store: FactStore, mem: MemoryStore | None, *, thread_id: str, generation: int, episode_id: str
+    store: FactStore, mem: MemoryStore | None, llm: LLM, *, thread_id: str, generation: int, episode_id: str
 ) -> dict:
+    """The facts the user stated in a closed episode, extracted through the LLM port: patterns
+    on the offline provider, the model when one is configured; both answer in one schema."""
     op = f"{episode_id}:g{generation}:facts"
     if (done := store.ledger_get(op)) is not None:
         return {**done, "duplicate": True}
     if not store.generation_active(thread_id, generation):
         return {"stale": True}
-    lines = store.episode_user_lines(thread_id, generation, episode_id)
-    found: list[tuple[str, list[str], FactCandidate]] = []
-    seen: set[tuple[str, str, str]] = set()
-    for line in lines:
-        for fact in extract(line.text):
-            if (line.user_id, fact.category, fact.key) not in seen:
-                seen.add((line.user_id, fact.category, fact.key))
-                found.append((line.user_id, [line.event_id], fact))
-    # Candidates from the final summary (an LLM's, when one is configured) count when a rule
-    # recognises them; they belong to the episode's main speaker.
-    speakers = [ln.user_id for ln in lines]
-    main_user = max(set(speakers), key=speakers.count) if speakers else None
-    for sentence in store.final_facts_candidates(generation, episode_id) if main_user else []:
-        for fact in extract(sentence):
-            if (main_user, fact.category, fact.key) not in seen:
-                seen.add((main_user, fact.category, fact.key))  # type: ignore[arg-type]
-                found.append((main_user, [], fact))  # type: ignore[arg-type]
+    lines = {ln.seq: ln for ln in store.episode_user_lines(thread_id, generation, episode_id)}
+    if not lines:
+        store.ledger_put(op, {})
+        return {}
+    result = llm.complete(
+        prompts.extract_facts([prompts.Line(seq=s, role="user", text=ln.text) for s, ln in lines.items()]),
+        prompts.FactList,
+    )
     outcome: dict[str, int] = {}
-    for user_id, event_ids, fact in found:
+    seen: set[tuple[str, str, str]] = set()
+    for item in result.facts:
+        line = lines.get(item.seq)
+        key = normalise_key(item.key, 6) if item.key != "name" else "name"
+        if line is None or not key or not item.value.strip() or (line.user_id, item.category, key) in seen:
+            continue  # a fact the model attributed to no user message of this episode
+        seen.add((line.user_id, item.category, key))
+        fact = FactCandidate(item.category, key, item.value.strip(), item.confidence, item.importance, item.text)
         write = store_fact(
             store,
             mem,
-            user_id=user_id,
+            user_id=line.user_id,
             thread_id=thread_id,
             generation=generation,
             episode_id=episode_id,
             fact=fact,
-            event_ids=event_ids,
+            event_ids=[line.event_id],
             source="extracted",
         )
         outcome[write.action] = outcome.get(write.action, 0) + 1

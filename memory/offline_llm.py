@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from memory.ports import Embedder
-from memory.prompts import FinalSummary, Line, Prompt, RollupSummary, RunningSummary
+from memory.prompts import FactItem, FactList, FinalSummary, Line, Prompt, RollupSummary, RunningSummary
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -119,6 +119,25 @@ class OfflineLLM:
             ),
             open_questions=unanswered_questions(lines),
         )
+
+    def _extract_facts(self, data: dict) -> FactList:
+        from memory.facts import extract
+
+        items = []
+        for m in data["messages"]:
+            for f in extract(m["text"]):
+                items.append(
+                    FactItem(
+                        seq=m["seq"],
+                        category=f.category,
+                        key=f.key,
+                        value=f.value,
+                        confidence=f.confidence,
+                        importance=f.importance,
+                        text=f.text,
+                    )
+                )
+        return FactList(facts=items)
 
     def _rollup_summary(self, data: dict) -> RollupSummary:
         texts = [t for t in data["summaries"] if t]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -32,6 +32,20 @@ class FinalSummary(BaseModel):
     entities: list[str] = Field(default_factory=list)
     artifacts: list[str] = Field(default_factory=list)
     open_questions: list[str] = Field(default_factory=list)
+
+
+class FactItem(BaseModel):
+    seq: int = Field(description="the message the fact was stated in")
+    category: Literal["identity", "preference", "constraint", "instruction", "decision"]
+    key: str = Field(description="what the fact is about, a few lowercase words, e.g. 'name', 'allergy peanuts'")
+    value: str
+    confidence: float = Field(ge=0, le=1)
+    importance: float = Field(ge=0, le=1)
+    text: str = Field(description="the sentence it was stated in")
+
+
+class FactList(BaseModel):
+    facts: list[FactItem] = Field(default_factory=list)
 
 
 class RollupSummary(BaseModel):
@@ -87,6 +101,19 @@ def final_summary(lines: list[Line]) -> Prompt:
         "no greetings or small talk), named entities, shared files and open questions.",
         input={"messages": [ln.model_dump() for ln in lines]},
         response_model=FinalSummary,
+    )
+
+
+def extract_facts(lines: list[Line]) -> Prompt:
+    return Prompt(
+        name="extract_facts",
+        version="facts-v1",
+        system=_STYLE + " From the user's messages, list durable facts about the user: identity (name, location, "
+        "employer, occupation), preferences, constraints (allergies, things they never do), instructions to the "
+        "assistant, and decisions. Skip greetings, small talk, questions and anything said with doubt. Give each "
+        "fact the seq of its message, a short stable key, and a confidence (how explicitly it was stated).",
+        input={"messages": [ln.model_dump() for ln in lines]},
+        response_model=FactList,
     )
 
 

@@ -88,7 +88,12 @@ def episode_facts(self: Task, thread_id: str, generation: int, episode_id: str) 
     thread_id = _checked(thread_id)
     c = container(self)
     return write_episode_facts(
-        c.fact_store, c.mem0, thread_id=thread_id, generation=int(generation), episode_id=str(episode_id)
+        c.fact_store,
+        c.mem0,
+        c.llm("facts"),
+        thread_id=thread_id,
+        generation=int(generation),
+        episode_id=str(episode_id),
     )
 
 
@@ -107,7 +112,9 @@ def run_job_inline(c: Container, llm, thread_id: str, generation: int, job: Job)
         c.projections, llm, job, thread_id, generation, fanin=c.settings.rollup_fanin, keep=c.settings.rollup_keep
     )
     if job.kind == "final" and outcome in ("saved", "duplicate"):
-        write_episode_facts(c.fact_store, c.mem0, thread_id=thread_id, generation=generation, episode_id=job.episode_id)
+        write_episode_facts(
+            c.fact_store, c.mem0, llm, thread_id=thread_id, generation=generation, episode_id=job.episode_id
+        )
 
 
 def replay(c: Container, thread_id: str, llm, owner: str):  # noqa: ANN001, ANN201

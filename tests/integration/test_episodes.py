@@ -134,7 +134,7 @@ def test_replay_reproduces_the_same_episodes_and_summaries(settings_factory):
     d = Driver(container)
     d.publish(script_events())
     d.advance("script")
-    d.run_jobs()
+    d.run_jobs(with_facts=True)  # everything live processing does, facts included
     llm = container.llm("maintenance")
     r = replay(container, "script", llm, "replay")
     assert r.generation == 2 and r.events == 16

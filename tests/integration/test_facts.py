@@ -108,18 +108,22 @@ def test_a_retried_facts_job_writes_nothing_twice(container):
     d.publish([say("t", "zoe", 1, "I work at Acme Robotics.", 0), command("t", "close_episode", 1, 1, "zoe")])
     d.advance("t")
     d.run_jobs()  # the final summary
-    first = write_episode_facts(container.fact_store, container.mem0, thread_id="t", generation=1, episode_id="t#1")
+    first = write_episode_facts(
+        container.fact_store, container.mem0, container.llm("facts"), thread_id="t", generation=1, episode_id="t#1"
+    )
     assert first == {"insert": 1}
     # A crash after the mem0 write, before its id and the ledger entry were recorded: the retry
     # must find mem0's copy instead of adding a second one.
     with container.pool.connection() as conn:
         conn.execute("DELETE FROM fact_ledger")
         conn.execute("UPDATE facts SET mem0_id = 'pending'")
-    again = write_episode_facts(container.fact_store, container.mem0, thread_id="t", generation=1, episode_id="t#1")
+    again = write_episode_facts(
+        container.fact_store, container.mem0, container.llm("facts"), thread_id="t", generation=1, episode_id="t#1"
+    )
     assert again == {"same": 1}
-    assert write_episode_facts(container.fact_store, container.mem0, thread_id="t", generation=1, episode_id="t#1")[
-        "duplicate"
-    ]
+    assert write_episode_facts(
+        container.fact_store, container.mem0, container.llm("facts"), thread_id="t", generation=1, episode_id="t#1"
+    )["duplicate"]
     assert len(container.mem0.memory.get_all(filters={"user_id": "zoe"})["results"]) == 1
     assert len(facts(container, "zoe", history=True)) == 1
     # A crash after the Postgres commit, before mem0 was written at all: the retry writes it.
@@ -128,7 +132,9 @@ def test_a_retried_facts_job_writes_nothing_twice(container):
         conn.execute("DELETE FROM fact_ledger")
         conn.execute("UPDATE facts SET mem0_id = NULL")
     container.mem0.delete(mem0_id)
-    write_episode_facts(container.fact_store, container.mem0, thread_id="t", generation=1, episode_id="t#1")
+    write_episode_facts(
+        container.fact_store, container.mem0, container.llm("facts"), thread_id="t", generation=1, episode_id="t#1"
+    )
     assert len(container.mem0.memory.get_all(filters={"user_id": "zoe"})["results"]) == 1
 
 
@@ -146,11 +152,15 @@ def test_postgres_briefly_unavailable_is_retried_without_duplicates(settings_fac
     embedded["pg"].stop()
     try:
         with pytest.raises(TRANSIENT_ERRORS):  # what makes the facts task retry with backoff
-            write_episode_facts(c.fact_store, c.mem0, thread_id="t", generation=1, episode_id="t#1")
+            write_episode_facts(c.fact_store, c.mem0, c.llm("facts"), thread_id="t", generation=1, episode_id="t#1")
     finally:
         embedded["pg"].start()
-    assert write_episode_facts(c.fact_store, c.mem0, thread_id="t", generation=1, episode_id="t#1") == {"insert": 2}
-    assert write_episode_facts(c.fact_store, c.mem0, thread_id="t", generation=1, episode_id="t#1")["duplicate"]
+    assert write_episode_facts(c.fact_store, c.mem0, c.llm("facts"), thread_id="t", generation=1, episode_id="t#1") == {
+        "insert": 2
+    }
+    assert write_episode_facts(c.fact_store, c.mem0, c.llm("facts"), thread_id="t", generation=1, episode_id="t#1")[
+        "duplicate"
+    ]
     assert sorted(f[2] for f in facts(c, "kim", history=True)) == ["Oslo", "trains"]
     assert len(c.mem0.memory.get_all(filters={"user_id": "kim"})["results"]) == 2
     c.close()
@@ -185,3 +195,49 @@ def test_replay_replaces_only_that_threads_facts(container):
     mem = container.mem0.memory.get_all(filters={"user_id": "max"})["results"]
     assert sorted(m["memory"] for m in mem) == ["I live in Porto.", "I work at Globex."]
     assert {m["id"] for m in mem} == {after["location"]["mem0_id"], after["employer"]["mem0_id"]}
+
+
+def test_with_an_llm_configured_extraction_is_the_models_in_the_same_schema(container):
+    from memory.prompts import FactItem, FactList
+
+    class ModelLike:
+        """Stands in for an OpenAI-compatible model (what the unit tests check against HTTP)."""
+
+        model = "model-like"
+
+        def complete(self, prompt, response_model):
+            assert prompt.name == "extract_facts" and response_model is FactList
+            (line,) = prompt.input["messages"]
+            return FactList(
+                facts=[
+                    FactItem(
+                        seq=line["seq"],
+                        category="preference",
+                        key="diet",
+                        value="vegan",
+                        confidence=0.9,
+                        importance=0.8,
+                        text=line["text"],
+                    ),
+                    FactItem(
+                        seq=999,
+                        category="identity",
+                        key="name",
+                        value="Ghost",
+                        confidence=1,
+                        importance=1,
+                        text="not in this episode",
+                    ),
+                ]
+            )
+
+    d = Driver(container)
+    d.publish([say("t", "lea", 1, "No animal products for me, ever.", 0), command("t", "close_episode", 1, 1, "lea")])
+    d.advance("t")
+    d.run_jobs()
+    out = write_episode_facts(
+        container.fact_store, container.mem0, ModelLike(), thread_id="t", generation=1, episode_id="t#1"
+    )
+    assert out == {"insert": 1}  # the fact attributed to no message of the episode is dropped
+    assert facts(container, "lea") == [("preference", "diet", "vegan", True, None)]
+    assert [h["memory"] for h in container.mem0.search("diet", user_id="lea")] == ["No animal products for me, ever."]
