@@ -7,6 +7,7 @@ process finds them through their files under data_dir."""
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import subprocess
 import time
@@ -180,8 +181,6 @@ class EmbeddedRedis:
 
 
 def _is_root() -> bool:
-    import os
-
     return os.geteuid() == 0
 
 

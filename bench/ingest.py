@@ -7,13 +7,16 @@ database number, both removed at the end, so the real event log is never touched
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg
 import redis
@@ -54,12 +57,17 @@ def scratch(settings: Settings):
         migrate.migrate(db_url)
         redis_url = urls.redis_url.rsplit("/", 1)[0] + f"/{BENCH_REDIS_DB}"
         redis.Redis.from_url(redis_url).flushdb()
-        bench_settings = settings.model_copy(update={"database_url": db_url, "redis_url": redis_url})
+        # Its own data folder too (spool, mem0's history): nothing of a benchmark stays behind.
+        data_dir = Path(tempfile.mkdtemp(prefix="chatmem-bench-"))
+        bench_settings = settings.model_copy(
+            update={"database_url": db_url, "redis_url": redis_url, "data_dir": data_dir, "spool_dir": None}
+        )
         c = Container(bench_settings, services.ServiceUrls(db_url, redis_url, False, False))
         try:
             yield c
         finally:
             c.close()
+            shutil.rmtree(data_dir, ignore_errors=True)
             redis.Redis.from_url(redis_url).flushdb()
             with psycopg.connect(admin, autocommit=True) as conn:
                 conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
