@@ -99,13 +99,16 @@ class CachedEmbedder:
             for h, t in zip(hashes, texts, strict=True):
                 first_text.setdefault(h, t)
             vectors = self.inner.embed([first_text[h] for h in missing])
+            from adapters.postgres import bulk_insert
+
             with self.pool.connection() as conn, conn.transaction():
-                with conn.cursor() as cur:
-                    cur.executemany(
-                        "INSERT INTO embedding_cache (model, text_hash, vector) VALUES (%s, %s, %s)"
-                        " ON CONFLICT DO NOTHING",
-                        [(self.model, h, v) for h, v in zip(missing, vectors, strict=True)],
-                    )
+                bulk_insert(
+                    conn,
+                    "embedding_cache",
+                    ("model", "text_hash", "vector"),
+                    ("text", "bytea", "vector"),
+                    ((self.model, h, v) for h, v in zip(missing, vectors, strict=True)),
+                )
             found.update(zip(missing, vectors, strict=True))
         for i, h in enumerate(hashes):
             out[i] = found[h]

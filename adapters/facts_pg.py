@@ -66,7 +66,17 @@ class PostgresFactStore:
                    WHERE user_id = %s AND category = %s AND key = %s AND is_active FOR UPDATE""",
                 (user_id, fact.category, fact.key),
             ).fetchone()
-            if active is not None and active[3] == thread_id and active[4] < generation:
+            rebuilt = active is not None and active[3] == thread_id and active[4] < generation
+            if rebuilt and active[1].lower() == fact.value.lower():
+                # Re-derived unchanged by a rebuild: the row (and its mem0 entry) moves to the new
+                # generation instead of being churned.
+                conn.execute(
+                    """UPDATE facts SET generation = %s, episode_id = %s, source_event_ids = %s, text = %s
+                       WHERE id = %s""",
+                    (generation, episode_id, event_ids, fact.text, active[0]),
+                )
+                return FactWrite("same", active[0], [])
+            if rebuilt:
                 decision_action = "replace"  # a rebuild of this thread supersedes its old generation
             else:
                 decision = resolve(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import psycopg
 from psycopg.rows import dict_row
@@ -43,6 +43,21 @@ def _configure(conn: psycopg.Connection) -> None:
     if conn.execute("SELECT 1 FROM pg_type WHERE typname = 'vector'").fetchone():
         register_vector(conn)
     conn.commit()
+
+
+def bulk_insert(
+    conn: psycopg.Connection, table: str, columns: Sequence[str], types: Sequence[str], rows: Iterable[Sequence[object]]
+) -> int:
+    """Insert rows, skipping conflicts, in three round trips: binary COPY into a staging table
+    that lives for the transaction, then one INSERT ... SELECT. Table and columns are ours."""
+    stage = f"_stage_{table}"
+    cols = ", ".join(columns)
+    conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
+    with conn.cursor() as cur, cur.copy(f"COPY {stage} ({cols}) FROM STDIN WITH (FORMAT BINARY)") as copy:
+        copy.set_types(list(types))
+        for row in rows:
+            copy.write_row(row)
+    return conn.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage} ON CONFLICT DO NOTHING").rowcount
 
 
 def make_pool(database_url: str, size: int, name: str = "chatmem", timeout_s: float = 30.0) -> ConnectionPool:

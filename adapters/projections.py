@@ -13,12 +13,42 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from adapters.postgres import bulk_insert
 from memory.episodes import Job, OpenEpisode, Plan, ThreadContext
 from memory.ports import LeaseLost
 from memory.prompts import Line
 from memory.segmentation import SegmenterState
 from memory.summaries import LevelItem, StaleGeneration, SummaryRecord
 from schemas.records import ThreadLease
+
+_MESSAGE_COLUMNS = (
+    "thread_id",
+    "generation",
+    "seq",
+    "event_id",
+    "stream_pos",
+    "episode_id",
+    "user_id",
+    "role",
+    "text",
+    "platform_message_id",
+    "occurred_at",
+    "embedding",
+)
+_MESSAGE_TYPES = (
+    "text",
+    "int4",
+    "int4",
+    "text",
+    "int8",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "timestamptz",
+    "vector",
+)
 
 
 def _episode_json(ep: OpenEpisode | None) -> Jsonb | None:
@@ -118,29 +148,29 @@ class PostgresProjections:
                 (ep.episode_id, gen, tid, ep.ordinal, ep.start_seq, ep.opened_by, ep.started_at),
             )
         if plan.messages:
-            with conn.cursor() as cur:
-                cur.executemany(
-                    """INSERT INTO messages (thread_id, generation, seq, event_id, stream_pos, episode_id, user_id,
-                                             role, text, platform_message_id, occurred_at, embedding)
-                       VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING""",
-                    [
-                        (
-                            tid,
-                            gen,
-                            m.seq,
-                            m.event_id,
-                            m.stream_pos,
-                            m.episode_id,
-                            m.user_id,
-                            m.role,
-                            m.text,
-                            m.platform_message_id,
-                            m.occurred_at,
-                            m.embedding,
-                        )
-                        for m in plan.messages
-                    ],
-                )
+            bulk_insert(
+                conn,
+                "messages",
+                _MESSAGE_COLUMNS,
+                _MESSAGE_TYPES,
+                (
+                    (
+                        tid,
+                        gen,
+                        m.seq,
+                        m.event_id,
+                        m.stream_pos,
+                        m.episode_id,
+                        m.user_id,
+                        m.role,
+                        m.text,
+                        m.platform_message_id,
+                        m.occurred_at,
+                        m.embedding,
+                    )
+                    for m in plan.messages
+                ),
+            )
         for mv in plan.moves:
             conn.execute(
                 """UPDATE messages SET episode_id = %s

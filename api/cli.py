@@ -147,7 +147,8 @@ def worker(
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
     c = _container(settings)
-    c.celery.conf.chatmem_preload_model = bool({Queue.SEGMENT, Queue.SUMMARIZE} & set(qs))
+    c.celery.conf.chatmem_preload_model = bool({Queue.SEGMENT, Queue.SUMMARIZE, Queue.FACTS} & set(qs))
+    c.celery.conf.chatmem_preload_mem0 = Queue.FACTS in qs
     # argv for Celery's own worker command; the app (and its settings) are ours.
     c.celery.worker_main(
         [

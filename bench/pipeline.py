@@ -61,17 +61,23 @@ def make_conversation(n_messages: int, n_threads: int, seed: int = 7) -> list[Me
 
 
 def _wait_until_settled(c, n_messages: int, t0: float, limit_s: float = 900) -> float:  # noqa: ANN001
-    """Seconds until every message is applied and the summary work has drained (the summarize
-    queue is empty and the summary count stopped changing)."""
+    """Seconds until every message is applied and the summary and facts work has drained (their
+    queues are empty, every closed episode has its facts, and nothing changed for a second)."""
     last, last_change = -1, time.perf_counter()
     while time.perf_counter() - t0 < limit_s:
         time.sleep(0.1)
         with c.pool.connection() as conn:
             applied = conn.execute("SELECT coalesce(sum(message_count), 0) FROM threads").fetchone()[0]
-            count = conn.execute("SELECT count(*) FROM summaries").fetchone()[0]
+            count = conn.execute("SELECT (SELECT count(*) FROM summaries) + (SELECT count(*) FROM facts)").fetchone()[0]
+            facts_missing = conn.execute(
+                """SELECT count(*) FROM episodes e WHERE e.status = 'closed' AND NOT EXISTS (
+                       SELECT 1 FROM fact_ledger l WHERE l.op_key = e.episode_id || ':g' || e.generation || ':facts')"""
+            ).fetchone()[0]
         if count != last:
             last, last_change = count, time.perf_counter()
-        if applied >= n_messages and queue_depths(c)["summarize"] == 0 and time.perf_counter() - last_change > 1.0:
+        depths = queue_depths(c)
+        idle = depths["summarize"] == 0 and depths["facts"] == 0 and facts_missing == 0
+        if applied >= n_messages and idle and time.perf_counter() - last_change > 1.0:
             return last_change - t0
     raise TimeoutError("the pipeline did not settle")
 
@@ -95,10 +101,11 @@ def run(settings: Settings, console: Console, *, n_messages: int = 2000, n_threa
                 ("ingest",),
                 ("worker", "--queues", "segment", "--concurrency", "1"),
                 ("worker", "--queues", "summarize", "--concurrency", "1"),
+                ("worker", "--queues", "facts", "--concurrency", "1"),
             )
         ]
         try:
-            time.sleep(8)  # let the workers load the model: start-up is not throughput
+            time.sleep(15)  # let the workers load the model and mem0: start-up is not throughput
             t0 = time.perf_counter()
             with Publisher.from_settings(c.settings, c.urls.redis_url) as pub:
                 for e in events:

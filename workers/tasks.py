@@ -30,6 +30,8 @@ def _preload_model(**_: object) -> None:
         c = Container(current_app.conf.chatmem_settings, start_services=False)
         _containers[os.getpid()] = c
         c.embedder.inner.embed(["warm up"])
+        if current_app.conf.get("chatmem_preload_mem0"):
+            c.mem0  # noqa: B018 - importing and configuring mem0 takes seconds: not on the first fact
 
 
 def container(task: Task) -> Container:

@@ -187,11 +187,35 @@ def test_replay_replaces_only_that_threads_facts(container):
     eva_before = container.fact_store.user_facts("eva")
     replay(container, "a", container.llm("maintenance"), "replay")
     after = {f["key"]: f for f in container.fact_store.user_facts("max")}
-    assert after["location"]["value"] == "Porto" and after["location"]["id"] != before["location"]["id"]
+    # re-derived unchanged: the same row and mem0 entry, now belonging to generation 2
+    assert after["location"]["id"] == before["location"]["id"] and after["location"]["value"] == "Porto"
+    with container.pool.connection() as conn:
+        assert conn.execute("SELECT generation FROM facts WHERE id = %s", (after["location"]["id"],)).fetchone()[0] == 2
     assert after["employer"] == before["employer"]  # thread b untouched
     assert container.fact_store.user_facts("eva") == eva_before  # another user untouched
-    history = container.fact_store.user_facts("max", include_history=True)
-    assert [f["archived_reason"] for f in history if not f["is_active"]] == ["replaced"]
+    assert all(f["is_active"] for f in container.fact_store.user_facts("max", include_history=True))
+    # A fact the rebuild no longer derives is retired, in Postgres and in mem0: simulate a rule
+    # change by planting one the log does not support.
+    from memory.fact_jobs import store_fact
+    from memory.facts import FactCandidate
+
+    ghost = FactCandidate("preference", "opera", "opera", 0.8, 0.5, "I love opera.")
+    store_fact(
+        container.fact_store,
+        container.mem0,
+        user_id="max",
+        thread_id="a",
+        generation=2,
+        episode_id="a#1",
+        fact=ghost,
+        event_ids=[],
+        source="extracted",
+    )
+    with container.pool.connection() as conn:
+        conn.execute("UPDATE facts SET generation = 1 WHERE key = 'opera'")
+    replay(container, "a", container.llm("maintenance"), "replay")
+    retired = [f for f in container.fact_store.user_facts("max", include_history=True) if f["key"] == "opera"]
+    assert [(f["is_active"], f["archived_reason"]) for f in retired] == [(False, "rebuilt")]
     mem = container.mem0.memory.get_all(filters={"user_id": "max"})["results"]
     assert sorted(m["memory"] for m in mem) == ["I live in Porto.", "I work at Globex."]
     assert {m["id"] for m in mem} == {after["location"]["mem0_id"], after["employer"]["mem0_id"]}
