@@ -19,6 +19,7 @@ from pathlib import Path
 import psycopg
 import redis
 
+from adapters.procs import pid_alive
 from schemas.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -155,7 +156,7 @@ class EmbeddedRedis:
         port = self._port()
         if port is None or not _port_free(port):
             port = self.requested_port or _free_port()
-        if self.pidfile.exists() and _pid_alive(int(self.pidfile.read_text().strip() or 0)):
+        if self.pidfile.exists() and pid_alive(int(self.pidfile.read_text().strip() or 0)):
             # A server of this folder is alive but did not answer in time: never start a second one.
             raise ServiceUnavailable(f"embedded Redis (pid file {self.pidfile}) is running but not answering")
         self._write_conf(port)
@@ -185,18 +186,6 @@ class EmbeddedRedis:
     def status(self) -> ServiceStatus:
         url = self.url()
         return ServiceStatus("redis", url is not None, url, str(self.dir))
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _is_root() -> bool:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from adapters.procs import pid_alive
 from memory.ports import EventSink
 
 _counter = itertools.count()
@@ -33,16 +34,6 @@ class SpoolAppender:
     def close(self) -> None:
         os.close(self.fd)
         os.replace(self.tmp, self.final)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Spool:
@@ -78,7 +69,7 @@ class Spool:
         for prefix in (".claimed-", ".tmp-"):
             for orphan in self.dir.glob(prefix + "*"):
                 _, pid, original = orphan.name.split("-", 2)
-                if not _pid_alive(int(pid)):
+                if not pid_alive(int(pid)):
                     try:
                         os.replace(orphan, self.dir / original)
                         files.append(self.dir / original)
