@@ -106,8 +106,8 @@ class CachedEmbedder:
                     conn,
                     "embedding_cache",
                     ("model", "text_hash", "vector"),
-                    ("text", "bytea", "vector"),
                     ((self.model, h, v) for h, v in zip(missing, vectors, strict=True)),
+                    types=("text", "bytea", "vector"),
                 )
             found.update(zip(missing, vectors, strict=True))
         for i, h in enumerate(hashes):

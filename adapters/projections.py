@@ -3,11 +3,8 @@ processing state, and the summary store."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
 from datetime import datetime
 
-import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
@@ -152,7 +149,6 @@ class PostgresProjections:
                 conn,
                 "messages",
                 _MESSAGE_COLUMNS,
-                _MESSAGE_TYPES,
                 (
                     (
                         tid,
@@ -170,6 +166,7 @@ class PostgresProjections:
                     )
                     for m in plan.messages
                 ),
+                types=_MESSAGE_TYPES,
             )
         for mv in plan.moves:
             conn.execute(
@@ -355,11 +352,3 @@ class PostgresProjections:
                     (thread_id, generation, level),
                 ).fetchall()
         return [LevelItem(*r) for r in rows]
-
-
-def vectors_by_event(event_ids: Sequence[str], vectors: np.ndarray) -> dict[str, np.ndarray]:
-    return dict(zip(event_ids, vectors, strict=True))
-
-
-def dumps(obj: object) -> str:
-    return json.dumps(obj, ensure_ascii=False, default=str)

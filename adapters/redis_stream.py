@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 import redis
 
 from memory.ports import TransientError
-from schemas.records import StreamEntry, stream_pos
+from schemas.records import StreamEntry, stream_id, stream_pos
 
 EVENT_FIELD = b"event"
 
@@ -84,9 +84,8 @@ class RedisEventStream:
     def trim_below(self, pos: int) -> int:
         if pos <= 1:
             return 0
-        ms, seq = divmod(pos, 1_000_000)
         # Approximate trimming only drops whole nodes below MINID: never an entry above it.
-        return int(self.r.xtrim(self.key, minid=f"{ms}-{seq}", approximate=True))
+        return int(self.r.xtrim(self.key, minid=stream_id(pos), approximate=True))
 
     def length(self) -> int:
         return int(self.r.xlen(self.key))

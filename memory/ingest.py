@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from memory.ports import Doorbell, EventStore, EventStream
 from schemas.events import InvalidEvent, parse_event
@@ -33,7 +33,6 @@ class IngestStats:
     duplicates: int = 0
     dead_lettered: int = 0
     rung: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
 
 
 def validate_entries(
