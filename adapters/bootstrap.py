@@ -170,6 +170,51 @@ class Container:
             llm_model=s.llm_model,
         )
 
+    @cached_property
+    def reader(self):  # noqa: ANN201
+        from adapters.read_pg import PostgresReader
+
+        return PostgresReader(self.pool, self.settings.vector_dim)
+
+    @cached_property
+    def recall(self):  # noqa: ANN201
+        """recall(user_id, query, scope=, limit=, thread_id=) -> RecallResult."""
+        from memory.recall import Recall
+
+        return Recall(self.reader, self.embedder, self.mem0 if self.settings.recall_mem0 else None)
+
+    @cached_property
+    def api_keys(self):  # noqa: ANN201
+        from adapters.api_keys import ApiKeys
+
+        return ApiKeys(self.pool)
+
+    @cached_property
+    def token_counter(self):  # noqa: ANN201
+        from memory.tokens import default_counter
+
+        return default_counter()
+
+    def build_context(self, thread_id: str, user_id: str, query: str | None = None, **kw):  # noqa: ANN003, ANN201
+        """The bundle for one turn of a bot: see memory/context.py."""
+        from memory.context import build_context
+        from schemas.read import Budgets
+
+        s = self.settings
+        kw.setdefault(
+            "budgets",
+            Budgets(
+                total=s.context_max_tokens,
+                system=s.context_budget_system,
+                summaries=s.context_budget_summaries,
+                recent_turns=s.context_budget_recent_turns,
+                snippets=s.context_budget_snippets,
+            ),
+        )
+        return build_context(
+            self.reader, self.recall, self.token_counter, thread_id=thread_id, user_id=user_id, query=query, **kw
+        )
+
     def close(self) -> None:
         if "pool" in self.__dict__:
             self.pool.close()

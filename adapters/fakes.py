@@ -214,3 +214,24 @@ class FakeSink:
         start = len(self.payloads)
         self.payloads.extend(payloads)
         return [f"{start + i + 1}-0" for i in range(len(payloads))]
+
+
+@dataclass
+class FakeContextStore:
+    """The context builder's read port over in-memory threads: members, the snapshot parts
+    and the user's facts."""
+
+    members: dict[str, set[str]] = field(default_factory=dict)  # thread_id -> user ids
+    snapshots: dict = field(default_factory=dict)  # thread_id -> memory.context.ThreadSnapshot
+    facts: dict[str, list] = field(default_factory=dict)  # user_id -> [memory.recall.FactCandidate]
+
+    def readable_threads(self, user_id: str, thread_id: str | None) -> list[str]:
+        ids = [t for t, users in sorted(self.members.items()) if user_id in users]
+        return [t for t in ids if t == thread_id] if thread_id is not None else ids
+
+    def snapshot(self, thread_id: str, recent_limit: int):  # noqa: ANN201
+        snap = self.snapshots[thread_id]
+        return type(snap)(snap.thread_id, snap.generation, snap.running, snap.summaries, snap.recent[:recent_limit])
+
+    def user_facts(self, user_id: str, limit: int) -> list:
+        return self.facts.get(user_id, [])[:limit]

@@ -28,14 +28,39 @@ def _backend(database_url: str) -> Iterator[object]:
         backend.connection.close()  # a lingering session would block CREATE DATABASE ... TEMPLATE
 
 
-def migrate(database_url: str) -> list[str]:
-    """Apply what is not applied yet; return the ids applied now."""
+def migrate(database_url: str, vector_dim: int = 384) -> list[str]:
+    """Apply what is not applied yet, then make sure the vector indexes for the configured
+    embedding size exist; return the migration ids applied now."""
     from yoyo import read_migrations
 
     with _backend(database_url) as backend, backend.lock():
         todo = backend.to_apply(read_migrations(str(MIGRATIONS_DIR)))
         backend.apply_migrations(todo)
-        return [m.id for m in todo]
+    ensure_vector_indexes(database_url, vector_dim)
+    return [m.id for m in todo]
+
+
+VECTOR_TABLES = ("messages", "summaries")
+
+
+def vector_index_name(table: str, dim: int) -> str:
+    return f"{table}_embedding_hnsw_{dim}"
+
+
+def ensure_vector_indexes(database_url: str, dim: int) -> None:
+    """HNSW needs a fixed size, while the columns take any: one partial expression index per
+    table for the configured size (queries repeat the same expression and predicate). A switch
+    of embedding model adds indexes; it never drops another model's."""
+    import psycopg
+
+    dim = int(dim)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for table in VECTOR_TABLES:
+            conn.execute(
+                f"""CREATE INDEX IF NOT EXISTS {vector_index_name(table, dim)} ON {table}
+                    USING hnsw ((embedding::vector({dim})) vector_cosine_ops)
+                    WHERE vector_dims(embedding) = {dim}"""
+            )
 
 
 def pending(database_url: str) -> list[str]:

@@ -72,6 +72,10 @@ def make_pool(database_url: str, size: int, name: str = "chatmem", timeout_s: fl
     return pool
 
 
+def _members(events: Sequence[AcceptedEvent]) -> set[tuple[str, str]]:
+    return {(a.event.thread_id, a.event.user_id) for a in events if a.event.type == "message"}
+
+
 class PostgresStore:
     _KNOWN_THREADS_MAX = 200_000
 
@@ -79,6 +83,7 @@ class PostgresStore:
         self.pool = pool
         # Thread rows are never deleted, so one seen here needs no further upsert.
         self._known_threads: set[str] = set()
+        self._known_members: set[tuple[str, str]] = set()
 
     # --- ingest ---------------------------------------------------------------------------
     def store_batch(self, events: Sequence[AcceptedEvent], dead: Sequence[DeadLetter]) -> StoreResult:
@@ -119,6 +124,13 @@ class PostgresStore:
                         "INSERT INTO threads (thread_id) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING",
                         (sorted(new_threads),),
                     )
+                new_members = _members(events) - self._known_members
+                if new_members:
+                    conn.execute(
+                        """INSERT INTO thread_members (thread_id, user_id)
+                           SELECT * FROM unnest(%s::text[], %s::text[]) ON CONFLICT DO NOTHING""",
+                        ([t for t, _ in sorted(new_members)], [u for _, u in sorted(new_members)]),
+                    )
             if dead:
                 conn.execute(
                     _INSERT_DEAD,
@@ -132,7 +144,9 @@ class PostgresStore:
         if events:
             if len(self._known_threads) > self._KNOWN_THREADS_MAX:
                 self._known_threads.clear()
+                self._known_members.clear()
             self._known_threads.update(a.event.thread_id for a in events)
+            self._known_members.update(_members(events))
         return StoreResult(inserted, len(events) - inserted, len(dead))
 
     def _store_one_by_one(self, events: Sequence[AcceptedEvent], dead: Sequence[DeadLetter]) -> StoreResult:

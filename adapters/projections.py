@@ -336,6 +336,24 @@ class PostgresProjections:
                 )
             return True
 
+    def embed_summaries(self, thread_id: str, embedder, limit: int = 100) -> int:  # noqa: ANN001
+        """Embed this thread's summaries that have no vector yet (the model call outside any
+        transaction; a summary embedded meanwhile by another worker keeps its vector)."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT id, text FROM summaries WHERE thread_id = %s AND embedding IS NULL ORDER BY id LIMIT %s",
+                (thread_id, limit),
+            ).fetchall()
+        if not rows:
+            return 0
+        vectors = embedder.embed([r[1] for r in rows])
+        with self.pool.connection() as conn, conn.cursor() as cur:
+            cur.executemany(
+                "UPDATE summaries SET embedding = %s WHERE id = %s AND embedding IS NULL",
+                [(v, r[0]) for r, v in zip(rows, vectors, strict=True)],
+            )
+        return len(rows)
+
     def level_items(self, thread_id: str, generation: int, level: int) -> list[LevelItem]:
         with self.pool.connection() as conn:
             if level == 1:

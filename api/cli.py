@@ -3,58 +3,22 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import threading
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from schemas.settings import Settings, load_settings
+from api import cli_read
+from api.common import _container, _settings, console
 
 app = typer.Typer(help="chatmem: conversation memory for chat bots.", no_args_is_help=True, add_completion=False)
 services_app = typer.Typer(help="Embedded Postgres and Redis (used when no URL is configured).", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks (printed figures, never assertions).", no_args_is_help=True)
 app.add_typer(services_app, name="services")
 app.add_typer(bench_app, name="bench")
-console = Console()
-
-
-def _settings() -> Settings:
-    try:
-        settings = load_settings()
-    except Exception as error:  # a typo in the environment must stop us with its name
-        console.print(f"[red]settings error:[/red] {error}")
-        raise typer.Exit(2) from None
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s",
-    )
-    for noisy in ("pgserver", "yoyo", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("MEM0_TELEMETRY", "False")
-    return settings
-
-
-def _container(settings: Settings, *, start: bool = True, require_migrated: bool = True):
-    from adapters import migrate
-    from adapters.bootstrap import Container
-    from adapters.services import ServiceUnavailable
-
-    c = Container(settings, start_services=start)
-    try:
-        urls = c.urls
-    except ServiceUnavailable as error:
-        console.print(f"[red]{error}[/red]")
-        raise typer.Exit(1) from None
-    if require_migrated and migrate.pending(urls.database_url):
-        console.print("[red]the database needs migrations: run `chatmem migrate`[/red]")
-        raise typer.Exit(1)
-    return c
 
 
 # --- services ------------------------------------------------------------------------------
@@ -95,25 +59,17 @@ def migrate() -> None:
     from adapters import services
 
     urls = services.resolve(_settings(), start=True)
-    applied = m.migrate(urls.database_url)
+    applied = m.migrate(urls.database_url, _settings().vector_dim)
     console.print(f"applied: {', '.join(applied)}" if applied else "database is up to date")
 
 
 # --- write path ----------------------------------------------------------------------------
 @app.command()
 def publish(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON Lines, one event a line")) -> None:
-    """Publish events from a JSONL file; report accepted and rejected lines."""
-    from producers.importers import publish_jsonl
-    from producers.publisher import Publisher
+    """Publish events from a JSONL file (the same as `chatmem import jsonl`)."""
+    from api.cli_read import import_jsonl
 
-    settings = _settings()
-    with Publisher.from_settings(settings) as pub:
-        result = publish_jsonl(pub, file, settings)
-    for line_no, reason in result.rejected:
-        console.print(f"[yellow]line {line_no}:[/yellow] {reason}")
-    console.print(f"accepted {result.accepted}, rejected {len(result.rejected)}")
-    if result.rejected:
-        raise typer.Exit(1)
+    import_jsonl(file)
 
 
 def _stop_on_signals() -> threading.Event:
@@ -171,6 +127,7 @@ def worker(
 @app.command()
 def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps")) -> None:
     """Re-ring the doorbell of threads whose cursor lags the committed log."""
+    from adapters.status import queue_depths
     from memory import sequencer
     from workers.celery_app import enqueue_summary
 
@@ -181,7 +138,9 @@ def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps"))
         rung = sequencer.sweep(c.thread_log, c.doorbell)
         if rung:
             log.info("re-rang %d lagging threads", rung)
-        missing = c.projections.missing_finals()
+        # A final summary is lost only if nothing is waiting in the summarize queue; re-queueing
+        # while a backlog drains would multiply the backlog.
+        missing = c.projections.missing_finals() if queue_depths(c)["summarize"] == 0 else []
         for thread_id, generation, job in missing:
             enqueue_summary(c.celery, thread_id, generation, job)  # keyed: a duplicate does nothing
         if missing:
@@ -200,16 +159,20 @@ def queues(csv: bool = typer.Option(False, help="one line, comma-separated")) ->
 
 @app.command()
 def up() -> None:
-    """Services, migrations, ingest consumer, a worker for all queues and the sweeper, in the
-    foreground. Ctrl-C stops everything it started."""
+    """Services, migrations, ingest consumer, a worker for all queues, the sweeper and the HTTP
+    API, in the foreground. Ctrl-C stops everything it started."""
     from adapters import migrate as m
     from adapters import services
-    from workers.supervisor import Supervisor
+    from workers.supervisor import UP_PROCESSES, Supervisor
 
-    with services.running(_settings()) as urls:
-        m.migrate(urls.database_url)
-        console.print(f"chatmem up: postgres {urls.database_url} · redis {urls.redis_url} · Ctrl-C stops")
-        supervisor = Supervisor()
+    settings = _settings()
+    with services.running(settings) as urls:
+        m.migrate(urls.database_url, settings.vector_dim)
+        console.print(
+            f"chatmem up: postgres {urls.database_url} · redis {urls.redis_url} · "
+            f"API http://{settings.api_host}:{settings.api_port}/docs · Ctrl-C stops"
+        )
+        supervisor = Supervisor(UP_PROCESSES)
         supervisor.start()
         code = supervisor.wait()
     raise typer.Exit(code)
@@ -340,6 +303,21 @@ def bench_facts(
     from bench.facts import run
 
     run(_settings(), console, n_facts=facts, n_users=users)
+
+
+@bench_app.command("locomo")
+def bench_locomo(
+    data: Path = typer.Option(..., exists=True, dir_okay=False, help="LoCoMo JSON"),
+    out: Path = typer.Option(None, help="write predictions here (JSON Lines)"),
+    sample: list[str] = typer.Option(None, "--sample", help="only these sample ids (repeatable)"),
+) -> None:
+    """Evidence recall@5/10/25 through the whole pipeline, next to the reference retrievers."""
+    from bench.locomo import run
+
+    run(_settings(), console, data, out, set(sample) if sample else None)
+
+
+cli_read.register(app)
 
 
 def main() -> None:

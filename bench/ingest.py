@@ -54,7 +54,7 @@ def scratch(settings: Settings):
             conn.execute(f"DROP DATABASE IF EXISTS {name}")
             conn.execute(f"CREATE DATABASE {name}")
         db_url = _with_db(admin, name)
-        migrate.migrate(db_url)
+        migrate.migrate(db_url, settings.vector_dim)
         redis_url = urls.redis_url.rsplit("/", 1)[0] + f"/{BENCH_REDIS_DB}"
         redis.Redis.from_url(redis_url).flushdb()
         # Its own data folder too (spool, mem0's history): nothing of a benchmark stays behind.

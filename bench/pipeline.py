@@ -60,7 +60,7 @@ def make_conversation(n_messages: int, n_threads: int, seed: int = 7) -> list[Me
     return events
 
 
-def _wait_until_settled(c, n_messages: int, t0: float, limit_s: float = 900) -> float:  # noqa: ANN001
+def wait_until_settled(c, n_messages: int, t0: float, limit_s: float = 900) -> float:  # noqa: ANN001
     """Seconds until every message is applied and the summary and facts work has drained (their
     queues are empty, every closed episode has its facts, and nothing changed for a second)."""
     last, last_change = -1, time.perf_counter()
@@ -110,7 +110,7 @@ def run(settings: Settings, console: Console, *, n_messages: int = 2000, n_threa
             with Publisher.from_settings(c.settings, c.urls.redis_url) as pub:
                 for e in events:
                     pub.publish_nowait(e)
-            live_s = _wait_until_settled(c, len(events), t0)
+            live_s = wait_until_settled(c, len(events), t0)
         finally:
             for p in procs:
                 p.terminate()

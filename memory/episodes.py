@@ -326,4 +326,16 @@ def plan_batch(
 
 
 def texts_to_embed(events: Sequence[LoggedEvent]) -> dict[str, str]:
-    return {ev.event_id: message_text(ev.payload) for ev in events if ev.type == "message" and message_text(ev.payload)}
+    return {ev.event_id: embed_text(ev.payload) for ev in events if ev.type == "message" and message_text(ev.payload)}
+
+
+AUTHOR_NAME_KEY = "author_name"
+
+
+def embed_text(payload: dict) -> str:
+    """What a message's vector is computed from: its text, after the author's display name when
+    the platform sent one (metadata `author_name`), since questions about a conversation name
+    people ("what did Anna say about ...")."""
+    text = message_text(payload)
+    name = (payload.get("metadata") or {}).get(AUTHOR_NAME_KEY)
+    return f"{name}: {text}" if isinstance(name, str) and name.strip() else text

@@ -103,6 +103,20 @@ class Settings(BaseSettings):
     rollup_fanin: int = Field(4, ge=2, description="Summaries merged into one summary of the next level.")
     rollup_keep: int = Field(4, ge=1, description="Newest summaries of a level that stay unmerged.")
 
+    # --- read path -----------------------------------------------------------------------
+    context_max_tokens: int = Field(8000, ge=1, description="Default token budget of build_context.")
+    context_budget_system: int = Field(1500, ge=0, description="Tokens for the system/persona text.")
+    context_budget_summaries: int = Field(
+        2000, ge=0, description="Tokens for the running summary, open loops and higher-level summaries."
+    )
+    context_budget_recent_turns: int = Field(3000, ge=0, description="Tokens for the most recent turns.")
+    context_budget_snippets: int = Field(
+        1500, ge=0, description="Tokens for facts, attachment snippets and retrieved earlier messages."
+    )
+    recall_mem0: bool = Field(True, description="Also search mem0 (semantic fact search) when recalling facts.")
+    api_host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
+    api_port: int = Field(8765, ge=1, le=65535, description="Port of the HTTP API.")
+
     def as_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """An environment (based on `base`, minus other CHATMEM_* keys) that reproduces these settings
         in a child process."""
@@ -115,6 +129,10 @@ class Settings(BaseSettings):
             if value is not None:
                 env[ENV_PREFIX + name.upper()] = json.dumps(value) if isinstance(value, dict | list) else str(value)
         return env
+
+    @property
+    def vector_dim(self) -> int:
+        return 384 if self.embedding_provider == "minilm" else self.embedding_dim
 
     @property
     def resolved_spool_dir(self) -> Path:

@@ -19,6 +19,8 @@ DEFAULT_PROCESSES: tuple[tuple[str, ...], ...] = (
     ("worker", "--queues", "all"),
     ("sweeper",),
 )
+# `chatmem up` serves the HTTP read path too.
+UP_PROCESSES: tuple[tuple[str, ...], ...] = (*DEFAULT_PROCESSES, ("api",))
 
 
 class Supervisor:

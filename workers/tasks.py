@@ -80,6 +80,7 @@ def summarize(
     outcome = run_job(
         c.projections, llm, job, thread_id, int(generation), fanin=c.settings.rollup_fanin, keep=c.settings.rollup_keep
     )
+    c.projections.embed_summaries(thread_id, c.embedder)
     if kind == "final" and outcome in ("saved", "duplicate"):
         enqueue_episode_facts(c.celery, thread_id, int(generation), episode_id)  # keyed: a repeat is a no-op
     return {"episode_id": episode_id, "kind": kind, "upto_seq": upto_seq, "outcome": outcome}
@@ -113,6 +114,7 @@ def run_job_inline(c: Container, llm, thread_id: str, generation: int, job: Job)
     outcome = run_job(
         c.projections, llm, job, thread_id, generation, fanin=c.settings.rollup_fanin, keep=c.settings.rollup_keep
     )
+    c.projections.embed_summaries(thread_id, c.embedder)
     if job.kind == "final" and outcome in ("saved", "duplicate"):
         write_episode_facts(
             c.fact_store, c.mem0, llm, thread_id=thread_id, generation=generation, episode_id=job.episode_id

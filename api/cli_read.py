@@ -1,0 +1,223 @@
+"""`chatmem` commands of the read path: context, recall, threads, episodes, the HTTP API and
+its keys, and the importers. Registered on the main app in api/cli.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from api.common import _container, _settings, console
+
+keys_app = typer.Typer(help="API keys for the HTTP API (each scoped to its users).", no_args_is_help=True)
+import_app = typer.Typer(help="Publish conversations from files as events.", no_args_is_help=True)
+
+
+def _checked_id(value: str, field: str) -> str:
+    from schemas.events import InvalidEvent, validate_identifier
+
+    try:
+        return validate_identifier(value, field)
+    except InvalidEvent as error:
+        console.print(f"[red]{error.reason}[/red]")
+        raise typer.Exit(2) from None
+
+
+def context(
+    thread: str = typer.Argument(..., help="thread id"),
+    user: str = typer.Option(..., "--user", help="the user reading"),
+    query: str = typer.Option(None, "--query", "-q", help="the user's new message"),
+    max_tokens: int = typer.Option(None, "--max-tokens", help="budget (default: settings)"),
+    as_json: bool = typer.Option(False, "--json", help="print the bundle as JSON"),
+) -> None:
+    """The token-budgeted context a bot would send with its next reply."""
+    from memory.recall import NotReadable
+
+    c = _container(_settings())
+    try:
+        bundle = c.build_context(
+            _checked_id(thread, "thread_id"), _checked_id(user, "user_id"), query, max_tokens=max_tokens
+        )
+    except NotReadable:
+        console.print(f"[red]no thread {thread!r} for user {user!r}[/red]")
+        raise typer.Exit(1) from None
+    if as_json:
+        print(bundle.model_dump_json(indent=2))
+        return
+    table = Table(title=f"context · {bundle.tokens}/{bundle.max_tokens} tokens ({bundle.counter})")
+    for col in ("section", "tokens", "budget", "items", "trimmed", "first item"):
+        table.add_column(col)
+    for s in bundle.sections:
+        first = s.items[0].text[:70] if s.items else ""
+        table.add_row(s.name, str(s.tokens), str(s.budget), str(len(s.items)), str(s.trimmed), first)
+    console.print(table)
+
+
+def recall(
+    query: str = typer.Argument(..., help="what to look for"),
+    user: str = typer.Option(..., "--user", help="the user reading"),
+    thread: str = typer.Option(None, "--thread", help="only this thread"),
+    scope: str = typer.Option("all", help="all | summaries | messages | facts | artifacts"),
+    limit: int = typer.Option(10, min=1, max=100),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Hybrid search with citations."""
+    from memory.recall import NotReadable
+    from schemas.read import Scope
+
+    try:
+        scope_ = Scope(scope)
+    except ValueError:
+        console.print(f"[red]scope must be one of {', '.join(s.value for s in Scope)}[/red]")
+        raise typer.Exit(2) from None
+    c = _container(_settings())
+    try:
+        result = c.recall(
+            _checked_id(user, "user_id"),
+            query,
+            scope=scope_,
+            limit=limit,
+            thread_id=_checked_id(thread, "thread_id") if thread else None,
+        )
+    except NotReadable:
+        console.print(f"[red]no thread {thread!r} for user {user!r}[/red]")
+        raise typer.Exit(1) from None
+    if as_json:
+        print(result.model_dump_json(indent=2))
+        return
+    table = Table(title=f"recall · {query!r} · {scope_.value}")
+    for col in ("#", "kind", "score", "where", "snippet"):
+        table.add_column(col)
+    for n, h in enumerate(result.hits, 1):
+        c_ = h.citation
+        where = f"{c_.thread_id} {c_.platform_message_id or ''} #{c_.seq if c_.seq is not None else '-'}"
+        table.add_row(str(n), h.kind + (" (archived)" if h.archived else ""), f"{h.score:.2f}", where, h.snippet)
+    console.print(table)
+
+
+def threads(user: str = typer.Option(..., "--user", help="the user whose threads to list")) -> None:
+    """Threads a user wrote in, newest first."""
+    rows = _container(_settings()).reader.threads_of(_checked_id(user, "user_id"))
+    table = Table(title=f"threads of {user}")
+    for col in ("thread", "messages", "episodes", "last message", "generation"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r["thread_id"],
+            str(r["message_count"]),
+            str(r["episode_count"]),
+            str(r["last_message_at"] or "-"),
+            str(r["generation"]),
+        )
+    console.print(table)
+
+
+def episodes(
+    thread: str = typer.Argument(..., help="thread id"),
+    user: str = typer.Option(..., "--user", help="the user reading"),
+) -> None:
+    """A thread's episodes with how they opened and closed."""
+    c = _container(_settings())
+    thread = _checked_id(thread, "thread_id")
+    if not c.reader.readable_threads(_checked_id(user, "user_id"), thread):
+        console.print(f"[red]no thread {thread!r} for user {user!r}[/red]")
+        raise typer.Exit(1)
+    table = Table(title=f"episodes of {thread}")
+    for col in ("episode", "status", "seq", "messages", "opened by", "closed by", "topic"):
+        table.add_column(col)
+    for e in c.reader.episodes(thread):
+        table.add_row(
+            e["episode_id"],
+            e["status"],
+            f"{e['start_seq']}-{e['end_seq'] if e['end_seq'] is not None else ''}",
+            str(e["messages"]),
+            e["opened_by"],
+            e["closed_by"] or "",
+            (e["topic_label"] or "")[:60],
+        )
+    console.print(table)
+
+
+def api(
+    host: str = typer.Option(None, help="listen address (default: settings)"),
+    port: int = typer.Option(None, help="port (default: settings)"),
+) -> None:
+    """Serve the HTTP read path (OpenAPI docs at /docs)."""
+    import uvicorn
+
+    from api.http import create_app
+
+    settings = _settings()
+    c = _container(settings)
+    uvicorn.run(create_app(c), host=host or settings.api_host, port=port or settings.api_port, log_level="warning")
+
+
+@keys_app.command("create")
+def keys_create(
+    name: str = typer.Argument(..., help="a name to recognise the key by"),
+    user: list[str] = typer.Option(..., "--user", help="a user id the key may read (repeatable; '*' for all)"),
+) -> None:
+    """Create a key; it is printed once and stored only as a digest."""
+    import psycopg
+
+    try:
+        key = _container(_settings()).api_keys.create(name, user)
+    except (ValueError, psycopg.errors.UniqueViolation) as error:
+        console.print(f"[red]{error}[/red]")
+        raise typer.Exit(2) from None
+    print(key)
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    """Key names, their users and whether they are revoked."""
+    for name, users, revoked in _container(_settings()).api_keys.list():
+        console.print(f"{name}: {', '.join(users)}{' (revoked)' if revoked else ''}")
+
+
+@keys_app.command("revoke")
+def keys_revoke(name: str = typer.Argument(...)) -> None:
+    """Revoke a key by name."""
+    if not _container(_settings()).api_keys.revoke(name):
+        console.print(f"[red]no active key named {name!r}[/red]")
+        raise typer.Exit(1)
+    console.print(f"revoked {name}")
+
+
+@import_app.command("locomo")
+def import_locomo(
+    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="LoCoMo JSON (a list of samples)"),
+    sample: list[str] = typer.Option(None, "--sample", help="only these sample ids (repeatable)"),
+) -> None:
+    """One thread per sample, one message event per turn (see docs/read-path.md)."""
+    from producers.importers import publish_locomo
+    from producers.publisher import Publisher
+
+    settings = _settings()
+    with Publisher.from_settings(settings) as pub:
+        result = publish_locomo(pub, file, set(sample) if sample else None)
+    console.print(f"published {result.accepted} events")
+
+
+@import_app.command("jsonl")
+def import_jsonl(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="one wire event per line")) -> None:
+    """Validate and publish wire events; report rejected lines."""
+    from producers.importers import publish_jsonl
+    from producers.publisher import Publisher
+
+    settings = _settings()
+    with Publisher.from_settings(settings) as pub:
+        result = publish_jsonl(pub, file, settings)
+    for line_no, reason in result.rejected:
+        console.print(f"[yellow]line {line_no}:[/yellow] {reason}")
+    console.print(f"accepted {result.accepted}, rejected {len(result.rejected)}")
+    if result.rejected:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    for fn in (context, recall, threads, episodes, api):
+        app.command()(fn)
+    app.add_typer(keys_app, name="keys")
+    app.add_typer(import_app, name="import")

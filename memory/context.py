@@ -1,0 +1,272 @@
+"""build_context: a token-budgeted bundle of what the bot should know about a thread, in the
+priority order of DESIGN.md, rendered as OpenAI chat messages.
+
+Sections fill within their own budgets; if the rendered whole is still over `max_tokens`, items
+go in this order: retrieved snippets, recent turns (oldest first), older summaries, facts,
+artifacts, the running summary, and last the system text (cut). The final count is taken on the
+rendered messages, so the budget holds for what the bot actually sends."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from memory.recall import FactCandidate, NotReadable, Recall
+from memory.tokens import TokenCounter
+from schemas.events import validate_identifier
+from schemas.read import Budgets, Citation, ContextBundle, ContextItem, Scope, Section, SectionName
+
+DEFAULT_SYSTEM = (
+    "You are a helpful assistant with a long-term memory of this conversation. "
+    "Use the memory below when it is relevant; do not invent what it does not say."
+)
+MESSAGE_OVERHEAD = 4  # tokens the chat format adds per message
+REPLY_PRIMING = 3
+RECENT_LIMIT = 400
+FACTS_LIMIT = 20
+RETRIEVE_LIMIT = 20
+
+HEADINGS: dict[SectionName, str] = {
+    "running": "## The conversation so far",
+    "summaries": "## Earlier in this conversation",
+    "facts": "## What you know about the user",
+    "artifacts": "## From shared files",
+    "retrieved": "## Possibly relevant earlier messages",
+}
+# Trim order when the whole is over budget (most expendable first).
+TRIM_ORDER: tuple[SectionName, ...] = ("retrieved", "recent_turns", "summaries", "facts", "artifacts", "running")
+_NAME_OK = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class ContextTurn:
+    text: str
+    role: str
+    author: str
+    citation: Citation
+
+
+@dataclass(frozen=True)
+class ThreadSnapshot:
+    thread_id: str
+    generation: int | None
+    running: dict | None  # text, content (open_loops), episode_id, from_seq, upto_seq
+    summaries: list[dict]  # highest level first, newest first
+    recent: list[ContextTurn]  # newest first
+
+
+class ContextStore(Protocol):
+    def readable_threads(self, user_id: str, thread_id: str | None) -> list[str]: ...
+
+    def snapshot(self, thread_id: str, recent_limit: int) -> ThreadSnapshot: ...
+
+    def user_facts(self, user_id: str, limit: int) -> list[FactCandidate]: ...
+
+
+@dataclass
+class _Draft:
+    name: SectionName
+    budget: int
+    items: list[ContextItem] = field(default_factory=list)
+    trimmed: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return sum(i.tokens for i in self.items)
+
+
+def build_context(
+    store: ContextStore,
+    recall: Recall | None,
+    counter: TokenCounter,
+    *,
+    thread_id: str,
+    user_id: str,
+    query: str | None = None,
+    max_tokens: int | None = None,
+    budgets: Budgets | None = None,
+    system: str | None = None,
+) -> ContextBundle:
+    user_id = validate_identifier(user_id, "user_id")
+    thread_id = validate_identifier(thread_id)
+    if not store.readable_threads(user_id, thread_id):
+        raise NotReadable(thread_id)
+    b = budgets or Budgets()
+    total = max_tokens if max_tokens is not None else b.total
+    count = counter.count
+    snap = store.snapshot(thread_id, RECENT_LIMIT)
+    query = (query or "").strip() or None
+
+    def item(text: str, **kw: Any) -> ContextItem:
+        return ContextItem(text=text, tokens=count(text) + 1, **kw)  # +1: the line break
+
+    drafts: dict[SectionName, _Draft] = {
+        "system": _Draft("system", b.system),
+        "running": _Draft("running", b.summaries),
+        "summaries": _Draft("summaries", b.summaries),
+        "recent_turns": _Draft("recent_turns", b.recent_turns),
+        "facts": _Draft("facts", b.snippets),
+        "artifacts": _Draft("artifacts", b.snippets),
+        "retrieved": _Draft("retrieved", b.snippets),
+    }
+    system_text = _cut(system if system is not None else DEFAULT_SYSTEM, b.system, count)
+    if system_text:
+        drafts["system"].items.append(item(system_text))
+
+    # Summaries: the running summary and its open loops first, then the highest levels.
+    summary_room = b.summaries
+    if snap.running:
+        lines = [snap.running["text"]] + [f"Open: {o}" for o in (snap.running["content"] or {}).get("open_loops", [])]
+        summary_room = _fill(drafts["running"], [item(t) for t in lines if t.strip()], summary_room)
+    summary_items = [
+        item(
+            s["text"],
+            citation=Citation(
+                source="summary",
+                thread_id=thread_id,
+                episode_id=s["episode_id"],
+                seq=s["from_seq"],
+                upto_seq=s["upto_seq"],
+            ),
+        )
+        for s in snap.summaries
+        if s["text"].strip()
+    ]
+    _fill(drafts["summaries"], summary_items, summary_room)
+
+    # Recent turns, newest first into the budget, shown oldest first.
+    recent = drafts["recent_turns"]
+    _fill(
+        recent,
+        [item(t.text, role=_role(t.role), author=t.author, citation=t.citation) for t in snap.recent],
+        b.recent_turns,
+        contiguous=True,
+    )
+    recent.items.reverse()
+    shown = {(i.citation.thread_id, i.citation.seq) for i in recent.items if i.citation}
+
+    # Facts, then artifact snippets, then retrieved snippets share the snippet budget.
+    room = b.snippets
+    seen_text = {_norm(i.text) for d in drafts.values() for i in d.items}
+    # Facts that match the query first, then the user's most important ones.
+    facts: list[tuple[str, Citation | None]] = []
+    if recall is not None and query:
+        facts += [(h.snippet, h.citation) for h in recall(user_id, query, scope=Scope.FACTS, limit=FACTS_LIMIT).hits]
+    facts += [(f.text, f.citation) for f in store.user_facts(user_id, FACTS_LIMIT)]
+    unique = []
+    for text, citation in facts:
+        if _norm(text) not in seen_text:
+            seen_text.add(_norm(text))
+            unique.append((text, citation))
+    facts = unique
+    room = _fill(drafts["facts"], [item(f"- {t}", citation=c) for t, c in facts], room)
+    if recall is not None and query and room > 0:
+        hits = recall(user_id, query, scope=Scope.MESSAGES, limit=RETRIEVE_LIMIT, thread_id=thread_id).hits
+        fresh = [
+            h for h in hits if (h.citation.thread_id, h.citation.seq) not in shown and _norm(h.snippet) not in seen_text
+        ]
+        lines = [
+            item(f"- [{_when(h.citation)}] {h.author}: {h.snippet}", citation=h.citation, author=h.author)
+            for h in fresh
+        ]
+        _fill(drafts["retrieved"], lines, room)
+
+    # The whole must fit: drop the most expendable items until the rendered count does.
+    while True:
+        messages = _render(drafts)
+        used = _count_messages(messages, count)
+        if used <= total:
+            break
+        if not _trim_one(drafts, count):
+            break
+    sections = [
+        Section(name=d.name, items=d.items, tokens=d.tokens, budget=d.budget, trimmed=d.trimmed)
+        for d in drafts.values()
+    ]
+    return ContextBundle(
+        thread_id=thread_id,
+        user_id=user_id,
+        query=query,
+        max_tokens=total,
+        tokens=used,
+        counter=counter.name,
+        sections=sections,
+        messages=messages,
+    )
+
+
+def _fill(draft: _Draft, items: Sequence[ContextItem], room: int, *, contiguous: bool = False) -> int:
+    """Take items in order while they fit in `room`, skipping ones too large (or, `contiguous`,
+    stopping at the first: recent turns must not have holes); return what is left."""
+    for n, it in enumerate(items):
+        if it.tokens <= room:
+            draft.items.append(it)
+            room -= it.tokens
+        elif contiguous:
+            draft.trimmed += len(items) - n
+            break
+        else:
+            draft.trimmed += 1
+    return room
+
+
+def _trim_one(drafts: dict[SectionName, _Draft], count: Callable[[str], int]) -> bool:
+    for name in TRIM_ORDER:
+        d = drafts[name]
+        if d.items:
+            # Retrieved and summaries drop their last (weakest / oldest); recent turns their oldest.
+            d.items.pop(0 if name == "recent_turns" else -1)
+            d.trimmed += 1
+            return True
+    sys_item = drafts["system"].items[0] if drafts["system"].items else None
+    if sys_item and sys_item.text:
+        words = sys_item.text.split()
+        cut = " ".join(words[: max(0, len(words) * 3 // 4)])
+        drafts["system"].items[0] = ContextItem(text=cut, tokens=count(cut) + 1)
+        return True
+    return False
+
+
+def _render(drafts: dict[SectionName, _Draft]) -> list[dict]:
+    parts = [i.text for i in drafts["system"].items if i.text]
+    for name in ("running", "summaries", "facts", "artifacts", "retrieved"):
+        d = drafts[name]
+        if d.items:
+            parts.append(HEADINGS[name] + "\n" + "\n".join(i.text for i in d.items))
+    messages: list[dict] = []
+    if parts:
+        messages.append({"role": "system", "content": "\n\n".join(parts)})
+    for it in drafts["recent_turns"].items:
+        msg: dict[str, str] = {"role": it.role or "user", "content": it.text}
+        if it.role == "user" and it.author and _NAME_OK.match(it.author):
+            msg["name"] = it.author
+        messages.append(msg)
+    return messages
+
+
+def _count_messages(messages: list[dict], count: Callable[[str], int]) -> int:
+    total = REPLY_PRIMING if messages else 0
+    for m in messages:
+        total += MESSAGE_OVERHEAD + count(m["content"]) + (count(m["name"]) if "name" in m else 0)
+    return total
+
+
+def _cut(text: str, budget: int, count: Callable[[str], int]) -> str:
+    words = text.split()
+    while words and count(" ".join(words)) + 1 > budget:
+        words = words[: len(words) * 3 // 4]
+    return " ".join(words)
+
+
+def _role(role: str) -> str:
+    return role if role in ("user", "assistant", "system") else "user"
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split()).lstrip("- ")
+
+
+def _when(c: Citation) -> str:
+    return c.occurred_at.strftime("%Y-%m-%d") if c.occurred_at else "?"

@@ -1,0 +1,334 @@
+"""Hybrid recall: full-text (scored as BM25) and vector similarity, fused, over messages
+(active and archived), summaries of every level and facts. Pure ranking over a read port; the
+SQL lives in adapters/read_pg.py.
+
+Why this shape (tuned on the LoCoMo dev split, see docs/read-path.md):
+- both signals are z-normalised over the candidate pool and averaged; on dialogue this beats
+  reciprocal-rank fusion, which throws away how far ahead the best turn is;
+- a turn borrows half of its best neighbour's score: answers sit next to their questions;
+- an episode's best turns lift the others a little, and a matching episode summary lifts
+  the whole episode and brings its best turns into the pool even when they matched nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+import numpy as np
+
+from memory.ports import Embedder
+from schemas.events import validate_identifier
+from schemas.read import CONTEXT_CHARS, SNIPPET_CHARS, Citation, RecallHit, RecallResult, Scope
+
+
+class NotReadable(Exception):
+    """The user may not read this thread (or it does not exist: the two look the same)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TermStats:
+    docs: int
+    avg_len: float
+    df: tuple[int, ...]  # per query lexeme
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCandidate:
+    thread_id: str
+    seq: int
+    episode_id: str
+    event_id: str
+    platform_message_id: str | None
+    user_id: str
+    role: str
+    text: str
+    occurred_at: datetime
+    is_active: bool
+    sim: float
+    tf: tuple[int, ...]  # per query lexeme
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryCandidate:
+    summary_id: int
+    thread_id: str
+    episode_id: str | None
+    kind: str
+    level: int
+    from_seq: int
+    upto_seq: int
+    text: str
+    is_active: bool
+    sim: float
+    tf: tuple[int, ...]
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class FactCandidate:
+    fact_id: int
+    thread_id: str
+    episode_id: str | None
+    text: str
+    category: str
+    rank: float  # full-text rank; 0 when only the vector search found it
+    citation: Citation
+
+
+class RecallStore(Protocol):
+    def readable_threads(self, user_id: str, thread_id: str | None) -> list[str]: ...
+
+    def lexemes(self, text: str) -> list[str]: ...
+
+    def turn_candidates(
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, episodes: Sequence[str]
+    ) -> tuple[list[TurnCandidate], TermStats]: ...
+
+    def neighbours(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """(thread_id, seq) -> 'author: text' of those turns, where they exist."""
+        ...
+
+    def summary_candidates(
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int
+    ) -> tuple[list[SummaryCandidate], TermStats]: ...
+
+    def summary_sources(self, summary: SummaryCandidate) -> list[str]:
+        """Platform message ids of the turns a summary covers."""
+        ...
+
+    def fact_candidates(self, user_id: str, lexemes: Sequence[str], limit: int) -> list[FactCandidate]: ...
+
+    def facts_by_id(self, user_id: str, fact_ids: Sequence[int]) -> list[FactCandidate]: ...
+
+
+class FactSearch(Protocol):
+    """The fact store's own semantic search (mem0), always filtered by one user."""
+
+    def search(self, query: str, *, user_id: str, limit: int = 5) -> list[dict]: ...
+
+
+@dataclass(frozen=True)
+class RankParams:
+    k1: float = 0.9
+    b: float = 0.4
+    lexical_weight: float = 0.5
+    neighbour: float = 0.5
+    episode_prior: float = 0.8
+    episode_top: int = 3
+    summary_boost: float = 0.3
+    summary_episodes: int = 3
+    pool: int = 1000
+    fact_weight: float = 0.9
+    fact_share: float = 0.25  # at most this share of an `all` answer are facts
+    rrf_k: int = 10
+
+
+def bm25(tf: Sequence[int], length: int, stats: TermStats, k1: float, b: float) -> float:
+    score = 0.0
+    norm = k1 * (1 - b + b * length / max(stats.avg_len, 1e-9))
+    for f, df in zip(tf, stats.df, strict=True):
+        if f and df:
+            idf = math.log(1 + (stats.docs - df + 0.5) / (df + 0.5))
+            score += idf * f * (k1 + 1) / (f + norm)
+    return score
+
+
+def zscores(values: np.ndarray) -> np.ndarray:
+    if len(values) == 0:
+        return values
+    std = values.std()
+    return (values - values.mean()) / std if std > 1e-12 else np.zeros_like(values)
+
+
+def fused(items: Sequence[TurnCandidate | SummaryCandidate], stats: TermStats, p: RankParams) -> np.ndarray:
+    lex = np.array([bm25(c.tf, c.length, stats, p.k1, p.b) for c in items], dtype=float)
+    sim = np.array([c.sim for c in items], dtype=float)
+    return p.lexical_weight * zscores(lex) + (1 - p.lexical_weight) * zscores(sim)
+
+
+def rank_turns(
+    turns: Sequence[TurnCandidate],
+    stats: TermStats,
+    p: RankParams,
+    episode_boost: dict[str, float] | None = None,
+) -> list[tuple[TurnCandidate, float]]:
+    if not turns:
+        return []
+    base = fused(turns, stats, p)
+    at = {(t.thread_id, t.seq): i for i, t in enumerate(turns)}
+    floor = float(base.min())
+    smoothed = base.copy()
+    for i, t in enumerate(turns):
+        near = [base[j] for j in (at.get((t.thread_id, t.seq - 1)), at.get((t.thread_id, t.seq + 1))) if j is not None]
+        # A neighbour outside the pool matched nothing: it counts as the weakest candidate.
+        smoothed[i] += p.neighbour * (max(near) if near else floor)
+    by_episode: dict[str, list[int]] = defaultdict(list)
+    for i, t in enumerate(turns):
+        by_episode[t.episode_id].append(i)
+    final = smoothed.copy()
+    for episode, idx in by_episode.items():
+        top = np.sort(smoothed[idx])[::-1][: p.episode_top]
+        final[idx] += p.episode_prior * float(top.mean()) + (episode_boost or {}).get(episode, 0.0)
+    order = sorted(range(len(turns)), key=lambda i: (-final[i], turns[i].thread_id, turns[i].seq))
+    return [(turns[i], float(final[i])) for i in order]
+
+
+def clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+@dataclass
+class Recall:
+    """recall(user, query, scope, limit[, thread]) over a read port, the embedder and mem0."""
+
+    store: RecallStore
+    embedder: Embedder
+    facts: FactSearch | None = None
+    params: RankParams = field(default_factory=RankParams)
+
+    def __call__(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        scope: Scope = Scope.ALL,
+        limit: int = 10,
+        thread_id: str | None = None,
+    ) -> RecallResult:
+        scope = Scope(scope)
+        # Client ids reach no query unchecked (mem0 would read '*' as a wildcard).
+        user_id = validate_identifier(user_id, "user_id")
+        thread_id = None if thread_id is None else validate_identifier(thread_id)
+        threads = self.store.readable_threads(user_id, thread_id)
+        if thread_id is not None and not threads:
+            raise NotReadable(thread_id)
+        query = query.strip()
+        if not query or limit <= 0:
+            return RecallResult(query=query, scope=scope, hits=[])
+        lexemes = self.store.lexemes(query)
+        qvec = self.embedder.embed([query])[0]
+        hits: list[RecallHit] = []
+        if scope in (Scope.ALL, Scope.MESSAGES, Scope.SUMMARIES) and threads:
+            summaries, sstats = self.store.summary_candidates(threads, lexemes, qvec, self.params.pool)
+            ranked_summaries = self._rank_summaries(summaries, sstats)
+            if scope is Scope.SUMMARIES:
+                hits = [self._summary_hit(s, score) for s, score in ranked_summaries[:limit]]
+            else:
+                hits = self._turn_hits(threads, lexemes, qvec, ranked_summaries, limit)
+        if scope in (Scope.ALL, Scope.FACTS):
+            if scope is Scope.FACTS:
+                hits = self._fact_hits(user_id, query, lexemes, limit)
+            else:
+                share = max(1, int(limit * self.params.fact_share))
+                hits = _interleave(hits, self._fact_hits(user_id, query, lexemes, share), self.params, limit)
+        # Artifacts (attachment text) join this list when the attachment pipeline stores them.
+        return RecallResult(query=query, scope=scope, hits=hits[:limit])
+
+    def _rank_summaries(
+        self, summaries: list[SummaryCandidate], stats: TermStats
+    ) -> list[tuple[SummaryCandidate, float]]:
+        if not summaries:
+            return []
+        scores = fused(summaries, stats, self.params)
+        order = sorted(range(len(summaries)), key=lambda i: (-scores[i], summaries[i].summary_id))
+        return [(summaries[i], float(scores[i])) for i in order]
+
+    def _turn_hits(
+        self,
+        threads: list[str],
+        lexemes: list[str],
+        qvec: np.ndarray,
+        ranked_summaries: list[tuple[SummaryCandidate, float]],
+        limit: int,
+    ) -> list[RecallHit]:
+        p = self.params
+        boost: dict[str, float] = {}
+        for s, score in ranked_summaries:
+            if s.episode_id and score > 0:
+                boost[s.episode_id] = max(boost.get(s.episode_id, 0.0), p.summary_boost * score)
+        top_episodes = [e for e, _ in sorted(boost.items(), key=lambda kv: -kv[1])[: p.summary_episodes]]
+        turns, stats = self.store.turn_candidates(threads, lexemes, qvec, p.pool, top_episodes)
+        ranked = rank_turns(turns, stats, p, boost)[:limit]
+        keys = [(t.thread_id, t.seq + d) for t, _ in ranked for d in (-1, 1)]
+        context = self.store.neighbours(keys)
+        return [self._turn_hit(t, score, context) for t, score in ranked]
+
+    def _turn_hit(self, t: TurnCandidate, score: float, context: dict[tuple[str, int], str]) -> RecallHit:
+        before = context.get((t.thread_id, t.seq - 1))
+        after = context.get((t.thread_id, t.seq + 1))
+        return RecallHit(
+            kind="message",
+            score=round(score, 4),
+            snippet=clip(t.text, SNIPPET_CHARS),
+            before=clip(before, CONTEXT_CHARS) if before else None,
+            after=clip(after, CONTEXT_CHARS) if after else None,
+            archived=not t.is_active,
+            author=t.user_id,
+            citation=Citation(
+                source="message",
+                thread_id=t.thread_id,
+                episode_id=t.episode_id,
+                seq=t.seq,
+                platform_message_id=t.platform_message_id,
+                event_id=t.event_id,
+                occurred_at=t.occurred_at,
+            ),
+        )
+
+    def _summary_hit(self, s: SummaryCandidate, score: float) -> RecallHit:
+        return RecallHit(
+            kind="summary",
+            score=round(score, 4),
+            snippet=clip(s.text, SNIPPET_CHARS),
+            archived=not s.is_active,
+            citation=Citation(
+                source="summary",
+                thread_id=s.thread_id,
+                episode_id=s.episode_id,
+                seq=s.from_seq,
+                upto_seq=s.upto_seq,
+                source_ids=self.store.summary_sources(s),
+            ),
+        )
+
+    def _fact_hits(self, user_id: str, query: str, lexemes: list[str], limit: int) -> list[RecallHit]:
+        lexical = self.store.fact_candidates(user_id, lexemes, limit)
+        semantic: list[FactCandidate] = []
+        if self.facts is not None:
+            found = self.facts.search(query, user_id=user_id, limit=limit)
+            ids = [
+                int(m["metadata"]["chatmem_fact_id"]) for m in found if "chatmem_fact_id" in (m.get("metadata") or {})
+            ]
+            by_id = {f.fact_id: f for f in self.store.facts_by_id(user_id, ids)}
+            semantic = [by_id[i] for i in ids if i in by_id]  # only active facts of this user
+        scores: dict[int, float] = defaultdict(float)
+        facts: dict[int, FactCandidate] = {}
+        for ranking in (lexical, semantic):
+            for rank, f in enumerate(ranking):
+                scores[f.fact_id] += 1.0 / (self.params.rrf_k + rank + 1)
+                facts[f.fact_id] = f
+        order = sorted(scores, key=lambda i: (-scores[i], i))[:limit]
+        return [
+            RecallHit(
+                kind="fact",
+                score=round(scores[i], 4),
+                snippet=clip(facts[i].text, SNIPPET_CHARS),
+                citation=facts[i].citation,
+            )
+            for i in order
+        ]
+
+
+def _interleave(turns: list[RecallHit], facts: list[RecallHit], p: RankParams, limit: int) -> list[RecallHit]:
+    """One list from two rankings by weighted reciprocal rank: the best fact lands second or third."""
+    scored = [(1.0 / (p.rrf_k + r + 1), 0, r, h) for r, h in enumerate(turns)]
+    scored += [(p.fact_weight * 1.0 / (p.rrf_k + r + 1), 1, r, h) for r, h in enumerate(facts)]
+    scored.sort(key=lambda x: (-x[0], x[1], x[2]))
+    return [h for *_, h in scored[:limit]]

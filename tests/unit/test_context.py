@@ -1,0 +1,194 @@
+"""build_context over the fake read port: the budget always holds, trimming follows the
+design's order, nothing appears twice."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from adapters.fakes import FakeContextStore
+from memory.context import ContextTurn, ThreadSnapshot, build_context
+from memory.recall import FactCandidate, NotReadable
+from memory.tokens import EstimateCounter
+from schemas.read import Budgets, Citation, RecallHit, RecallResult, Scope
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+COUNTER = EstimateCounter()
+words = st.text(alphabet=st.characters(codec="utf-8", categories=("L", "N", "P", "Zs")), min_size=0, max_size=400)
+
+
+def cite(seq: int) -> Citation:
+    return Citation(
+        source="message",
+        thread_id="t",
+        episode_id="t#1",
+        seq=seq,
+        platform_message_id=f"p{seq}",
+        event_id=f"e{seq}",
+        occurred_at=T0 + timedelta(minutes=seq),
+    )
+
+
+def make_store(turns: list[str], summaries: list[str], facts: list[str], running: str | None) -> FakeContextStore:
+    recent = [
+        ContextTurn(text=t, role="user" if i % 2 else "assistant", author=f"u{i % 2}", citation=cite(i))
+        for i, t in enumerate(turns)
+    ][::-1]
+    snap = ThreadSnapshot(
+        "t",
+        1,
+        {"text": running, "content": {"open_loops": ["pick a date"]}, "episode_id": "t#9", "from_seq": 0, "upto_seq": 3}
+        if running is not None
+        else None,
+        [
+            {"text": s, "episode_id": f"t#{i}", "from_seq": i, "upto_seq": i + 1, "level": 1, "kind": "final"}
+            for i, s in enumerate(summaries)
+        ],
+        recent,
+    )
+    fact_rows = [FactCandidate(i, "t", "t#1", f, "preference", 0.0, cite(i)) for i, f in enumerate(facts)]
+    return FakeContextStore(members={"t": {"u1", "u0"}}, snapshots={"t": snap}, facts={"u1": fact_rows})
+
+
+class FakeRecall:
+    """Recall's call signature; returns given hits for messages and none for facts."""
+
+    def __init__(self, hits: list[tuple[int, str]]):
+        self.hits = hits
+
+    def __call__(self, user_id, query, *, scope=Scope.ALL, limit=10, thread_id=None):
+        if scope is Scope.FACTS:
+            return RecallResult(query=query, scope=scope, hits=[])
+        return RecallResult(
+            query=query,
+            scope=scope,
+            hits=[
+                RecallHit(
+                    kind="message",
+                    score=1.0 / (n + 1),
+                    snippet=text[:300],
+                    author="u1",
+                    archived=True,
+                    citation=cite(seq),
+                )
+                for n, (seq, text) in enumerate(self.hits[:limit])
+            ],
+        )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    turns=st.lists(words, max_size=40),
+    summaries=st.lists(words, max_size=8),
+    facts=st.lists(words, max_size=8),
+    running=st.one_of(st.none(), words),
+    retrieved=st.lists(st.tuples(st.integers(0, 80), words), max_size=15),
+    max_tokens=st.integers(1, 3000),
+    budgets=st.builds(
+        Budgets,
+        total=st.integers(1, 4000),
+        system=st.integers(0, 800),
+        summaries=st.integers(0, 800),
+        recent_turns=st.integers(0, 1500),
+        snippets=st.integers(0, 800),
+    ),
+    system=st.one_of(st.none(), words),
+)
+def test_the_token_budget_is_never_exceeded(turns, summaries, facts, running, retrieved, max_tokens, budgets, system):
+    store = make_store(turns, summaries, facts, running)
+    bundle = build_context(
+        store,
+        FakeRecall(retrieved),
+        COUNTER,
+        thread_id="t",
+        user_id="u1",
+        query="anything",
+        max_tokens=max_tokens,
+        budgets=budgets,
+        system=system,
+    )
+    rendered = (3 if bundle.messages else 0) + sum(
+        4 + COUNTER.count(m["content"]) + (COUNTER.count(m["name"]) if "name" in m else 0) for m in bundle.messages
+    )
+    assert bundle.tokens == rendered <= max_tokens
+    for s in bundle.sections:
+        if s.name != "running":  # running and summaries share the summaries budget
+            assert s.tokens <= s.budget
+    # nothing twice: a retrieved turn is never also a recent turn
+    recent = {i.citation.seq for i in bundle.section("recent_turns").items}
+    assert not recent & {i.citation.seq for i in bundle.section("retrieved").items}
+
+
+def test_trimming_order_retrieved_then_recent_then_summaries():
+    turns = [f"turn number {i} about the garden and tomatoes" for i in range(30)]
+    summaries = [f"summary {i}: we discussed the garden plan in detail" for i in range(6)]
+    retrieved = [(100 + i, f"old message {i} about seeds") for i in range(10)]
+    store = make_store(turns, summaries, [], "running summary of the talk")
+    full = build_context(store, FakeRecall(retrieved), COUNTER, thread_id="t", user_id="u1", query="seeds")
+    sizes = {s.name: len(s.items) for s in full.sections}
+    assert sizes["retrieved"] == 10 and sizes["recent_turns"] == 30 and sizes["summaries"] == 6
+
+    seen = set()
+    for max_tokens in range(full.tokens, 0, -7):
+        b = build_context(
+            store, FakeRecall(retrieved), COUNTER, thread_id="t", user_id="u1", query="seeds", max_tokens=max_tokens
+        )
+        n = {s.name: len(s.items) for s in b.sections}
+        assert b.tokens <= max_tokens
+        if n["recent_turns"] < 30:
+            assert n["retrieved"] == 0  # retrieved snippets go first
+        if n["summaries"] < 6:
+            assert n["retrieved"] == 0 and n["recent_turns"] == 0  # then recent turns, then summaries
+        if 0 < n["recent_turns"] < 30:
+            assert b.section("recent_turns").items[-1].citation.seq == 29  # the oldest turns go first
+        seen.add((n["retrieved"] < 10, n["recent_turns"] < 30, n["summaries"] < 6))
+    assert {(True, False, False), (True, True, False), (True, True, True)} <= seen
+
+
+def test_sections_render_as_chat_messages_in_priority_order():
+    store = make_store(
+        ["hello there", "hi, how can I help?"], ["we planned a trip to Lisbon"], ["likes tea"], "talking about the trip"
+    )
+    b = build_context(
+        store,
+        FakeRecall([(50, "the flight is on Friday")]),
+        COUNTER,
+        thread_id="t",
+        user_id="u1",
+        query="flight",
+        system="You are Bot.",
+    )
+    system = b.messages[0]
+    assert system["role"] == "system"
+    text = system["content"]
+    order = [
+        text.index(x)
+        for x in (
+            "You are Bot.",
+            "talking about the trip",
+            "Open: pick a date",
+            "we planned a trip to Lisbon",
+            "likes tea",
+            "the flight is on Friday",
+        )
+    ]
+    assert order == sorted(order)
+    assert [m["content"] for m in b.messages[1:]] == ["hello there", "hi, how can I help?"]
+    assert b.messages[2]["role"] == "user" and b.messages[2]["name"] == "u1"
+    assert {c.seq for c in b.citations} >= {0, 1, 50}
+
+
+def test_a_thread_the_user_never_wrote_in_is_not_readable():
+    store = make_store(["x"], [], [], None)
+    with pytest.raises(NotReadable):
+        build_context(store, None, COUNTER, thread_id="t", user_id="someone-else")
+    with pytest.raises(NotReadable):
+        build_context(store, None, COUNTER, thread_id="other", user_id="u1")
+
+
+def test_duplicate_texts_are_pruned():
+    store = make_store(["I like green tea"], [], ["I like green tea", "lives in Porto"], None)
+    b = build_context(store, FakeRecall([(7, "I like green tea")]), COUNTER, thread_id="t", user_id="u1", query="tea")
+    texts = [i.text.lstrip("- ") for s in b.sections for i in s.items]
+    assert texts.count("I like green tea") == 1

@@ -1,0 +1,136 @@
+"""Recall's ranking (pure), the recall_memory tool and token counting, without I/O."""
+
+import json
+from datetime import UTC, datetime
+
+from memory.recall import RankParams, TermStats, TurnCandidate, bm25, clip, rank_turns
+from memory.recall_tool import execute, format_hits, tool_definition
+from memory.tokens import EstimateCounter, TiktokenCounter, default_counter
+from schemas.read import Citation, RecallHit, RecallResult, Scope
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def turn(seq, sim=0.0, tf=(0,), length=8, episode="t#1", thread="t"):
+    return TurnCandidate(
+        thread, seq, episode, f"e{seq}", f"p{seq}", "u", "user", f"text {seq}", AT, True, sim, tf, length
+    )
+
+
+def test_bm25_prefers_rare_terms_and_short_documents():
+    stats = TermStats(docs=100, avg_len=10, df=(2, 60))
+    rare = bm25((1, 0), 10, stats, 0.9, 0.4)
+    common = bm25((0, 1), 10, stats, 0.9, 0.4)
+    assert rare > common > 0
+    assert bm25((1, 0), 5, stats, 0.9, 0.4) > bm25((1, 0), 40, stats, 0.9, 0.4)
+    assert bm25((0, 0), 10, stats, 0.9, 0.4) == 0
+
+
+def test_a_turn_next_to_a_strong_match_outranks_an_isolated_equal_one():
+    stats = TermStats(docs=50, avg_len=8, df=(3,))
+    turns = [turn(1, sim=0.9, tf=(2,)), turn(2, sim=0.5), turn(10, sim=0.5), turn(20, sim=0.1), turn(30, sim=0.1)]
+    ranked = [t.seq for t, _ in rank_turns(turns, stats, RankParams())]
+    assert ranked[0] == 1
+    assert ranked.index(2) < ranked.index(10)  # the answer next to the question
+
+
+def test_a_summary_boost_lifts_its_whole_episode():
+    stats = TermStats(docs=10, avg_len=8, df=(0,))
+    turns = [turn(1, sim=0.5, episode="t#1"), turn(5, sim=0.5, episode="t#2")]
+    plain = [t.seq for t, _ in rank_turns(turns, stats, RankParams())]
+    boosted = [t.seq for t, _ in rank_turns(turns, stats, RankParams(), {"t#2": 1.0})]
+    assert plain[0] == 1 and boosted[0] == 5
+
+
+def test_snippets_are_clipped_to_the_limit():
+    text = "word " * 200
+    assert len(clip(text, 300)) <= 300 and clip("short   text", 300) == "short text"
+
+
+def test_tool_definition_is_an_openai_function_schema():
+    spec = tool_definition()
+    assert spec["type"] == "function" and spec["function"]["name"] == "recall_memory"
+    params = spec["function"]["parameters"]
+    assert params["required"] == ["query"] and set(params["properties"]["scope"]["enum"]) == {s.value for s in Scope}
+    json.dumps(spec)  # serialisable as sent to the API
+
+
+class RecordingRecall:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, user_id, query, *, scope, limit, thread_id=None):
+        self.calls.append((user_id, query, scope, limit, thread_id))
+        hit = RecallHit(
+            kind="message",
+            score=1.0,
+            snippet="We booked the Lisbon flight for May 3.",
+            author="anna",
+            before="anna: when do we fly?",
+            citation=Citation(
+                source="message",
+                thread_id="t1",
+                episode_id="t1#2",
+                seq=14,
+                platform_message_id="m-881",
+                event_id="ev-14",
+                occurred_at=AT,
+            ),
+        )
+        return RecallResult(query=query, scope=scope, hits=[hit])
+
+
+def test_tool_executor_runs_the_call_for_the_bots_user_and_formats_citations():
+    recall = RecordingRecall()
+    out = execute(recall, '{"query": "flight", "scope": "messages", "limit": 3}', user_id="anna", thread_id="t1")
+    assert out.error is None and recall.calls == [("anna", "flight", Scope.MESSAGES, 3, "t1")]
+    assert out.content.startswith("[1] (message · 2026-01-01 00:00 · anna · thread t1, message m-881)")
+    assert "We booked the Lisbon flight" in out.content and "before: anna: when do we fly?" in out.content
+    assert out.tool_message("call_1") == {"role": "tool", "tool_call_id": "call_1", "content": out.content}
+
+
+def test_tool_executor_reports_bad_arguments_without_calling_recall():
+    recall = RecordingRecall()
+    for bad in (
+        "{not json",
+        '{"query": ""}',
+        '{"query": "x", "scope": "everything"}',
+        '{"query": "x", "user_id": "b"}',
+        '{"query": "x", "limit": 500}',
+        "[]",
+    ):
+        out = execute(recall, bad, user_id="anna")
+        assert out.result is None and out.content.startswith("recall_memory: invalid arguments")
+    assert recall.calls == []
+
+
+def test_no_hits_reads_as_such():
+    assert format_hits(RecallResult(query="zebra", scope=Scope.ALL, hits=[])) == 'No memory found for "zebra".'
+
+
+def test_estimate_counts_words_symbols_and_other_scripts():
+    est = EstimateCounter()
+    assert est.count("") == 0
+    assert est.count("hello world") == 2
+    assert est.count("internationalization") == 4  # long words split
+    assert est.count("привет мир") == 5  # Cyrillic counts finer
+    assert est.count("2026-11-22!") == 2 + 1 + 1 + 1 + 1 + 1
+
+
+def test_without_a_local_encoding_the_estimate_is_used(monkeypatch, tmp_path):
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # empty: nothing cached, no download tried
+    default_counter.cache_clear()
+    try:
+        assert isinstance(default_counter(), EstimateCounter)
+    finally:
+        default_counter.cache_clear()
+
+
+def test_tiktoken_counter_wraps_an_encoding():
+    class Enc:
+        name = "fake"
+
+        def encode(self, text, disallowed_special=()):
+            return text.split()
+
+    assert TiktokenCounter(Enc()).count("a b c") == 3 and TiktokenCounter(Enc()).name == "tiktoken:fake"
