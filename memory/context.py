@@ -9,7 +9,8 @@ rendered messages, so the budget holds for what the bot actually sends."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -58,6 +59,8 @@ class ThreadSnapshot:
 
 
 class ContextStore(Protocol):
+    def session(self) -> AbstractContextManager[None]: ...
+
     def readable_threads(self, user_id: str, thread_id: str | None) -> list[str]: ...
 
     def snapshot(self, thread_id: str, recent_limit: int) -> ThreadSnapshot: ...
@@ -88,6 +91,21 @@ def build_context(
     max_tokens: int | None = None,
     budgets: Budgets | None = None,
     system: str | None = None,
+) -> ContextBundle:
+    with store.session():
+        return _build(store, recall, counter, thread_id, user_id, query, max_tokens, budgets, system)
+
+
+def _build(
+    store: ContextStore,
+    recall: Recall | None,
+    counter: TokenCounter,
+    thread_id: str,
+    user_id: str,
+    query: str | None,
+    max_tokens: int | None,
+    budgets: Budgets | None,
+    system: str | None,
 ) -> ContextBundle:
     user_id = validate_identifier(user_id, "user_id")
     thread_id = validate_identifier(thread_id)
@@ -136,13 +154,13 @@ def build_context(
     ]
     _fill(drafts["summaries"], summary_items, summary_room)
 
-    # Recent turns, newest first into the budget, shown oldest first.
+    # Recent turns, newest first into the budget (counted only until it is full), shown oldest first.
     recent = drafts["recent_turns"]
     _fill(
         recent,
-        [item(t.text, role=_role(t.role), author=t.author, citation=t.citation) for t in snap.recent],
+        (item(t.text, role=_role(t.role), author=t.author, citation=t.citation) for t in snap.recent),
         b.recent_turns,
-        contiguous=True,
+        contiguous=len(snap.recent),
     )
     recent.items.reverse()
     shown = {(i.citation.thread_id, i.citation.seq) for i in recent.items if i.citation}
@@ -173,13 +191,17 @@ def build_context(
         ]
         _fill(drafts["retrieved"], lines, room)
 
-    # The whole must fit: drop the most expendable items until the rendered count does.
-    while True:
-        messages = _render(drafts)
-        used = _count_messages(messages, count)
+    # The whole must fit: drop the most expendable items until the rendered count does. Each
+    # drop lowers a running figure; the rendered messages are recounted only when it says "fits".
+    messages = _render(drafts)
+    used = _count_messages(messages, count)
+    while used > total:
+        freed = _trim_one(drafts, count)
+        used = used - freed if freed is not None else total
         if used <= total:
-            break
-        if not _trim_one(drafts, count):
+            messages = _render(drafts)
+            used = _count_messages(messages, count)
+        if freed is None:
             break
     sections = [
         Section(name=d.name, items=d.items, tokens=d.tokens, budget=d.budget, trimmed=d.trimmed)
@@ -197,36 +219,40 @@ def build_context(
     )
 
 
-def _fill(draft: _Draft, items: Sequence[ContextItem], room: int, *, contiguous: bool = False) -> int:
-    """Take items in order while they fit in `room`, skipping ones too large (or, `contiguous`,
-    stopping at the first: recent turns must not have holes); return what is left."""
-    for n, it in enumerate(items):
+def _fill(draft: _Draft, items: Iterable[ContextItem], room: int, *, contiguous: int | None = None) -> int:
+    """Take items in order while they fit in `room`, skipping ones too large; with `contiguous`
+    (the number of items) stop at the first that does not fit instead: recent turns must not
+    have holes, and the rest need not be counted. Return the room left."""
+    taken = 0
+    for it in items:
         if it.tokens <= room:
             draft.items.append(it)
             room -= it.tokens
-        elif contiguous:
-            draft.trimmed += len(items) - n
+            taken += 1
+        elif contiguous is not None:
+            draft.trimmed += contiguous - taken
             break
         else:
             draft.trimmed += 1
     return room
 
 
-def _trim_one(drafts: dict[SectionName, _Draft], count: Callable[[str], int]) -> bool:
+def _trim_one(drafts: dict[SectionName, _Draft], count: Callable[[str], int]) -> int | None:
+    """Drop the most expendable item; return about how many tokens that freed (None: nothing left)."""
     for name in TRIM_ORDER:
         d = drafts[name]
         if d.items:
             # Retrieved and summaries drop their last (weakest / oldest); recent turns their oldest.
-            d.items.pop(0 if name == "recent_turns" else -1)
+            gone = d.items.pop(0 if name == "recent_turns" else -1)
             d.trimmed += 1
-            return True
+            return gone.tokens + (MESSAGE_OVERHEAD - 1 if name == "recent_turns" else 0)
     sys_item = drafts["system"].items[0] if drafts["system"].items else None
     if sys_item and sys_item.text:
         words = sys_item.text.split()
         cut = " ".join(words[: max(0, len(words) * 3 // 4)])
         drafts["system"].items[0] = ContextItem(text=cut, tokens=count(cut) + 1)
-        return True
-    return False
+        return max(1, sys_item.tokens - drafts["system"].items[0].tokens)
+    return None
 
 
 def _render(drafts: dict[SectionName, _Draft]) -> list[dict]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -82,6 +83,10 @@ class FactCandidate:
 
 
 class RecallStore(Protocol):
+    def session(self) -> AbstractContextManager[None]:
+        """Group the queries of one read (one connection)."""
+        ...
+
     def readable_threads(self, user_id: str, thread_id: str | None) -> list[str]: ...
 
     def lexemes(self, text: str) -> list[str]: ...
@@ -121,10 +126,11 @@ class RankParams:
     neighbour: float = 0.5
     episode_prior: float = 0.8
     episode_top: int = 3
+    sitting_gap_s: float = 3600.0
     summary_boost: float = 0.3
     summary_episodes: int = 3
     pool: int = 1000
-    fact_weight: float = 0.9
+    fact_weight: float = 0.5
     fact_share: float = 0.25  # at most this share of an `all` answer are facts
     rrf_k: int = 10
 
@@ -168,15 +174,31 @@ def rank_turns(
         near = [base[j] for j in (at.get((t.thread_id, t.seq - 1)), at.get((t.thread_id, t.seq + 1))) if j is not None]
         # A neighbour outside the pool matched nothing: it counts as the weakest candidate.
         smoothed[i] += p.neighbour * (max(near) if near else floor)
-    by_episode: dict[str, list[int]] = defaultdict(list)
-    for i, t in enumerate(turns):
-        by_episode[t.episode_id].append(i)
     final = smoothed.copy()
-    for episode, idx in by_episode.items():
+    for idx in sittings(turns, p.sitting_gap_s).values():
         top = np.sort(smoothed[idx])[::-1][: p.episode_top]
-        final[idx] += p.episode_prior * float(top.mean()) + (episode_boost or {}).get(episode, 0.0)
+        final[idx] += p.episode_prior * float(top.mean())
+    for i, t in enumerate(turns):
+        final[i] += (episode_boost or {}).get(t.episode_id, 0.0)
     order = sorted(range(len(turns)), key=lambda i: (-final[i], turns[i].thread_id, turns[i].seq))
     return [(turns[i], float(final[i])) for i in order]
+
+
+def sittings(turns: Sequence[TurnCandidate], gap_s: float) -> dict[tuple[str, int], list[int]]:
+    """Group candidates into sittings: runs of a thread without a pause longer than `gap_s`.
+    Topic episodes can be a few turns long; a sitting is the unit people remember."""
+    groups: dict[tuple[str, int], list[int]] = defaultdict(list)
+    order = sorted(range(len(turns)), key=lambda i: (turns[i].thread_id, turns[i].seq))
+    sitting, prev = 0, None
+    for i in order:
+        t = turns[i]
+        if prev is not None and (
+            prev.thread_id != t.thread_id or (t.occurred_at - prev.occurred_at).total_seconds() > gap_s
+        ):
+            sitting += 1
+        groups[(t.thread_id, sitting)].append(i)
+        prev = t
+    return groups
 
 
 def clip(text: str, limit: int) -> str:
@@ -202,12 +224,16 @@ class Recall:
         limit: int = 10,
         thread_id: str | None = None,
     ) -> RecallResult:
-        scope = Scope(scope)
+        with self.store.session():
+            return self._recall(user_id, query, Scope(scope), limit, thread_id)
+
+    def _recall(self, user_id: str, query: str, scope: Scope, limit: int, thread_id: str | None) -> RecallResult:
         # Client ids reach no query unchecked (mem0 would read '*' as a wildcard).
         user_id = validate_identifier(user_id, "user_id")
         thread_id = None if thread_id is None else validate_identifier(thread_id)
-        threads = self.store.readable_threads(user_id, thread_id)
-        if thread_id is not None and not threads:
+        # Facts belong to the user, not to threads: that scope needs no thread list.
+        threads = self.store.readable_threads(user_id, thread_id) if scope is not Scope.FACTS else []
+        if thread_id is not None and scope is not Scope.FACTS and not threads:
             raise NotReadable(thread_id)
         query = query.strip()
         if not query or limit <= 0:
@@ -327,8 +353,19 @@ class Recall:
 
 
 def _interleave(turns: list[RecallHit], facts: list[RecallHit], p: RankParams, limit: int) -> list[RecallHit]:
-    """One list from two rankings by weighted reciprocal rank: the best fact lands second or third."""
-    scored = [(1.0 / (p.rrf_k + r + 1), 0, r, h) for r, h in enumerate(turns)]
-    scored += [(p.fact_weight * 1.0 / (p.rrf_k + r + 1), 1, r, h) for r, h in enumerate(facts)]
+    """One list from turns and facts: a fact goes just before the turn it was drawn from when
+    that turn ranked; the others by weighted reciprocal rank (the best lands second or third)."""
+    at = {h.citation.event_id: n for n, h in enumerate(turns) if h.citation.event_id}
+    before: dict[int, list[RecallHit]] = defaultdict(list)
+    loose: list[RecallHit] = []
+    for f in facts:
+        n = at.get(f.citation.event_id)
+        if n is None:
+            loose.append(f)
+        else:
+            before[n].append(f)
+    merged = [h for n, t in enumerate(turns) for h in (*before.get(n, ()), t)]
+    scored = [(1.0 / (p.rrf_k + r + 1), 0, r, h) for r, h in enumerate(merged)]
+    scored += [(p.fact_weight / (p.rrf_k + r + 1), 1, r, h) for r, h in enumerate(loose)]
     scored.sort(key=lambda x: (-x[0], x[1], x[2]))
     return [h for *_, h in scored[:limit]]

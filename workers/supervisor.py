@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 
@@ -40,7 +41,12 @@ class Supervisor:
         return [" ".join(cmd) for cmd, p in zip(self.commands, self.procs, strict=True) if p.poll() not in (None, 0)]
 
     def wait(self) -> int:
-        """Block until a child exits or we are interrupted; then stop the rest."""
+        """Block until a child exits or we are interrupted (SIGINT or SIGTERM); then stop the rest."""
+        if threading.current_thread() is threading.main_thread():
+            # SIGTERM (a service manager, `kill`) must stop the children too, and SIGINT may be
+            # ignored when started in the background: both interrupt the wait.
+            signal.signal(signal.SIGTERM, _interrupt)
+            signal.signal(signal.SIGINT, _interrupt)
         try:
             while all(p.poll() is None for p in self.procs):
                 time.sleep(0.2)
@@ -74,3 +80,7 @@ class Supervisor:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
