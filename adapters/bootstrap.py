@@ -231,3 +231,11 @@ class Container:
 
 def process_name(role: str) -> str:
     return f"{role}@{socket.gethostname()}:{os.getpid()}"
+
+
+def open_memory(settings: Settings | None = None) -> Container:
+    """The read path for a bot in-process: `memory.build_context(...)`, `memory.recall(...)`.
+    Settings from CHATMEM_* / .env; the embedded services when no URL is set."""
+    from schemas.settings import load_settings
+
+    return Container(settings or load_settings())

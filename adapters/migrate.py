@@ -40,7 +40,8 @@ def migrate(database_url: str, vector_dim: int = 384) -> list[str]:
     return [m.id for m in todo]
 
 
-VECTOR_TABLES = ("messages", "summaries")
+# Messages only: summaries are searched within a user's threads, through the thread index.
+VECTOR_TABLES = ("messages",)
 
 
 def vector_index_name(table: str, dim: int) -> str:

@@ -323,11 +323,12 @@ def bench_context(
     threads: int = typer.Option(10_000, help="threads they are spread over"),
     users: int = typer.Option(2_000, help="users the threads belong to"),
     queries: int = typer.Option(300, help="queries to time"),
+    hnsw: bool = typer.Option(False, help="also build the messages' HNSW index (long on 2 cores)"),
 ) -> None:
     """build_context and recall latency p50/p95 next to mem0's own search, same Postgres, same run."""
     from bench.context import run
 
-    run(_settings(), console, n_messages=messages, n_threads=threads, n_users=users, n_queries=queries)
+    run(_settings(), console, n_messages=messages, n_threads=threads, n_users=users, n_queries=queries, with_hnsw=hnsw)
 
 
 cli_read.register(app)

@@ -76,6 +76,28 @@ def _print_episodes(c: Container, console: Console, thread_ids: list[str]) -> No
     console.print(table)
 
 
+DEMO_QUESTION = "Which flights should I book, and is there anything about food I told you?"
+
+
+def _answer(c: Container, console: Console, thread_id: str, user_id: str, question: str) -> None:
+    """What a bot does on its next turn: recall with citations, then the token-budgeted context."""
+    from memory.recall_tool import format_hits
+
+    console.print(f"\n[bold]{user_id} asks:[/bold] {escape(question)}")
+    result = c.recall(user_id, question, limit=5)
+    console.print("[bold]recall_memory[/bold] (what the model would get back from the tool):")
+    console.print(escape(format_hits(result)))
+    bundle = c.build_context(thread_id, user_id, question, max_tokens=1200)
+    table = Table(title=f"build_context: {bundle.tokens} of {bundle.max_tokens} tokens ({bundle.counter})")
+    for col in ("section", "items", "tokens", "first item"):
+        table.add_column(col, overflow="fold")
+    for sec in bundle.sections:
+        if sec.items:
+            table.add_row(sec.name, str(len(sec.items)), str(sec.tokens), escape(sec.items[0].text[:100]))
+    console.print(table)
+    console.print(f"→ {len(bundle.messages)} chat messages ready for the model (system memory + recent turns)")
+
+
 def _facts_settled(c: Container, thread_ids: list[str]) -> bool:
     """Every closed episode's facts job and every remember/forget command has run."""
     with c.pool.connection() as conn:
@@ -162,6 +184,7 @@ def run_demo(settings: Settings, console: Console, timeout: float) -> int:
             _print_memory(c, console, thread_ids)
             _print_episodes(c, console, thread_ids)
             _print_facts(c, console, sorted({e.user_id for e in events}))
+            _answer(c, console, "demo-alice", "alice", DEMO_QUESTION)
             rep = report(c)
             console.print(f"status: {rep.counts} · queues {rep.queues} · largest lag {rep.lag.max_events}")
             return 0

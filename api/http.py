@@ -78,12 +78,25 @@ class Episode(BaseModel):
     messages: int
 
 
+def caller(request: Request, x_api_key: Annotated[str | None, Header(alias=API_KEY_HEADER)] = None) -> KeyInfo:
+    if not x_api_key:
+        raise ApiError(401, "missing_api_key", f"send your API key in the {API_KEY_HEADER} header")
+    key = request.app.state.container.api_keys.verify(x_api_key)
+    if key is None:
+        raise ApiError(401, "invalid_api_key", "this API key is unknown or revoked")
+    return key
+
+
+Caller = Annotated[KeyInfo, Depends(caller)]
+
+
 def create_app(container: Container) -> FastAPI:
     app = FastAPI(
         title="chatmem",
         version="1",
         summary="Conversation memory for chat bots: token-budgeted context and recall with citations.",
     )
+    app.state.container = container
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -95,16 +108,6 @@ def create_app(container: Container) -> FastAPI:
             f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in exc.errors()
         )
         return JSONResponse({"error": "invalid_request", "detail": detail}, status_code=422)
-
-    def caller(x_api_key: Annotated[str | None, Header(alias=API_KEY_HEADER)] = None) -> KeyInfo:
-        if not x_api_key:
-            raise ApiError(401, "missing_api_key", f"send your API key in the {API_KEY_HEADER} header")
-        key = container.api_keys.verify(x_api_key)
-        if key is None:
-            raise ApiError(401, "invalid_api_key", "this API key is unknown or revoked")
-        return key
-
-    Caller = Annotated[KeyInfo, Depends(caller)]
 
     def allowed(key: KeyInfo, user_id: str) -> None:
         if not key.allows(user_id):

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.ingest import scratch
-from bench.pipeline import wait_until_settled
+from bench.pipeline import pipeline_processes, wait_until_settled
 from producers.importers import locomo_events
 from producers.publisher import Publisher
 from schemas.read import RecallHit, Scope
@@ -48,28 +46,11 @@ def run(settings: Settings, console: Console, data: Path, out: Path | None, samp
     corpus = [s for s in json.loads(Path(data).read_text()) if samples is None or s["sample_id"] in samples]
     events = list(locomo_events(data, samples))
     with scratch(settings) as c:
-        env = c.settings.as_env()
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "api.cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-            for args in (
-                ("ingest",),
-                ("worker", "--queues", "segment", "--concurrency", "1"),
-                ("worker", "--queues", "summarize", "--concurrency", "1"),
-                ("worker", "--queues", "facts", "--concurrency", "1"),
-            )
-        ]
-        try:
+        with pipeline_processes(c):
             t0 = time.perf_counter()
             with Publisher.from_settings(c.settings, c.urls.redis_url) as pub:
                 pub.publish_many(events)
             settle_s = wait_until_settled(c, len(events), t0)
-        finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                p.wait(30)
         with c.pool.connection() as conn:
             counts = conn.execute(
                 """SELECT (SELECT count(*) FROM episodes), (SELECT count(*) FROM summaries),

@@ -10,6 +10,8 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 from rich.console import Console
@@ -60,6 +62,30 @@ def make_conversation(n_messages: int, n_threads: int, seed: int = 7) -> list[Me
     return events
 
 
+@contextmanager
+def pipeline_processes(c) -> Iterator[None]:  # noqa: ANN001
+    """The ingest consumer and one worker per pipeline queue, as separate processes."""
+    env = c.settings.as_env()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "api.cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for args in (
+            ("ingest",),
+            ("worker", "--queues", "segment", "--concurrency", "1"),
+            ("worker", "--queues", "summarize", "--concurrency", "1"),
+            ("worker", "--queues", "facts", "--concurrency", "1"),
+        )
+    ]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+
+
 def wait_until_settled(c, n_messages: int, t0: float, limit_s: float = 900) -> float:  # noqa: ANN001
     """Seconds until every message is applied and the summary and facts work has drained (their
     queues are empty, every closed episode has its facts, and nothing changed for a second)."""
@@ -92,30 +118,13 @@ def run(settings: Settings, console: Console, *, n_messages: int = 2000, n_threa
         raw.embed(texts)
         raw_rate = len(texts) / (time.perf_counter() - t0)
 
-        env = c.settings.as_env()
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "api.cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-            for args in (
-                ("ingest",),
-                ("worker", "--queues", "segment", "--concurrency", "1"),
-                ("worker", "--queues", "summarize", "--concurrency", "1"),
-                ("worker", "--queues", "facts", "--concurrency", "1"),
-            )
-        ]
-        try:
+        with pipeline_processes(c):
             time.sleep(15)  # let the workers load the model and mem0: start-up is not throughput
             t0 = time.perf_counter()
             with Publisher.from_settings(c.settings, c.urls.redis_url) as pub:
                 for e in events:
                     pub.publish_nowait(e)
             live_s = wait_until_settled(c, len(events), t0)
-        finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                p.wait(30)
         live_rate = len(events) / live_s
 
         t0 = time.perf_counter()

@@ -1,0 +1,58 @@
+"""A LoCoMo-format file imported with `chatmem import locomo`, processed by real workers, then
+answered through recall, build_context and `chatmem recall` / `chatmem context`."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, scalar, settings_env, spawn, stop, wait_for
+from tests.locomo_sample import write_sample
+
+pytestmark = pytest.mark.e2e
+
+
+def cli(settings, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli", *args],
+        env=settings_env(settings),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_imported_conversation_is_recalled_with_dia_id_citations(container, tmp_path):
+    s = container.settings
+    procs = [spawn(s, "ingest"), spawn(s, "worker", "--queues", "all", "--concurrency", "2")]
+    try:
+        out = cli(s, "import", "locomo", str(write_sample(tmp_path)))
+        assert out.returncode == 0 and "published 7 events" in out.stdout, out.stdout + out.stderr
+        applied = lambda: scalar(container, "SELECT coalesce(sum(message_count), 0) FROM threads") == 7  # noqa: E731
+        assert wait_for(applied, timeout=120), stop(procs[1])[-3000:]
+        # The first session's episode closes on the time gap: its final summary archives it.
+        final = lambda: scalar(container, "SELECT count(*) FROM summaries WHERE kind = 'final'") >= 1  # noqa: E731
+        assert wait_for(final, timeout=120), stop(procs[1])[-3000:]
+    finally:
+        for p in procs:
+            stop(p)
+    dog = container.recall("Maya", "What is the name of Maya's dog?", thread_id="conv-test", limit=3).hits
+    assert dog[0].citation.platform_message_id == "D1:3" and dog[0].archived
+    bike = container.recall("Maya", "What colour is Leo's bicycle?", thread_id="conv-test", limit=3).hits
+    assert "D1:4" in [h.citation.platform_message_id for h in bike]  # found by the image caption
+    bundle = container.build_context("conv-test", "Maya", "pottery class")
+    assert bundle.messages[-1]["content"].startswith("Nice, I am training for the Lisbon half marathon")
+
+    out = cli(s, "recall", "What did Maya make in pottery class?", "--user", "Maya", "--json", "--limit", "3")
+    assert out.returncode == 0, out.stderr
+    assert "D2:2" in [h["citation"]["platform_message_id"] for h in json.loads(out.stdout)["hits"]]
+    out = cli(s, "context", "conv-test", "--user", "Maya", "--query", "dog")
+    assert out.returncode == 0 and "recent_turns" in out.stdout, out.stderr
+    out = cli(s, "episodes", "conv-test", "--user", "Maya")
+    assert out.returncode == 0 and "conv-test#1" in out.stdout
+    out = cli(s, "threads", "--user", "Leo")
+    assert out.returncode == 0 and "conv-test" in out.stdout
+    out = cli(s, "recall", "dog", "--user", "Nobody", "--thread", "conv-test")
+    assert out.returncode == 1 and "no thread" in out.stdout
