@@ -331,6 +331,17 @@ def bench_context(
     run(_settings(), console, n_messages=messages, n_threads=threads, n_users=users, n_queries=queries, with_hnsw=hnsw)
 
 
+@bench_app.command("tokens")
+def bench_tokens(
+    data: list[Path] = typer.Option(..., "--data", exists=True, dir_okay=False, help="dialogue files (repeatable)"),
+) -> None:
+    """The token estimate next to tiktoken (when its encodings are on this machine)."""
+    from bench.tokens import run
+
+    _settings()
+    run(console, data)
+
+
 cli_read.register(app)
 
 

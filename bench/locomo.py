@@ -65,9 +65,9 @@ def run(settings: Settings, console: Console, data: Path, out: Path | None, samp
             turn_ids = {t["dia_id"] for k, v in sample["conversation"].items() if isinstance(v, list) for t in v}
             reader = sample["conversation"]["speaker_a"]
             for qa_index, qa in enumerate(sample["qa"]):
-                if qa.get("category") not in QUESTION_CATEGORIES:
-                    continue
-                evidence = [e for e in qa.get("evidence", []) if e in turn_ids]
+                # Every question gets a prediction; only categories 1-4 with evidence are scored.
+                scored = qa.get("category") in QUESTION_CATEGORIES
+                evidence = [e for e in qa.get("evidence", []) if e in turn_ids] if scored else []
                 t1 = time.perf_counter()
                 result = c.recall(reader, qa["question"], scope=Scope.ALL, limit=max(KS), thread_id=sid)
                 latencies.append(time.perf_counter() - t1)

@@ -5,7 +5,7 @@ SQL lives in adapters/read_pg.py.
 Why this shape (tuned on the LoCoMo dev split, see docs/read-path.md):
 - both signals are z-normalised over the candidate pool and averaged; on dialogue this beats
   reciprocal-rank fusion, which throws away how far ahead the best turn is;
-- a turn borrows half of its best neighbour's score: answers sit next to their questions;
+- a turn borrows 0.4 of its best neighbour's score: answers sit next to their questions;
 - an episode's best turns lift the others a little, and a matching episode summary lifts
   the whole episode and brings its best turns into the pool even when they matched nothing.
 """
@@ -123,7 +123,7 @@ class RankParams:
     k1: float = 0.9
     b: float = 0.4
     lexical_weight: float = 0.5
-    neighbour: float = 0.5
+    neighbour: float = 0.4
     episode_prior: float = 0.8
     episode_top: int = 3
     sitting_gap_s: float = 3600.0
