@@ -153,7 +153,8 @@ class PostgresReader:
             return {}
         with self._conn() as conn:
             rows = conn.execute(
-                """SELECT m.thread_id, m.seq, m.user_id || ': ' || m.text
+                """SELECT m.thread_id, m.seq,
+                          CASE WHEN m.role = 'user' THEN m.user_id ELSE m.role END || ': ' || m.text
                    FROM unnest(%s::text[], %s::int[]) k(thread_id, seq)
                    JOIN threads t ON t.thread_id = k.thread_id
                    JOIN messages m ON m.thread_id = k.thread_id AND m.generation = t.generation AND m.seq = k.seq""",

@@ -201,6 +201,11 @@ def sittings(turns: Sequence[TurnCandidate], gap_s: float) -> dict[tuple[str, in
     return groups
 
 
+def author(user_id: str, role: str) -> str:
+    """Who said it, as shown next to a snippet: the user's id, or the bot's role."""
+    return user_id if role == "user" else role
+
+
 def clip(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
@@ -296,7 +301,7 @@ class Recall:
             before=clip(before, CONTEXT_CHARS) if before else None,
             after=clip(after, CONTEXT_CHARS) if after else None,
             archived=not t.is_active,
-            author=t.user_id,
+            author=author(t.user_id, t.role),
             citation=Citation(
                 source="message",
                 thread_id=t.thread_id,

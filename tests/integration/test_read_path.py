@@ -90,8 +90,8 @@ def test_archived_messages_are_still_recalled_with_citations_to_the_log(memory):
 
 def test_neighbouring_turns_give_context(memory):
     hit = memory.recall("alice", "locker code", scope=Scope.MESSAGES, limit=1).hits[0]
-    assert hit.before == "bot: Sure, what would you like to grow?"
-    assert hit.after.startswith("bot: Noted. Tomatoes need full sun")
+    assert hit.before == "assistant: Sure, what would you like to grow?"
+    assert hit.after.startswith("assistant: Noted. Tomatoes need full sun") and hit.author == "alice"
 
 
 def test_scopes_summaries_and_facts(memory):
