@@ -152,8 +152,20 @@ def zscores(values: np.ndarray) -> np.ndarray:
     return (values - values.mean()) / std if std > 1e-12 else np.zeros_like(values)
 
 
+def bm25_all(items: Sequence[TurnCandidate | SummaryCandidate], stats: TermStats, k1: float, b: float) -> np.ndarray:
+    """`bm25` for every candidate at once (the same formula, as array operations)."""
+    if not items or not stats.df:
+        return np.zeros(len(items))
+    tf = np.array([c.tf for c in items], dtype=float)
+    lengths = np.array([c.length for c in items], dtype=float)
+    df = np.array(stats.df, dtype=float)
+    idf = np.where(df > 0, np.log(1 + (stats.docs - df + 0.5) / (df + 0.5)), 0.0)
+    norm = k1 * (1 - b + b * lengths / max(stats.avg_len, 1e-9))
+    return (idf * tf * (k1 + 1) / (tf + norm[:, None])).sum(axis=1)
+
+
 def fused(items: Sequence[TurnCandidate | SummaryCandidate], stats: TermStats, p: RankParams) -> np.ndarray:
-    lex = np.array([bm25(c.tf, c.length, stats, p.k1, p.b) for c in items], dtype=float)
+    lex = bm25_all(items, stats, p.k1, p.b)
     sim = np.array([c.sim for c in items], dtype=float)
     return p.lexical_weight * zscores(lex) + (1 - p.lexical_weight) * zscores(sim)
 

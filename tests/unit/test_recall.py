@@ -3,7 +3,9 @@
 import json
 from datetime import UTC, datetime
 
-from memory.recall import RankParams, TermStats, TurnCandidate, bm25, clip, rank_turns
+import pytest
+
+from memory.recall import RankParams, TermStats, TurnCandidate, bm25, bm25_all, clip, rank_turns
 from memory.recall_tool import execute, format_hits, tool_definition
 from memory.tokens import EstimateCounter, TiktokenCounter, default_counter
 from schemas.read import Citation, RecallHit, RecallResult, Scope
@@ -24,6 +26,13 @@ def test_bm25_prefers_rare_terms_and_short_documents():
     assert rare > common > 0
     assert bm25((1, 0), 5, stats, 0.9, 0.4) > bm25((1, 0), 40, stats, 0.9, 0.4)
     assert bm25((0, 0), 10, stats, 0.9, 0.4) == 0
+
+
+def test_bm25_for_all_candidates_matches_the_formula():
+    stats = TermStats(docs=40, avg_len=9, df=(3, 0, 25))
+    turns = [turn(i, tf=tf, length=n) for i, (tf, n) in enumerate([((1, 0, 2), 7), ((0, 0, 0), 12), ((3, 0, 1), 30)])]
+    expected = [bm25(t.tf, t.length, stats, 0.9, 0.4) for t in turns]
+    assert bm25_all(turns, stats, 0.9, 0.4) == pytest.approx(expected)
 
 
 def test_a_turn_next_to_a_strong_match_outranks_an_isolated_equal_one():
