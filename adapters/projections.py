@@ -18,7 +18,8 @@ from memory.segmentation import SegmenterState
 from memory.summaries import LevelItem, StaleGeneration, SummaryRecord
 from schemas.records import ThreadLease
 
-_MESSAGE_COLUMNS = (
+# The projected message row as bulk-written (COPY BINARY): columns and their Postgres types.
+MESSAGE_COLUMNS = (
     "thread_id",
     "generation",
     "seq",
@@ -32,7 +33,7 @@ _MESSAGE_COLUMNS = (
     "occurred_at",
     "embedding",
 )
-_MESSAGE_TYPES = (
+MESSAGE_TYPES = (
     "text",
     "int4",
     "int4",
@@ -148,7 +149,7 @@ class PostgresProjections:
             bulk_insert(
                 conn,
                 "messages",
-                _MESSAGE_COLUMNS,
+                MESSAGE_COLUMNS,
                 (
                     (
                         tid,
@@ -166,7 +167,7 @@ class PostgresProjections:
                     )
                     for m in plan.messages
                 ),
-                types=_MESSAGE_TYPES,
+                types=MESSAGE_TYPES,
             )
         for mv in plan.moves:
             conn.execute(

@@ -117,12 +117,6 @@ def create_app(container: Container) -> FastAPI:
         # The same answer whether it does not exist or belongs to someone else.
         return ApiError(404, "not_found", f"{what} not found for this user")
 
-    def user_param(user_id: str) -> str:
-        try:
-            return validate_identifier(user_id, "user_id")
-        except InvalidEvent as error:
-            raise ApiError(422, "invalid_request", error.reason) from None
-
     @app.post("/v1/context", response_model=ContextBundle, tags=["read"])
     def context(body: ContextRequest, key: Caller) -> ContextBundle:
         """Token-budgeted context for the bot's next reply, as sections and as chat messages."""
@@ -152,7 +146,7 @@ def create_app(container: Container) -> FastAPI:
         thread_id: Annotated[str, Path(max_length=128)],
         user_id: Annotated[str, Query(description="the user reading")],
     ) -> list[dict]:
-        user_id = user_param(user_id)
+        user_id = _path_id(user_id, "user_id")
         allowed(key, user_id)
         thread_id = _path_id(thread_id)
         if not container.reader.readable_threads(user_id, thread_id):
@@ -166,7 +160,7 @@ def create_app(container: Container) -> FastAPI:
         user_id: Annotated[str, Query(description="the user reading")],
     ) -> dict:
         """One episode with its summaries and messages."""
-        user_id = user_param(user_id)
+        user_id = _path_id(user_id, "user_id")
         allowed(key, user_id)
         ep = container.reader.episode(_path_id(episode_id, "episode_id"))
         if ep is None or not container.reader.readable_threads(user_id, ep["thread_id"]):
@@ -198,6 +192,7 @@ def create_app(container: Container) -> FastAPI:
 
 
 def _path_id(value: str, field: str = "thread_id") -> str:
+    """A client id from a path or query string, checked; an ApiError (422) names the field."""
     try:
         if field == "episode_id":
             # <thread_id>#<ordinal>; clients send the '#' as %23.

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from adapters import migrate
+from adapters.projections import MESSAGE_COLUMNS, MESSAGE_TYPES
 from bench.facts import _pct, statements
 from bench.ingest import scratch
 from bench.pipeline import TOPICS
@@ -82,27 +83,9 @@ def load(  # noqa: ANN201
                             )
                         )
             started = time.perf_counter()
-            cols = "thread_id, generation, seq, event_id, stream_pos, episode_id, user_id, role, text, occurred_at, "
-            with cur.copy(
-                f"COPY messages ({cols}platform_message_id, embedding, is_active) FROM STDIN WITH (FORMAT BINARY)"
-            ) as cp:
-                cp.set_types(
-                    [
-                        "text",
-                        "int4",
-                        "int4",
-                        "text",
-                        "int8",
-                        "text",
-                        "text",
-                        "text",
-                        "text",
-                        "timestamptz",
-                        "text",
-                        "vector",
-                        "bool",
-                    ]
-                )
+            cols = ", ".join((*MESSAGE_COLUMNS, "is_active"))
+            with cur.copy(f"COPY messages ({cols}) FROM STDIN WITH (FORMAT BINARY)") as cp:
+                cp.set_types([*MESSAGE_TYPES, "bool"])
                 for t in range(n_threads):
                     vectors = vec_rng.standard_normal((per_thread, dim)).astype(np.float32)
                     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -122,8 +105,8 @@ def load(  # noqa: ANN201
                                 f"u{t % n_users}" if i % 2 == 0 else "bot",
                                 "user" if i % 2 == 0 else "assistant",
                                 _text(rng, topic),
-                                t0 + timedelta(minutes=seq),
                                 f"m{seq}",
+                                t0 + timedelta(minutes=seq),
                                 vectors[i],
                                 i >= per_thread - EPISODE_LEN,
                             )
