@@ -143,7 +143,7 @@ class Container:
     @cached_property
     def processor(self):  # noqa: ANN201
         from memory.pipeline import ThreadProcessor
-        from workers.celery_app import enqueue_summary
+        from workers.celery_app import enqueue_attachment, enqueue_summary
 
         app = self.celery
         return ThreadProcessor(
@@ -154,7 +154,76 @@ class Container:
             lambda thread_id, generation, job: enqueue_summary(app, thread_id, generation, job),
             self.thread_log.advance_cursor_in,
             self.settings.stream_key,
+            enqueue_attachment=lambda event_id, position: enqueue_attachment(app, event_id, position),
         )
+
+    # --- attachments ---------------------------------------------------------------------------
+    @cached_property
+    def attachment_store(self):  # noqa: ANN201
+        from adapters.attachments_pg import PostgresAttachmentStore
+
+        return PostgresAttachmentStore(self.pool)
+
+    @cached_property
+    def blobs(self):  # noqa: ANN201
+        from adapters.blobs import LocalBlobStore
+
+        return LocalBlobStore(self.settings.resolved_blob_dir)
+
+    @cached_property
+    def fetcher(self):  # noqa: ANN201
+        from adapters.fetch import FetchLimits, UrlFetcher
+
+        s = self.settings
+        return UrlFetcher(
+            FetchLimits(
+                s.attachment_max_bytes,
+                s.attachment_fetch_timeout_s,
+                s.attachment_allow_private_urls,
+                s.attachment_file_root,
+                s.attachment_ca_file,
+            )
+        )
+
+    @cached_property
+    def image_reader(self):  # noqa: ANN201
+        from adapters.images import PillowImageReader
+
+        return PillowImageReader(self.settings.attachment_max_pixels)
+
+    @cached_property
+    def ocr(self):  # noqa: ANN201
+        from adapters.images import RapidOcr
+
+        return RapidOcr(self.image_reader, self.settings.ocr_max_side)
+
+    @cached_property
+    def vision(self):  # noqa: ANN201
+        """The configured vision model, or None (descriptions then come from OCR and metadata)."""
+        from adapters.llm import OpenAIVision
+
+        s = self.settings
+        if not s.vision_model:
+            return None
+        return OpenAIVision(s.vision_model, s.vision_api_key or s.llm_api_key, s.vision_base_url or s.llm_base_url)
+
+    def attachment_job(self, *, offline: bool = False):  # noqa: ANN201
+        """The attachment handler; `offline` (the last attempt) leaves out the remote models."""
+        from adapters.documents import DocumentReader
+        from adapters.images import guess_binary
+        from memory.attachments import Analyzer, AttachmentJob
+
+        s = self.settings
+        analyzer = Analyzer(
+            images=self.image_reader,
+            ocr=self.ocr,
+            documents=DocumentReader(s.attachment_max_pages, s.attachment_max_text_chars),
+            llm=self.llm("attachments", offline=offline),
+            count=self.token_counter.count,
+            chunk_tokens=s.attachment_chunk_tokens,
+            vision=None if offline else self.vision,
+        )
+        return AttachmentJob(self.attachment_store, self.blobs, self.fetcher, analyzer, self.embedder, guess_binary)
 
     @cached_property
     def fact_store(self):  # noqa: ANN201

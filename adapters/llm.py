@@ -4,6 +4,7 @@ transient failures raise TransientError and the task retries with backoff."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import threading
@@ -15,7 +16,7 @@ from psycopg_pool import ConnectionPool
 from pydantic import BaseModel, ValidationError
 
 from memory.ports import LLM, TransientError
-from memory.prompts import Prompt
+from memory.prompts import ImageDescription, Prompt, describe_image
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -29,15 +30,15 @@ class OpenAILLM:
         self.client = OpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=2)
 
     def complete(self, prompt: Prompt, response_model: type[T]) -> T:
+        return self.parse(prompt.system, prompt.user_text(), response_model)
+
+    def parse(self, system: str, user: str | list[dict], response_model: type[T]) -> T:
         import openai
 
         try:
             reply = self.client.chat.completions.parse(
                 model=self.model,
-                messages=[
-                    {"role": "system", "content": prompt.system},
-                    {"role": "user", "content": prompt.user_text()},
-                ],
+                messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],  # type: ignore[misc,list-item]
                 response_format=response_model,
                 temperature=0,
             )
@@ -52,6 +53,20 @@ class OpenAILLM:
         if parsed is None:
             raise TransientError("LLM returned no parsable output")
         return response_model.model_validate(parsed.model_dump())
+
+
+class OpenAIVision:
+    """Image descriptions from an OpenAI-compatible vision model (the image goes inline)."""
+
+    def __init__(self, model: str, api_key: str | None, base_url: str | None, timeout_s: float = 90.0):
+        self.model = model
+        self._chat = OpenAILLM(model, api_key, base_url, timeout_s)
+
+    def describe(self, data: bytes, mime: str, ocr_text: str) -> ImageDescription:
+        prompt = describe_image(ocr_text)
+        image = f"data:{mime};base64,{base64.b64encode(data).decode()}"
+        content = [{"type": "text", "text": prompt.user_text()}, {"type": "image_url", "image_url": {"url": image}}]
+        return self._chat.parse(prompt.system, content, ImageDescription)
 
 
 class RateLimiter:

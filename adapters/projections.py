@@ -10,6 +10,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from adapters.attachments_pg import add_references
 from adapters.postgres import bulk_insert
 from memory.episodes import Job, OpenEpisode, Plan, ThreadContext
 from memory.ports import LeaseLost
@@ -187,6 +188,8 @@ class PostgresProjections:
                    AND platform_message_id = %s""",
                 (text, tid, gen, platform_id),
             )
+        if plan.attachments:
+            add_references(conn, tid, plan.attachments)
         for ack in plan.commands:
             conn.execute(
                 """INSERT INTO commands_applied (event_id, generation, thread_id, command, status, detail)

@@ -15,7 +15,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from memory.context import ContextTurn, ThreadSnapshot
-from memory.recall import FactCandidate, SummaryCandidate, TermStats, TurnCandidate
+from memory.recall import ArtifactCandidate, FactCandidate, SummaryCandidate, TermStats, TurnCandidate
 from schemas.read import Citation
 
 # A query's lexemes as an OR query. Lexemes come from to_tsvector, so quoting is all they need;
@@ -191,13 +191,8 @@ class PostgresReader:
                    SELECT tsvector_to_array(s.tsv) FROM summaries s JOIN scope USING (thread_id, generation)""",
                 params,
             ).fetchall()
-        lex = list(lexemes)
-        docs = len(stat_rows)
-        lengths = [len(r[0]) for r in stat_rows]
-        sets = [set(r[0]) for r in stat_rows]
-        df = tuple(sum(1 for s in sets if term in s) for term in lex)
-        stats = TermStats(docs, (sum(lengths) / docs) if docs else 0.0, df)
-        zero = (0,) * len(lex)
+        stats = _term_stats(list(lexemes), [r[0] for r in stat_rows])
+        zero = (0,) * len(lexemes)
         summaries = [
             SummaryCandidate(*r[:9], sim=float(r[9]), tf=tuple(r[10]) if r[10] else zero, length=int(r[11]))
             for r in rows
@@ -213,6 +208,58 @@ class PostgresReader:
                 (summary.thread_id, summary.from_seq, summary.upto_seq),
             ).fetchall()
         return [r[0] for r in rows]
+
+    # --- attachments ----------------------------------------------------------------------------
+    def artifact_candidates(
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int
+    ) -> tuple[list[ArtifactCandidate], TermStats]:
+        d = self.dim
+        params = {"threads": list(threads), "lex": list(lexemes), "q": qvec, "n": limit}
+        # Visible texts: what was derived from files linked in these threads, and their captions.
+        visible = """
+        refs AS (SELECT event_id, position, sha256, thread_id, created_at FROM attachments
+                 WHERE thread_id = ANY(%(threads)s) AND status = 'linked'),
+        visible AS (SELECT t.id FROM artifact_text t WHERE t.sha256 IN (SELECT sha256 FROM refs)
+                    UNION ALL
+                    SELECT t.id FROM artifact_text t
+                    JOIN refs r ON t.event_id = r.event_id AND t.position = r.position)"""
+        sql = f"""
+        WITH {visible},
+        q AS (SELECT {_OR_QUERY} AS tsq),
+        lex AS (SELECT t.id FROM artifact_text t JOIN visible USING (id), q
+                WHERE t.tsv @@ q.tsq ORDER BY ts_rank(t.tsv, q.tsq) DESC LIMIT %(n)s),
+        dense AS (SELECT t.id FROM artifact_text t JOIN visible USING (id)
+                  WHERE vector_dims(t.embedding) = {d}
+                  ORDER BY (t.embedding::vector({d}) <=> %(q)s::vector({d})) + 0 LIMIT %(n)s),
+        pool AS (SELECT id FROM lex UNION SELECT id FROM dense)
+        SELECT t.id, ref.sha256, ar.kind, t.kind, t.text, t.meta,
+               m.thread_id, m.episode_id, m.seq, m.event_id, ref.position, m.platform_message_id, m.user_id,
+               m.role, m.occurred_at, e.payload -> 'attachments' -> ref.position ->> 'filename',
+               CASE WHEN vector_dims(t.embedding) = {d}
+                    THEN 1 - (t.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
+               CASE WHEN t.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="t")} END,
+               length(t.tsv)
+        FROM pool JOIN artifact_text t USING (id) CROSS JOIN q
+        CROSS JOIN LATERAL (
+            SELECT r.event_id, r.position, r.sha256, r.thread_id FROM refs r
+            WHERE r.sha256 = t.sha256 OR (r.event_id = t.event_id AND r.position = t.position)
+            ORDER BY r.created_at DESC LIMIT 1) ref
+        JOIN threads th ON th.thread_id = ref.thread_id
+        JOIN messages m ON m.thread_id = ref.thread_id AND m.generation = th.generation AND m.event_id = ref.event_id
+        JOIN events e ON e.event_id = ref.event_id
+        LEFT JOIN artifacts ar ON ar.sha256 = ref.sha256"""
+        with self._conn() as conn, conn.transaction():
+            rows = conn.execute(sql, params).fetchall()
+            stat_rows = conn.execute(
+                f"WITH {visible} SELECT tsvector_to_array(t.tsv) FROM artifact_text t JOIN visible USING (id)", params
+            ).fetchall()
+        stats = _term_stats(list(lexemes), [r[0] for r in stat_rows])
+        zero = (0,) * len(lexemes)
+        items = [
+            ArtifactCandidate(*r[:16], sim=float(r[16]), tf=tuple(r[17]) if r[17] else zero, length=int(r[18]))
+            for r in rows
+        ]
+        return items, stats
 
     # --- facts ------------------------------------------------------------------------------
     # Citations of the facts in `hits` (id, rank): their first source event, its message, and the
@@ -358,3 +405,11 @@ def _fact(r: tuple) -> FactCandidate:
             source_ids=list(ids or []),
         ),
     )
+
+
+def _term_stats(lexemes: list[str], vectors: list[list[str]]) -> TermStats:
+    """Document frequencies straight from the rows' lexeme arrays (for small document sets)."""
+    docs = len(vectors)
+    sets = [set(v) for v in vectors]
+    df = tuple(sum(1 for s in sets if term in s) for term in lexemes)
+    return TermStats(docs, (sum(len(v) for v in vectors) / docs) if docs else 0.0, df)

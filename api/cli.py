@@ -103,8 +103,11 @@ def worker(
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
     c = _container(settings)
-    c.celery.conf.chatmem_preload_model = bool({Queue.SEGMENT, Queue.SUMMARIZE, Queue.FACTS} & set(qs))
+    c.celery.conf.chatmem_preload_model = bool(
+        {Queue.SEGMENT, Queue.SUMMARIZE, Queue.FACTS, Queue.ATTACHMENTS} & set(qs)
+    )
     c.celery.conf.chatmem_preload_mem0 = Queue.FACTS in qs
+    c.celery.conf.chatmem_preload_ocr = Queue.ATTACHMENTS in qs
     # argv for Celery's own worker command; the app (and its settings) are ours.
     c.celery.worker_main(
         [
@@ -124,12 +127,15 @@ def worker(
     )
 
 
+STALE_ATTACHMENT_S = 1800
+
+
 @app.command()
 def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps")) -> None:
     """Re-ring the doorbell of threads whose cursor lags the committed log."""
     from adapters.status import queue_depths
     from memory import sequencer
-    from workers.celery_app import enqueue_summary
+    from workers.celery_app import enqueue_attachment, enqueue_summary
 
     c = _container(_settings())
     stop = _stop_on_signals()
@@ -145,6 +151,12 @@ def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps"))
             enqueue_summary(c.celery, thread_id, generation, job)  # keyed: a duplicate does nothing
         if missing:
             log.info("re-queued %d final summaries", len(missing))
+        # Likewise attachments whose job was lost (idle well past the longest retry delay).
+        stale = c.attachment_store.stale_references(STALE_ATTACHMENT_S) if queue_depths(c)["attachments"] == 0 else []
+        for event_id, position in stale:
+            enqueue_attachment(c.celery, event_id, position)
+        if stale:
+            log.info("re-queued %d attachments", len(stale))
         stop.wait(interval)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from memory.attachments import RefState, attachment_lines
 from memory.segmentation import SegmenterConfig, SegmenterState, SegTurn, feed
 from schemas.records import LoggedEvent
 
@@ -128,6 +129,7 @@ class Plan:
     moves: list[Move] = field(default_factory=list)
     commands: list[CommandAck] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)
+    attachments: list[tuple[str, int, str]] = field(default_factory=list)  # (event_id, position, user_id)
     consumed: list[LoggedEvent] = field(default_factory=list)
     context: ThreadContext | None = None
 
@@ -141,10 +143,11 @@ def estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-def message_text(payload: dict) -> str:
+def message_text(payload: dict, attachments: dict[int, RefState] | None = None) -> str:
+    """A message's history text: what was said, then one surrogate line per attachment (a
+    placeholder until the attachment is analysed, see memory/attachments.py)."""
     text = payload.get("text") or ""
-    captions = [a.get("caption") for a in payload.get("attachments") or [] if a.get("caption")]
-    return "\n".join([text, *[f"[attachment] {c}" for c in captions]]).strip()
+    return "\n".join([text, *attachment_lines(payload, attachments)]).strip()
 
 
 def validate_configure(args: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -240,6 +243,7 @@ class _Builder:
                 vector,
             )
         )
+        self.plan.attachments += [(ev.event_id, i, ev.user_id) for i in range(len(p.get("attachments") or []))]
         self.episode = replace(ep, pending_tokens=ep.pending_tokens + estimate_tokens(text))
         self.schedule_summaries(force=False)
 

@@ -14,7 +14,16 @@ import numpy as np
 from pydantic import BaseModel
 
 from memory.ports import Embedder
-from memory.prompts import FactItem, FactList, FinalSummary, Line, Prompt, RollupSummary, RunningSummary
+from memory.prompts import (
+    FactItem,
+    FactList,
+    FileSummary,
+    FinalSummary,
+    Line,
+    Prompt,
+    RollupSummary,
+    RunningSummary,
+)
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -143,6 +152,13 @@ class OfflineLLM:
         texts = [t for t in data["summaries"] if t]
         lines = [Line(seq=i, role="summary", text=t) for i, t in enumerate(texts)]
         return RollupSummary(summary=self._central(lines, self.max_sentences + 1), topics=keywords(texts, 6))
+
+    def _file_summary(self, data: dict) -> FileSummary:
+        sections = [t for t in data["sections"] if t.strip()]
+        first = sentences(sections[0])[0] if sections else ""
+        title = data.get("filename") or first[:80] or "file"
+        lines = [Line(seq=i, role="file", text=t) for i, t in enumerate(sections)]
+        return FileSummary(title=title, summary=self._central(lines, self.max_sentences))
 
     # --- extractive core ------------------------------------------------------------------
     def _central(self, lines: list[Line], k: int | None = None) -> str:

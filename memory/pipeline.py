@@ -1,6 +1,6 @@
 """Turning a thread's committed events into memory, batch by batch, for the doorbell (live) and
 for replay. Embeddings are computed before the write transaction; the write moves the cursor
-with the projections; summary jobs are queued after the commit (the sweeper re-queues any that
+with the projections; summary and attachment jobs are queued after the commit (the sweeper re-queues any that
 are lost in between)."""
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class ThreadProcessor:
         enqueue: EnqueueJob,
         advance,
         stream_key: str,
+        enqueue_attachment: Callable[[str, int], None] | None = None,
     ):  # noqa: ANN001
         self.projections = projections
         self.embedder = embedder
@@ -53,6 +54,7 @@ class ThreadProcessor:
         self.enqueue = enqueue
         self.advance = advance  # moves the cursor inside the write transaction
         self.stream_key = stream_key
+        self.enqueue_attachment = enqueue_attachment
 
     def apply(self, lease: ThreadLease, batch: Sequence[LoggedEvent]) -> ThreadLease:
         ctx = self.projections.load_context(lease.thread_id)
@@ -67,4 +69,7 @@ class ThreadProcessor:
             log.info("thread %s: %s %s (%s): %s", lease.thread_id, ack.command, ack.status, ack.event_id, ack.detail)
         for job in plan.jobs:
             self.enqueue(lease.thread_id, ctx.generation, job)
+        if self.enqueue_attachment is not None:
+            for event_id, position, _ in plan.attachments:
+                self.enqueue_attachment(event_id, position)  # keyed: a repeat does nothing
         return new_lease  # type: ignore[return-value]

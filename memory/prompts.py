@@ -53,6 +53,16 @@ class RollupSummary(BaseModel):
     topics: list[str] = Field(default_factory=list)
 
 
+class FileSummary(BaseModel):
+    title: str = Field(description="what the file is, a few words")
+    summary: str = Field(description="what it says, two to four sentences")
+
+
+class ImageDescription(BaseModel):
+    short: str = Field(description="one line, at most 15 words: what the image shows")
+    detail: str = Field(description="a paragraph: everything visible that someone might ask about later")
+
+
 @dataclass(frozen=True)
 class Prompt:
     name: str
@@ -124,4 +134,26 @@ def rollup_summary(texts: list[str]) -> Prompt:
         system=_STYLE + " Merge these summaries of consecutive parts of a conversation into one.",
         input={"summaries": texts},
         response_model=RollupSummary,
+    )
+
+
+def file_summary(filename: str | None, sections: list[str]) -> Prompt:
+    return Prompt(
+        name="file_summary",
+        version="file-summary-v1",
+        system=_STYLE + " A user shared this file in the chat. Say what it is and what it says.",
+        input={"filename": filename or "", "sections": sections},
+        response_model=FileSummary,
+    )
+
+
+def describe_image(ocr_text: str) -> Prompt:
+    """Sent with the image itself; the OCR text helps the model read it."""
+    return Prompt(
+        name="describe_image",
+        version="describe-image-v1",
+        system="Describe this image that a user shared in a chat, factually, for a memory that is searched later. "
+        "Read any visible text exactly. Never guess at who people are.",
+        input={"ocr_text": ocr_text},
+        response_model=ImageDescription,
     )

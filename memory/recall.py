@@ -22,6 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
+from memory.attachments import label, short_id
 from memory.ports import Embedder
 from schemas.events import validate_identifier
 from schemas.read import CONTEXT_CHARS, SNIPPET_CHARS, Citation, RecallHit, RecallResult, Scope
@@ -82,6 +83,31 @@ class FactCandidate:
     citation: Citation
 
 
+@dataclass(frozen=True, slots=True)
+class ArtifactCandidate:
+    """A text derived from an attachment, with the message (in a readable thread) that sent it."""
+
+    text_id: int
+    artifact_id: str | None  # sha256; None for a caption whose file could not be fetched
+    artifact_kind: str | None  # image | document
+    text_kind: str  # ocr | chunk | file_summary | vision_short | vision_detail | user_caption
+    text: str
+    meta: dict
+    thread_id: str
+    episode_id: str
+    seq: int
+    event_id: str
+    position: int
+    platform_message_id: str | None
+    user_id: str
+    role: str
+    occurred_at: datetime
+    filename: str | None
+    sim: float
+    tf: tuple[int, ...]
+    length: int
+
+
 class RecallStore(Protocol):
     def session(self) -> AbstractContextManager[None]:
         """Group the queries of one read (one connection)."""
@@ -109,6 +135,12 @@ class RecallStore(Protocol):
 
     def fact_candidates(self, user_id: str, lexemes: Sequence[str], limit: int) -> list[FactCandidate]: ...
 
+    def artifact_candidates(
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int
+    ) -> tuple[list[ArtifactCandidate], TermStats]:
+        """Attachment texts shared in these threads (derived text of linked files, captions)."""
+        ...
+
     def facts_by_id(self, user_id: str, fact_ids: Sequence[int]) -> list[FactCandidate]: ...
 
 
@@ -132,6 +164,8 @@ class RankParams:
     pool: int = 1000
     fact_weight: float = 0.5
     fact_share: float = 0.25  # at most this share of an `all` answer are facts
+    artifact_weight: float = 0.6
+    artifact_share: float = 0.25  # likewise for attachment texts
     rrf_k: int = 10
 
 
@@ -152,7 +186,9 @@ def zscores(values: np.ndarray) -> np.ndarray:
     return (values - values.mean()) / std if std > 1e-12 else np.zeros_like(values)
 
 
-def bm25_all(items: Sequence[TurnCandidate | SummaryCandidate], stats: TermStats, k1: float, b: float) -> np.ndarray:
+def bm25_all(
+    items: Sequence[TurnCandidate | SummaryCandidate | ArtifactCandidate], stats: TermStats, k1: float, b: float
+) -> np.ndarray:
     """`bm25` for every candidate at once (the same formula, as array operations)."""
     if not items or not stats.df:
         return np.zeros(len(items))
@@ -164,7 +200,9 @@ def bm25_all(items: Sequence[TurnCandidate | SummaryCandidate], stats: TermStats
     return (idf * tf * (k1 + 1) / (tf + norm[:, None])).sum(axis=1)
 
 
-def fused(items: Sequence[TurnCandidate | SummaryCandidate], stats: TermStats, p: RankParams) -> np.ndarray:
+def fused(
+    items: Sequence[TurnCandidate | SummaryCandidate | ArtifactCandidate], stats: TermStats, p: RankParams
+) -> np.ndarray:
     lex = bm25_all(items, stats, p.k1, p.b)
     sim = np.array([c.sim for c in items], dtype=float)
     return p.lexical_weight * zscores(lex) + (1 - p.lexical_weight) * zscores(sim)
@@ -265,14 +303,63 @@ class Recall:
                 hits = [self._summary_hit(s, score) for s, score in ranked_summaries[:limit]]
             else:
                 hits = self._turn_hits(threads, lexemes, qvec, ranked_summaries, limit)
+        p = self.params
         if scope in (Scope.ALL, Scope.FACTS):
             if scope is Scope.FACTS:
                 hits = self._fact_hits(user_id, query, lexemes, limit)
             else:
-                share = max(1, int(limit * self.params.fact_share))
-                hits = _interleave(hits, self._fact_hits(user_id, query, lexemes, share), self.params, limit)
-        # Artifacts (attachment text) join this list when the attachment pipeline stores them.
+                share = max(1, int(limit * p.fact_share))
+                hits = _interleave(hits, self._fact_hits(user_id, query, lexemes, share), p.fact_weight, p, limit)
+        if scope in (Scope.ALL, Scope.ARTIFACTS) and threads:
+            if scope is Scope.ARTIFACTS:
+                hits = self._artifact_hits(threads, lexemes, qvec, limit)
+            else:
+                share = max(1, int(limit * p.artifact_share))
+                artifacts = self._artifact_hits(threads, lexemes, qvec, share)
+                hits = _interleave(hits, artifacts, p.artifact_weight, p, limit)
         return RecallResult(query=query, scope=scope, hits=hits[:limit])
+
+    def _artifact_hits(self, threads: list[str], lexemes: list[str], qvec: np.ndarray, limit: int) -> list[RecallHit]:
+        """The best text of each attachment (one hit per file and message), ranked like turns."""
+        items, stats = self.store.artifact_candidates(threads, lexemes, qvec, self.params.pool)
+        if not items:
+            return []
+        scores = fused(items, stats, self.params)
+        order = sorted(range(len(items)), key=lambda i: (-scores[i], items[i].text_id))
+        seen: set[tuple[str | None, str, int]] = set()
+        hits: list[RecallHit] = []
+        for i in order:
+            a = items[i]
+            key = (a.artifact_id, a.event_id, a.position)
+            if key in seen:
+                continue
+            seen.add(key)
+            hits.append(self._artifact_hit(a, float(scores[i])))
+            if len(hits) >= limit:
+                break
+        return hits
+
+    def _artifact_hit(self, a: ArtifactCandidate, score: float) -> RecallHit:
+        tag = label(a.artifact_kind) + (f"#{short_id(a.artifact_id)}" if a.artifact_id else "")
+        where = f", p. {a.meta['page']}" if "page" in a.meta else ""
+        name = f" {a.filename}" if a.filename else ""
+        return RecallHit(
+            kind="artifact",
+            score=round(score, 4),
+            snippet=clip(f"[{tag}{name}, {a.text_kind}{where}] {a.text}", SNIPPET_CHARS),
+            author=author(a.user_id, a.role),
+            citation=Citation(
+                source="artifact",
+                thread_id=a.thread_id,
+                episode_id=a.episode_id,
+                seq=a.seq,
+                platform_message_id=a.platform_message_id,
+                event_id=a.event_id,
+                occurred_at=a.occurred_at,
+                artifact_id=a.artifact_id,
+                artifact_text=a.text_kind,
+            ),
+        )
 
     def _rank_summaries(
         self, summaries: list[SummaryCandidate], stats: TermStats
@@ -369,9 +456,11 @@ class Recall:
         ]
 
 
-def _interleave(turns: list[RecallHit], facts: list[RecallHit], p: RankParams, limit: int) -> list[RecallHit]:
-    """One list from turns and facts: a fact goes just before the turn it was drawn from when
-    that turn ranked; the others by weighted reciprocal rank (the best lands second or third)."""
+def _interleave(
+    turns: list[RecallHit], facts: list[RecallHit], weight: float, p: RankParams, limit: int
+) -> list[RecallHit]:
+    """One list from turns and facts (or attachment texts): a fact goes just before the turn it
+    was drawn from when that turn ranked; the others by weighted reciprocal rank."""
     at = {h.citation.event_id: n for n, h in enumerate(turns) if h.citation.event_id}
     before: dict[int, list[RecallHit]] = defaultdict(list)
     loose: list[RecallHit] = []
@@ -383,6 +472,6 @@ def _interleave(turns: list[RecallHit], facts: list[RecallHit], p: RankParams, l
             before[n].append(f)
     merged = [h for n, t in enumerate(turns) for h in (*before.get(n, ()), t)]
     scored = [(1.0 / (p.rrf_k + r + 1), 0, r, h) for r, h in enumerate(merged)]
-    scored += [(p.fact_weight / (p.rrf_k + r + 1), 1, r, h) for r, h in enumerate(loose)]
+    scored += [(weight / (p.rrf_k + r + 1), 1, r, h) for r, h in enumerate(loose)]
     scored.sort(key=lambda x: (-x[0], x[1], x[2]))
     return [h for *_, h in scored[:limit]]

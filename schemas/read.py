@@ -40,6 +40,11 @@ class Citation(BaseModel):
     source_ids: list[str] = Field(
         default_factory=list, description="platform message ids the result came from (summaries, facts)"
     )
+    artifact_id: str | None = Field(None, description="sha256 of the attachment a result came from")
+    artifact_text: str | None = Field(
+        None,
+        description="which text of the attachment: ocr, chunk, file_summary, vision_short, vision_detail, user_caption",
+    )
 
 
 class RecallHit(BaseModel):

@@ -117,6 +117,40 @@ class Settings(BaseSettings):
     api_host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
     api_port: int = Field(8765, ge=1, le=65535, description="Port of the HTTP API.")
 
+    # --- attachments -----------------------------------------------------------------------
+    blob_dir: Path | None = Field(
+        None, description="Where attachment bytes are stored, by sha256. Unset: data_dir/blobs."
+    )
+    attachment_max_bytes: int = Field(25_000_000, ge=1, description="Largest attachment fetched or stored.")
+    attachment_fetch_timeout_s: float = Field(20.0, gt=0, description="Time limit of one https:// download.")
+    attachment_allow_private_urls: bool = Field(
+        False, description="Allow https:// URLs that resolve to private, loopback or link-local addresses."
+    )
+    attachment_file_root: Path | None = Field(
+        None, description="If set, file:// attachments must lie under this folder. Unset: any path the worker can read."
+    )
+    attachment_ca_file: Path | None = Field(
+        None, description="Extra CA bundle for https:// downloads (a private CA). Unset: the system's."
+    )
+    attachment_max_pixels: int = Field(40_000_000, ge=1, description="Largest image (width x height) decoded.")
+    attachment_max_pages: int = Field(300, ge=1, description="Most PDF pages read.")
+    attachment_max_text_chars: int = Field(2_000_000, ge=1, description="Most characters of text kept per document.")
+    attachment_chunk_tokens: int = Field(250, ge=50, le=2000, description="Target size of a document chunk.")
+    attachment_max_retries: int = Field(
+        5, ge=0, description="Retries of an attachment after a transient error (an unreachable URL, a model down)."
+    )
+    attachment_retry_backoff_s: float = Field(
+        5.0, ge=0, description="First retry delay of an attachment job; doubles on each retry (at most 10 minutes)."
+    )
+    ocr_max_side: int = Field(
+        960, ge=320, le=4000, description="Images are scaled so their longer side is at most this for OCR."
+    )
+    vision_model: str | None = Field(
+        None, description="OpenAI-compatible vision model for image descriptions. Unset: caption + OCR + metadata."
+    )
+    vision_base_url: str | None = Field(None, description="Endpoint of the vision model. Unset: llm_base_url.")
+    vision_api_key: str | None = Field(None, description="Key for the vision endpoint. Unset: llm_api_key.")
+
     def as_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """An environment (based on `base`, minus other CHATMEM_* keys) that reproduces these settings
         in a child process."""
@@ -133,6 +167,10 @@ class Settings(BaseSettings):
     @property
     def vector_dim(self) -> int:
         return 384 if self.embedding_provider == "minilm" else self.embedding_dim
+
+    @property
+    def resolved_blob_dir(self) -> Path:
+        return self.blob_dir or self.data_dir / "blobs"
 
     @property
     def resolved_spool_dir(self) -> Path:

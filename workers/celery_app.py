@@ -12,6 +12,7 @@ SUMMARIZE = "chatmem.summarize"
 EPISODE_FACTS = "chatmem.episode_facts"
 FACT_COMMAND = "chatmem.fact_command"
 SWEEP = "chatmem.sweep"
+PROCESS_ATTACHMENT = "chatmem.process_attachment"
 
 TASK_QUEUES: dict[str, Queue] = {
     ADVANCE_THREAD: Queue.SEGMENT,
@@ -19,6 +20,7 @@ TASK_QUEUES: dict[str, Queue] = {
     EPISODE_FACTS: Queue.FACTS,
     FACT_COMMAND: Queue.FACTS,
     SWEEP: Queue.MAINTENANCE,
+    PROCESS_ATTACHMENT: Queue.ATTACHMENTS,
 }
 
 
@@ -69,3 +71,7 @@ def enqueue_summary(app: Celery, thread_id: str, generation: int, job) -> None: 
 
 def enqueue_episode_facts(app: Celery, thread_id: str, generation: int, episode_id: str) -> None:
     app.send_task(EPISODE_FACTS, args=[thread_id, generation, episode_id])
+
+
+def enqueue_attachment(app: Celery, event_id: str, position: int) -> None:
+    app.send_task(PROCESS_ATTACHMENT, args=[event_id, position])

@@ -32,6 +32,8 @@ def _preload_model(**_: object) -> None:
         c.embedder.inner.embed(["warm up"])
         if current_app.conf.get("chatmem_preload_mem0"):
             c.mem0  # noqa: B018 - importing and configuring mem0 takes seconds: not on the first fact
+        if current_app.conf.get("chatmem_preload_ocr"):
+            c.ocr.engine  # noqa: B018 - the OCR models load in about a second
 
 
 def container(task: Task) -> Container:
@@ -171,6 +173,21 @@ def _checked(thread_id: str) -> str:
         return validate_identifier(thread_id)
     except InvalidEvent as error:
         raise ValueError(error.reason) from None
+
+
+@shared_task(name="chatmem.process_attachment", bind=True, acks_late=True)
+def process_attachment(self: Task, event_id: str, position: int) -> dict:
+    if not isinstance(event_id, str) or not event_id or not isinstance(position, int) or position < 0:
+        raise ValueError(f"process_attachment: bad arguments {event_id!r}, {position!r}")
+    c = container(self)
+    s = c.settings
+    last = self.request.retries >= s.attachment_max_retries
+    try:
+        outcome = c.attachment_job(offline=last)(event_id, position, last_attempt=last)
+    except TRANSIENT_ERRORS as error:
+        delay = min(600.0, s.attachment_retry_backoff_s * 2**self.request.retries)
+        raise self.retry(exc=error, countdown=delay, max_retries=s.attachment_max_retries) from None
+    return {"event_id": event_id, "position": position, "outcome": outcome}
 
 
 @shared_task(name="chatmem.sweep", bind=True, **RETRY)

@@ -24,6 +24,7 @@ class Driver:
     def __init__(self, c, llm=None):
         self.c = c
         self.jobs: list[tuple[str, int, Job]] = []
+        self.attachments: list[tuple[str, int]] = []
         self.llm = llm or c.llm("summarize")
         self.processor = ThreadProcessor(
             c.projections,
@@ -33,6 +34,7 @@ class Driver:
             lambda t, g, j: self.jobs.append((t, g, j)),
             c.thread_log.advance_cursor_in,
             c.settings.stream_key,
+            enqueue_attachment=lambda e, p: self.attachments.append((e, p)),
         )
 
     def publish(self, events):
@@ -49,6 +51,12 @@ class Driver:
             batch_size=batch_size,
             apply=self.processor.apply,
         )
+
+    def run_attachments(self, *, last_attempt: bool = False) -> list[str]:
+        """What the attachments queue does, for every attachment queued so far."""
+        job = self.c.attachment_job(offline=last_attempt)
+        done, self.attachments = self.attachments, []
+        return [job(e, p, last_attempt=last_attempt) for e, p in done]
 
     def run_jobs(self, with_facts: bool = False):
         """Summary jobs (and, with_facts, what the facts tasks do) in the order they were queued."""

@@ -1,0 +1,212 @@
+"""Postgres side of attachments: references, artifacts, their text, and the message surrogates.
+
+Surrogates are written under a per-thread advisory lock, taken both here and when the thread's
+messages are projected: whichever of "message row written" and "artifact finished" commits
+second sees the other, so no message keeps a stale placeholder. Lock order is always the
+artifact row first, then thread locks in sorted order."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from memory.attachments import Analysis, Reference, RefState, Sniffed
+from memory.episodes import message_text
+
+
+def lock_threads(conn: psycopg.Connection, thread_ids: Sequence[str]) -> None:
+    for thread_id in sorted(set(thread_ids)):
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('chatmem.attachments:' || %s, 0))", (thread_id,))
+
+
+def add_references(conn: psycopg.Connection, thread_id: str, refs: Sequence[tuple[str, int, str]]) -> None:
+    """Record a projected message's attachments (idempotent) and apply any surrogate already known."""
+    lock_threads(conn, [thread_id])
+    with conn.cursor() as cur:
+        cur.executemany(
+            """INSERT INTO attachments (event_id, position, thread_id, user_id) VALUES (%s, %s, %s, %s)
+               ON CONFLICT DO NOTHING""",
+            [(event_id, position, thread_id, user_id) for event_id, position, user_id in refs],
+        )
+    refresh_messages(conn, sorted({event_id for event_id, _, _ in refs}))
+
+
+def refresh_messages(conn: psycopg.Connection, event_ids: Sequence[str]) -> int:
+    """Rewrite the history text of these messages (every generation) from their attachments' state."""
+    if not event_ids:
+        return 0
+    rows = conn.execute(
+        """SELECT e.event_id, e.payload, a.position, a.status, a.reason, a.sha256,
+                  ar.status, ar.kind, ar.description, ar.reason
+           FROM events e
+           JOIN attachments a ON a.event_id = e.event_id
+           LEFT JOIN artifacts ar ON ar.sha256 = a.sha256
+           WHERE e.event_id = ANY(%s)""",
+        (list(event_ids),),
+    ).fetchall()
+    payloads: dict[str, dict] = {}
+    states: dict[str, dict[int, RefState]] = defaultdict(dict)
+    for event_id, payload, pos, status, reason, sha, art_status, kind, description, art_reason in rows:
+        payloads[event_id] = payload
+        if status == "failed":
+            state = RefState(pos, "failed", kind, sha, reason=reason)
+        elif art_status in ("done", "failed"):
+            state = RefState(pos, art_status, kind, sha, description, art_reason)
+        else:
+            state = RefState(pos, "pending", kind, sha)
+        states[event_id][pos] = state
+    changed = 0
+    for event_id, payload in payloads.items():
+        text = message_text(payload, states[event_id])
+        changed += conn.execute(
+            "UPDATE messages SET text = %s WHERE event_id = %s AND text IS DISTINCT FROM %s", (text, event_id, text)
+        ).rowcount
+    return changed
+
+
+class PostgresAttachmentStore:
+    def __init__(self, pool: ConnectionPool):
+        self.pool = pool
+
+    def reference(self, event_id: str, position: int) -> Reference | None:
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                """SELECT a.thread_id, a.user_id, a.status, e.payload -> 'attachments' -> a.position,
+                          a.sha256, ar.status, ar.mime_type, ar.kind
+                   FROM attachments a
+                   JOIN events e ON e.event_id = a.event_id
+                   LEFT JOIN artifacts ar ON ar.sha256 = a.sha256
+                   WHERE a.event_id = %s AND a.position = %s""",
+                (event_id, position),
+            ).fetchone()
+        if row is None:
+            return None
+        thread_id, user_id, status, attachment, sha, art_status, mime, kind = row
+        return Reference(event_id, position, thread_id, user_id, status, attachment or {}, sha, art_status, mime, kind)
+
+    def fail_reference(self, event_id: str, position: int, reason: str) -> None:
+        with self.pool.connection() as conn, conn.transaction():
+            row = conn.execute(
+                "SELECT thread_id FROM attachments WHERE event_id = %s AND position = %s", (event_id, position)
+            ).fetchone()
+            if row is None:
+                return
+            lock_threads(conn, [row[0]])
+            conn.execute(
+                """UPDATE attachments SET status = 'failed', reason = %s, attempts = attempts + 1, updated_at = now()
+                   WHERE event_id = %s AND position = %s""",
+                (reason[:1000], event_id, position),
+            )
+            refresh_messages(conn, [event_id])
+
+    def link(self, ref: Reference, sha256: str, sniffed: Sniffed, size: int) -> str:
+        with self.pool.connection() as conn, conn.transaction():
+            conn.execute(
+                """INSERT INTO artifacts (sha256, mime_type, kind, size_bytes) VALUES (%s, %s, %s, %s)
+                   ON CONFLICT DO NOTHING""",
+                (sha256, sniffed.mime, sniffed.kind, size),
+            )
+            # The row lock orders this link against `finish`: either finish sees this reference,
+            # or this sees the final status and refreshes the message itself.
+            status = conn.execute("SELECT status FROM artifacts WHERE sha256 = %s FOR UPDATE", (sha256,)).fetchone()[0]
+            lock_threads(conn, [ref.thread_id])
+            conn.execute(
+                """UPDATE attachments SET sha256 = %s, status = 'linked', updated_at = now()
+                   WHERE event_id = %s AND position = %s""",
+                (sha256, ref.event_id, ref.position),
+            )
+            refresh_messages(conn, [ref.event_id])
+            return status
+
+    def save_caption(self, ref: Reference, text: str, vector: np.ndarray) -> None:
+        with self.pool.connection() as conn:
+            conn.execute(
+                """INSERT INTO artifact_text (event_id, position, kind, ord, text, embedding)
+                   VALUES (%s, %s, 'user_caption', 0, %s, %s)
+                   ON CONFLICT (event_id, position, kind) WHERE event_id IS NOT NULL DO NOTHING""",
+                (ref.event_id, ref.position, text, vector),
+            )
+
+    def claim(self, sha256: str, claim_s: int) -> bool:
+        with self.pool.connection() as conn:
+            return (
+                conn.execute(
+                    """UPDATE artifacts SET status = 'processing', attempts = attempts + 1,
+                              claimed_until = now() + make_interval(secs => %s)
+                       WHERE sha256 = %s
+                         AND (status = 'pending' OR (status = 'processing' AND claimed_until < now()))
+                       RETURNING 1""",
+                    (claim_s, sha256),
+                ).fetchone()
+                is not None
+            )
+
+    def release(self, sha256: str) -> None:
+        with self.pool.connection() as conn:
+            conn.execute(
+                """UPDATE artifacts SET status = 'pending', claimed_until = NULL
+                   WHERE sha256 = %s AND status = 'processing'""",
+                (sha256,),
+            )
+
+    def finish(self, sha256: str, analysis: Analysis, vectors: np.ndarray) -> None:
+        with self.pool.connection() as conn, conn.transaction():
+            with conn.cursor() as cur:
+                cur.executemany(
+                    """INSERT INTO artifact_text (sha256, kind, ord, text, meta, embedding)
+                       VALUES (%s, %s, %s, %s, %s, %s)
+                       ON CONFLICT (sha256, kind, ord) WHERE sha256 IS NOT NULL DO NOTHING""",
+                    [(sha256, t.kind, t.ord, t.text, Jsonb(t.meta), vectors[i]) for i, t in enumerate(analysis.texts)],
+                )
+            self._settle(conn, sha256, "done", None, analysis.description, analysis.meta)
+
+    def fail_artifact(self, sha256: str, reason: str) -> None:
+        with self.pool.connection() as conn, conn.transaction():
+            self._settle(conn, sha256, "failed", reason[:1000], None, {})
+
+    def _settle(
+        self,
+        conn: psycopg.Connection,
+        sha256: str,
+        status: str,
+        reason: str | None,
+        description: str | None,
+        meta: dict,
+    ) -> None:
+        conn.execute(
+            """UPDATE artifacts SET status = %s, reason = %s, description = %s, meta = meta || %s,
+                      claimed_until = NULL, processed_at = now()
+               WHERE sha256 = %s""",
+            (status, reason, description, Jsonb(meta), sha256),
+        )
+        refs = conn.execute("SELECT event_id, thread_id FROM attachments WHERE sha256 = %s", (sha256,)).fetchall()
+        lock_threads(conn, [t for _, t in refs])
+        refresh_messages(conn, sorted({e for e, _ in refs}))
+
+    def stale_references(self, older_than_s: int, limit: int = 500) -> list[tuple[str, int]]:
+        """References still unprocessed after a while (a lost job): for the sweeper to re-queue."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                """SELECT a.event_id, a.position FROM attachments a
+                   LEFT JOIN artifacts ar ON ar.sha256 = a.sha256
+                   WHERE (a.status = 'pending' OR (a.status = 'linked' AND ar.status IN ('pending', 'processing')))
+                     AND a.updated_at < now() - make_interval(secs => %s)
+                   ORDER BY a.updated_at LIMIT %s""",
+                (older_than_s, limit),
+            ).fetchall()
+        return [(e, int(p)) for e, p in rows]
+
+    def status_counts(self) -> dict[str, int]:
+        """Attachments by effective status, for `chatmem status`."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                """SELECT CASE WHEN a.status = 'failed' OR ar.status = 'failed' THEN 'failed'
+                               WHEN ar.status = 'done' THEN 'done' ELSE 'pending' END AS s, count(*)
+                   FROM attachments a LEFT JOIN artifacts ar ON ar.sha256 = a.sha256 GROUP BY 1"""
+            ).fetchall()
+        return {s: int(n) for s, n in rows}

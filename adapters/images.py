@@ -1,0 +1,113 @@
+"""Images: decoding within limits (Pillow), type sniffing from magic numbers (filetype), and OCR
+with rapidocr, whose detection and recognition models ship inside its wheel."""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+import warnings
+
+import numpy as np
+
+from memory.attachments import BadFile, ImageInfo
+
+_EXIF_TAGS = {271: "camera_make", 272: "camera_model", 306: "modified_at", 36867: "taken_at"}
+
+
+def guess_binary(data: bytes) -> str | None:
+    """The MIME type named by the file's magic number, or None for text and unknown bytes."""
+    import filetype
+
+    kind = filetype.guess(data[:8192])
+    return kind.mime if kind else None
+
+
+class PillowImageReader:
+    def __init__(self, max_pixels: int):
+        self.max_pixels = max_pixels
+
+    def open(self, data: bytes):  # noqa: ANN201 - a PIL image, fully decoded, RGB
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                img = Image.open(io.BytesIO(data))
+                # The header alone says how big the decoded image would be: check before decoding.
+                pixels = img.width * img.height
+                if pixels > self.max_pixels:
+                    raise BadFile(
+                        f"image is {img.width}×{img.height} ({pixels:,} pixels), above the limit of {self.max_pixels:,}"
+                        " (a decompression bomb?)"
+                    )
+                img.load()
+        except BadFile:
+            raise
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+            raise BadFile(f"decompression bomb refused: {error}") from None
+        except UnidentifiedImageError:
+            raise BadFile("not an image Pillow can read") from None
+        except (OSError, SyntaxError, ValueError) as error:
+            raise BadFile(f"corrupt image: {error}") from None
+        return img
+
+    def inspect(self, data: bytes) -> ImageInfo:
+        img = self.open(data)
+        meta: dict[str, str] = {}
+        try:
+            exif = img.getexif()
+            for tag, name in _EXIF_TAGS.items():
+                value = exif.get(tag)
+                if isinstance(value, str) and value.strip():
+                    meta[name] = value.strip()[:64]
+        except Exception:  # noqa: BLE001 - broken EXIF is not a broken image
+            pass
+        return ImageInfo(img.format or "image", img.width, img.height, meta)
+
+    def rgb(self, data: bytes) -> np.ndarray:
+        from PIL import Image
+
+        img = self.open(data)
+        if img.mode in ("RGBA", "LA", "P"):
+            img = img.convert("RGBA")
+            background = Image.new("RGBA", img.size, "white")
+            img = Image.alpha_composite(background, img)
+        return np.asarray(img.convert("RGB"))
+
+
+class RapidOcr:
+    """rapidocr, built on first use (loading its models takes a second) and shared by threads."""
+
+    def __init__(self, images: PillowImageReader, max_side: int):
+        self.images = images
+        self.max_side = max_side
+        self._engine = None
+        self._lock = threading.Lock()
+
+    @property
+    def engine(self):  # noqa: ANN201
+        with self._lock:
+            if self._engine is None:
+                logging.getLogger("RapidOCR").setLevel(logging.WARNING)
+                from rapidocr import RapidOCR
+
+                # Scale down to max_side (the default scales small images *up* to 736 on their
+                # short side, which makes OCR of a wide screenshot several times slower).
+                self._engine = RapidOCR(
+                    params={
+                        "Global.log_level": "warning",
+                        "Global.use_cls": False,
+                        "Det.limit_type": "max",
+                        "Det.limit_side_len": self.max_side,
+                    }
+                )
+                logging.getLogger("RapidOCR").setLevel(logging.WARNING)
+            return self._engine
+
+    def read(self, data: bytes) -> list[tuple[str, float]]:
+        rgb = self.images.rgb(data)
+        result = self.engine(rgb[:, :, ::-1].copy())  # rapidocr expects OpenCV's BGR order
+        texts = result.txts or ()
+        scores = result.scores or ()
+        return [(str(t), float(s)) for t, s in zip(texts, scores, strict=False)]
