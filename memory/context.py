@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from memory.attachments import about_attachment
 from memory.recall import FactCandidate, NotReadable, Recall
 from memory.tokens import TokenCounter
 from schemas.events import validate_identifier
@@ -28,6 +29,7 @@ REPLY_PRIMING = 3
 RECENT_LIMIT = 400
 FACTS_LIMIT = 20
 RETRIEVE_LIMIT = 20
+ARTIFACTS_LIMIT = 5
 
 HEADINGS: dict[SectionName, str] = {
     "running": "## The conversation so far",
@@ -180,6 +182,11 @@ def _build(
             unique.append((text, citation))
     facts = unique
     room = _fill(drafts["facts"], [item(f"- {t}", citation=c) for t, c in facts], room)
+    # Attachment texts, when the question is about something shared (a photo, a file, image#id).
+    if recall is not None and query and room > 0 and about_attachment(query):
+        found = recall(user_id, query, scope=Scope.ARTIFACTS, limit=ARTIFACTS_LIMIT).hits
+        lines = [item(f"- {h.snippet}", citation=h.citation) for h in found if _norm(h.snippet) not in seen_text]
+        room = _fill(drafts["artifacts"], lines, room)
     if recall is not None and query and room > 0:
         hits = recall(user_id, query, scope=Scope.MESSAGES, limit=RETRIEVE_LIMIT, thread_id=thread_id).hits
         fresh = [

@@ -1,14 +1,18 @@
 """Attachments on the real stack: real OCR (rapidocr), real PDF parsing, Postgres + pgvector,
 the real embedder. Files are made here (Pillow, fpdf2) and sent as file:// or data: URLs."""
 
+import base64
 import io
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from fpdf import FPDF
 from PIL import Image, ImageDraw, ImageFont
+from pypdf import PdfReader, PdfWriter
 
+from memory.ports import TransientError
 from schemas.events import Attachment, MessageEvent
 from schemas.read import Scope
 from tests.conftest import scalar
@@ -105,3 +109,140 @@ def test_image_text_is_read_by_ocr_and_found_by_recall(driver, container, tmp_pa
     assert cit.artifact_id == sha
     everything = container.recall("alice", "flight to Lisbon gate", scope=Scope.ALL).hits
     assert any(h.citation.event_id == "trip-1" for h in everything[:3])
+
+
+def encrypted(pdf: bytes) -> bytes:
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf)))
+    writer.encrypt("secret")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def bomb() -> bytes:
+    out = io.BytesIO()
+    Image.new("1", (10_000, 10_000)).save(out, "PNG")  # 100M pixels in a few kilobytes
+    return out.getvalue()
+
+
+def test_a_pdf_is_chunked_by_section_summarised_and_found(driver, container, tmp_path):
+    url = put(tmp_path, "plan.pdf", text_pdf(REPORT))
+    driver.publish([message("work", "alice", 1, "the plan for next year", [Attachment(url=url, kind="document")])])
+    driver.advance("work")
+    assert driver.run_attachments() == ["done"]
+    with container.pool.connection() as conn:
+        chunks = conn.execute("SELECT text, meta FROM artifact_text WHERE kind = 'chunk' ORDER BY ord").fetchall()
+        summary = conn.execute("SELECT text FROM artifact_text WHERE kind = 'file_summary'").fetchone()[0]
+        meta = conn.execute("SELECT meta FROM artifacts").fetchone()[0]
+    assert [(c[1]["section"], c[1]["page"]) for c in chunks] == [
+        ("Budget Overview", 1),
+        ("Hiring Plan", 2),
+        ("Travel Policy", 3),
+    ]
+    assert chunks[2][0].startswith("Travel Policy\nEmployees travelling to the Porto conference")
+    assert summary and meta["pages"] == 3
+    assert re.search(r"\[file#[0-9a-f]{8}\] 3 pages: ", message_text(container, "work-1"))
+
+    hits = container.recall("alice", "how do we get to the Porto conference?", scope=Scope.ARTIFACTS).hits
+    assert hits[0].citation.event_id == "work-1" and hits[0].citation.artifact_text == "chunk"
+    assert "p. 3" in hits[0].snippet and "trains" in hits[0].snippet
+
+
+def test_the_same_bytes_in_two_threads_are_stored_once_and_referenced_twice(driver, container, tmp_path):
+    png = text_image(["Wifi password", "sunflower42"])
+    # One by file://, one by data: URI: the bytes are what counts.
+    data_url = "data:image/png;base64," + base64.b64encode(png).decode()
+    driver.publish(
+        [
+            message("a", "alice", 1, "wifi", [Attachment(url=put(tmp_path, "w.png", png), kind="image")]),
+            message("b", "bob", 1, "our wifi", [Attachment(url=data_url, kind="image", caption="office wifi")]),
+        ]
+    )
+    driver.advance("a")
+    driver.advance("b")
+    assert driver.run_attachments() == ["done", "artifact done"]  # analysed once
+    assert scalar(container, "SELECT count(*) FROM artifacts") == 1
+    assert scalar(container, "SELECT count(DISTINCT sha256) FROM attachments WHERE status = 'linked'") == 1
+    assert scalar(container, "SELECT count(*) FROM attachments") == 2
+    assert scalar(container, "SELECT count(*) FROM artifact_text WHERE kind = 'ocr'") == 1
+    blobs = [p for p in container.settings.resolved_blob_dir.rglob("*") if p.is_file()]
+    assert len(blobs) == 1 and blobs[0].read_bytes() == png
+    sha = scalar(container, "SELECT sha256 FROM artifacts")
+    assert f"[image#{sha[:8]}]" in message_text(container, "a-1")
+    assert f"[image#{sha[:8]}] office wifi — PNG image" in message_text(container, "b-1")
+    for user, thread in (("alice", "a"), ("bob", "b")):
+        hit = container.recall(user, "wifi password", scope=Scope.ARTIFACTS).hits[0]
+        assert hit.citation.thread_id == thread and "sunflower42" in hit.snippet
+
+
+def test_every_bad_file_fails_with_a_reason_and_its_thread_goes_on(driver, container, tmp_path):
+    pdf = text_pdf(REPORT[:1])
+    png = text_image(TICKET)
+    cases = [
+        ("corrupt image", Attachment(url=put(tmp_path, "c.png", png[: len(png) // 2])), "corrupt image"),
+        ("not an image", Attachment(url=put(tmp_path, "n.png", png[:16] + bytes(range(256)) * 8)), "not an image"),
+        ("encrypted PDF", Attachment(url=put(tmp_path, "e.pdf", encrypted(pdf))), "encrypted"),
+        ("broken PDF", Attachment(url=put(tmp_path, "b.pdf", pdf[:400])), "broken PDF"),
+        ("decompression bomb", Attachment(url=put(tmp_path, "bomb.png", bomb())), "100,000,000 pixels"),
+        (
+            "wrong declared type",
+            Attachment(url=put(tmp_path, "x.png", pdf), kind="image", mime_type="image/png"),
+            "declared as image/png but the bytes are application/pdf",
+        ),
+        ("unreachable URL", Attachment(url="https://files.invalid/a.png"), "gave up after retries: cannot resolve"),
+        ("private address", Attachment(url="https://127.0.0.1/a.png"), "private address"),
+        ("missing file", Attachment(url=(tmp_path / "nope.png").as_uri()), "file not found"),
+        ("unknown binary", Attachment(url=put(tmp_path, "r.bin", bytes(range(256)) * 4)), "unknown type"),
+    ]
+    events = [message("bad", "alice", n, name, [att]) for n, (name, att, _) in enumerate(cases, start=1)]
+    events.append(message("bad", "alice", len(cases) + 1, "and a plain message after them"))
+    driver.publish(events)
+    driver.advance("bad")
+    # Every message is in the history, none waits for its file.
+    assert scalar(container, "SELECT count(*) FROM messages WHERE thread_id = 'bad'") == len(cases) + 1
+    queued = list(driver.attachments)
+    # Only the transient failure is retried: the first attempt raises it, the others fail at once.
+    job = container.attachment_job()
+    transient = []
+    for event_id, position in queued:
+        try:
+            assert job(event_id, position) == "failed"
+        except TransientError:
+            transient.append((event_id, position))
+    assert transient == [(f"bad-{[c[0] for c in cases].index('unreachable URL') + 1}", 0)]
+    assert job(*transient[0], last_attempt=True) == "failed"
+    with container.pool.connection() as conn:
+        rows = conn.execute(
+            """SELECT a.event_id, coalesce(a.reason, ar.reason) FROM attachments a
+               LEFT JOIN artifacts ar ON ar.sha256 = a.sha256 ORDER BY a.created_at, a.event_id"""
+        ).fetchall()
+    reasons = dict(rows)
+    for n, (name, _, expected) in enumerate(cases, start=1):
+        assert expected in (reasons.get(f"bad-{n}") or ""), (name, reasons.get(f"bad-{n}"))
+        assert "(not readable: " in message_text(container, f"bad-{n}"), name
+    assert message_text(container, f"bad-{len(cases) + 1}") == "and a plain message after them"
+
+
+def test_attachments_are_isolated_between_users_and_reach_the_context(driver, container, tmp_path):
+    url = put(tmp_path, "ticket.png", text_image(TICKET))
+    driver.publish(
+        [
+            message("trip", "alice", 1, "my boarding pass", [Attachment(url=url, kind="image")]),
+            message("laptops", "bob", 1, "which laptop should I buy?"),
+        ]
+    )
+    for thread in ("trip", "laptops"):
+        driver.advance(thread)
+    driver.run_attachments()
+    assert container.recall("alice", "Lisbon flight gate", scope=Scope.ARTIFACTS).hits
+    assert container.recall("bob", "Lisbon flight gate", scope=Scope.ARTIFACTS).hits == []
+    assert all(h.citation.thread_id == "laptops" for h in container.recall("bob", "Lisbon flight gate B17").hits)
+
+    about = container.build_context("trip", "alice", "what gate was on the boarding pass photo?")
+    section = next(s for s in about.sections if s.name == "artifacts")
+    assert section.items and "B17" in section.items[0].text
+    assert section.items[0].citation.artifact_id
+    other = container.build_context("trip", "alice", "what time is it in Lisbon?")
+    assert not next(s for s in other.sections if s.name == "artifacts").items
+    bob = container.build_context("laptops", "bob", "what was on the boarding pass photo?")
+    assert not next(s for s in bob.sections if s.name == "artifacts").items
