@@ -4,11 +4,16 @@ adapters; they model the behaviour the domain logic relies on, not the services'
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+import numpy as np
+
+from memory.attachments import Analysis, BadFile, Reference, RefState, Sniffed
+from memory.episodes import message_text
 from memory.ports import LeaseLost, TransientError, UnknownThread
 from schemas.records import (
     AcceptedEvent,
@@ -239,3 +244,109 @@ class FakeContextStore:
 
     def user_facts(self, user_id: str, limit: int) -> list:
         return self.facts.get(user_id, [])[:limit]
+
+
+# --- attachments ---------------------------------------------------------------------------------
+
+
+class FakeBlobStore:
+    def __init__(self) -> None:
+        self.blobs: dict[str, bytes] = {}
+        self.puts = 0
+
+    def put(self, data: bytes) -> str:
+        self.puts += 1
+        sha = hashlib.sha256(data).hexdigest()
+        self.blobs.setdefault(sha, data)
+        return sha
+
+    def get(self, sha256: str) -> bytes:
+        return self.blobs[sha256]
+
+
+class FakeFetcher:
+    """url -> bytes, or an exception to raise (BadFile, TransientError)."""
+
+    def __init__(self, files: dict[str, bytes | Exception]) -> None:
+        self.files = files
+        self.calls: list[str] = []
+
+    def fetch(self, url: str) -> bytes:
+        self.calls.append(url)
+        found = self.files.get(url)
+        if found is None:
+            raise BadFile(f"file not found: {url}")
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+
+class FakeAttachmentStore:
+    """References, artifacts and message surrogates in memory, with the Postgres store's rules."""
+
+    def __init__(self) -> None:
+        self.payloads: dict[str, dict] = {}
+        self.refs: dict[tuple[str, int], Reference] = {}
+        self.artifacts: dict[str, dict] = {}
+        self.captions: dict[tuple[str, int], str] = {}
+
+    def add_message(self, event_id: str, thread_id: str, user_id: str, payload: dict) -> None:
+        self.payloads[event_id] = payload
+        for i, att in enumerate(payload.get("attachments") or []):
+            self.refs[(event_id, i)] = Reference(event_id, i, thread_id, user_id, "pending", att)
+
+    def reference(self, event_id: str, position: int) -> Reference | None:
+        ref = self.refs.get((event_id, position))
+        if ref is None or ref.sha256 is None:
+            return ref
+        art = self.artifacts[ref.sha256]
+        return replace(ref, artifact_status=art["status"], mime=art["mime"], kind=art["kind"])
+
+    def fail_reference(self, event_id: str, position: int, reason: str) -> None:
+        self.refs[(event_id, position)] = replace(self.refs[(event_id, position)], status="failed", reason=reason)
+
+    def link(self, ref: Reference, sha256: str, sniffed: Sniffed, size: int) -> str:
+        art = self.artifacts.setdefault(
+            sha256, {"status": "pending", "mime": sniffed.mime, "kind": sniffed.kind, "size": size, "claims": 0}
+        )
+        self.refs[(ref.event_id, ref.position)] = replace(ref, status="linked", sha256=sha256)
+        return art["status"]
+
+    def save_caption(self, ref: Reference, text: str, vector: np.ndarray) -> None:
+        self.captions[(ref.event_id, ref.position)] = text
+
+    def claim(self, sha256: str, claim_s: int) -> bool:
+        art = self.artifacts[sha256]
+        if art["status"] != "pending":
+            return False
+        art.update(status="processing")
+        art["claims"] += 1
+        return True
+
+    def release(self, sha256: str) -> None:
+        if self.artifacts[sha256]["status"] == "processing":
+            self.artifacts[sha256]["status"] = "pending"
+
+    def finish(self, sha256: str, analysis: Analysis, vectors: np.ndarray) -> None:
+        assert len(vectors) == len(analysis.texts)
+        self.artifacts[sha256].update(status="done", description=analysis.description, texts=analysis.texts)
+
+    def fail_artifact(self, sha256: str, reason: str) -> None:
+        self.artifacts[sha256].update(status="failed", reason=reason)
+
+    def message_text(self, event_id: str) -> str:
+        """What the message's history text would be now."""
+        states = {}
+        for (eid, pos), ref in self.refs.items():
+            if eid != event_id:
+                continue
+            art = self.artifacts.get(ref.sha256 or "", {})
+            if ref.status == "failed":
+                states[pos] = RefState(pos, "failed", art.get("kind"), ref.sha256, reason=ref.reason)
+            elif art.get("status") in ("done", "failed"):
+                states[pos] = RefState(
+                    pos, art["status"], art["kind"], ref.sha256, art.get("description"), art.get("reason")
+                )
+            else:
+                states[pos] = RefState(pos, "pending", art.get("kind"), ref.sha256)
+        return message_text(self.payloads[event_id], states)

@@ -113,6 +113,8 @@ class UrlFetcher:
                 except httpx.TimeoutException as error:
                     raise TransientError(f"timed out fetching {parts.hostname}: {error}") from None
                 except httpx.TransportError as error:
+                    if "CERTIFICATE_VERIFY_FAILED" in str(error):  # waiting does not fix a certificate
+                        raise BadFile(f"{parts.hostname} has an untrusted TLS certificate") from None
                     raise TransientError(f"cannot reach {parts.hostname}: {error}") from None
         raise BadFile(f"more than {MAX_REDIRECTS} redirects")
 

@@ -379,7 +379,8 @@ class Analyzer:
             raise BadFile("the document has no text (a scanned PDF without a text layer is not read)")
         summary: FileSummary = self.llm.complete(file_summary(filename, [c.text for c in chunks[:12]]), FileSummary)
         texts = [*chunks, DerivedText("file_summary", 0, f"{summary.title}: {summary.summary}")]
-        pages = f"{meta['pages']} pages: " if meta.get("pages") else ""
+        n = meta.get("pages")
+        pages = f"{n} page{'s' if n != 1 else ''}: " if n else ""
         return Analysis(_clip(pages + summary.summary, SURROGATE_CHARS), texts, {**meta, "title": summary.title})
 
 
@@ -398,6 +399,7 @@ class Reference:
     artifact_status: str | None = None  # pending | processing | done | failed, once linked
     mime: str | None = None
     kind: str | None = None
+    reason: str | None = None
 
 
 class AttachmentStore(Protocol):

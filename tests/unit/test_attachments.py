@@ -1,0 +1,231 @@
+"""Attachment logic without I/O: sniffing, declared-type checks, structure-aware chunks,
+surrogates, the question detector, and the job's rules over in-memory fakes."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from adapters.fakes import FakeAttachmentStore, FakeBlobStore, FakeFetcher
+from memory.attachments import (
+    Analysis,
+    Analyzer,
+    AttachmentJob,
+    BadFile,
+    Block,
+    DerivedText,
+    ImageInfo,
+    Sniffed,
+    about_attachment,
+    chunk_blocks,
+    declared_mismatch,
+    sniff,
+)
+from memory.episodes import message_text
+from memory.ports import TransientError
+from memory.prompts import FileSummary, ImageDescription
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 40
+
+
+def magic(data: bytes) -> str | None:
+    return "image/png" if data.startswith(b"\x89PNG") else "application/pdf" if data.startswith(b"%PDF") else None
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def test_the_type_comes_from_the_bytes():
+    assert sniff(PNG, "notes.txt", magic) == Sniffed("image/png", "image")
+    assert sniff(b"%PDF-1.7 ...", None, magic) == Sniffed("application/pdf", "document")
+    assert sniff(b"<!DOCTYPE html><html><p>x</p>", "a.txt", magic).mime == "text/html"
+    assert sniff(b"# Title\n\n- one\n- two\n", None, magic).mime == "text/markdown"
+    assert sniff(b"just words", "readme.md", magic).mime == "text/markdown"
+    assert sniff("привет, мир".encode(), None, magic).mime == "text/plain"
+    for data, reason in ((b"", "empty"), (b"\x00\x01\x02binary", "unknown type"), (b"\xff\xfe\xfa" * 40, "not UTF-8")):
+        with pytest.raises(BadFile, match=reason):
+            sniff(data, None, magic)
+    with pytest.raises(BadFile, match="application/zip"):
+        sniff(b"PK\x03\x04", None, lambda _: "application/zip")
+
+
+def test_a_declared_type_may_be_generic_but_not_wrong():
+    image, pdf = Sniffed("image/png", "image"), Sniffed("application/pdf", "document")
+    assert declared_mismatch("image", "image/jpeg", image) is None  # same kind of file: fine
+    assert declared_mismatch("other", "application/octet-stream", pdf) is None
+    assert declared_mismatch("document", None, image) is None  # a photo sent "as a file"
+    assert declared_mismatch("image", "image/png", pdf) == "declared as image/png but the bytes are application/pdf"
+    assert "declared as an image" in declared_mismatch("image", None, pdf)
+    assert "declared as text/plain" in declared_mismatch(None, "text/plain", image)
+
+
+def test_chunks_follow_headings_and_carry_their_path_and_page():
+    blocks = [
+        Block("Guide", heading=True, level=1),
+        Block("Intro text.", page=1),
+        Block("Setup", heading=True, level=2),
+        Block("Install it.", page=1),
+        Block("Configure it.", page=2),
+        Block("Usage", heading=True, level=2),
+        Block("Run it.", page=3),
+    ]
+    chunks = chunk_blocks(blocks, 50, words)
+    assert [c.text for c in chunks] == [
+        "Guide\nIntro text.",
+        "Guide > Setup\nInstall it.\nConfigure it.",
+        "Guide > Usage\nRun it.",
+    ]
+    assert chunks[1].meta == {"section": "Guide > Setup", "page": 1, "last_page": 2}
+    assert [c.ord for c in chunks] == [0, 1, 2]
+
+
+@given(st.lists(st.text(alphabet="ab .", min_size=0, max_size=300), max_size=30), st.integers(5, 60))
+def test_chunks_never_exceed_the_size_and_keep_every_word(paragraphs, size):
+    chunks = chunk_blocks([Block(p) for p in paragraphs], size, words)
+    assert all(words(c.text) <= size for c in chunks)
+    assert " ".join(c.text for c in chunks).split() == " ".join(paragraphs).split()
+
+
+def test_surrogates_replace_the_placeholder_once_known():
+    payload = {"text": "look", "attachments": [{"url": "x", "kind": "image", "caption": "my cat"}, {"url": "y"}]}
+    assert message_text(payload) == "look\n[image] my cat\n[file]"
+
+
+def test_questions_about_attachments_are_recognised():
+    for q in (
+        "what was in the PDF I sent?",
+        "the screenshot from yesterday",
+        "что было на фото?",
+        "show image#a1b2c3d4",
+    ):
+        assert about_attachment(q), q
+    for q in ("what is my name?", "profile of the river", "how was the trip"):
+        assert not about_attachment(q), q
+
+
+class Embed:
+    model, dim = "fake", 3
+
+    def embed(self, texts):
+        return np.ones((len(texts), 3)) / np.sqrt(3)
+
+
+def job_with(files, analyze=None):
+    store, blobs = FakeAttachmentStore(), FakeBlobStore()
+    calls = []
+
+    def default(data, sniffed, filename):
+        calls.append(data)
+        return Analysis("a cat", [DerivedText("ocr", 0, "CAT")], {})
+
+    job = AttachmentJob(store, blobs, FakeFetcher(files), analyze or default, Embed(), magic)
+    return job, store, blobs, calls
+
+
+def test_the_same_bytes_are_analysed_once_and_every_message_gets_the_surrogate():
+    job, store, blobs, calls = job_with({"file:///a": PNG, "file:///b": PNG})
+    store.add_message("e1", "t1", "u1", {"text": "", "attachments": [{"url": "file:///a", "caption": "hi"}]})
+    store.add_message("e2", "t2", "u2", {"text": "again", "attachments": [{"url": "file:///b"}]})
+    assert job("e1", 0) == "done"
+    assert job("e2", 0) == "artifact done"
+    assert job("e1", 0) == "artifact done"  # a redelivered job does nothing new
+    assert len(calls) == 1 and len(blobs.blobs) == 1
+    sha = next(iter(blobs.blobs))
+    assert store.message_text("e1") == f"[image#{sha[:8]}] hi — a cat"
+    assert store.message_text("e2") == f"again\n[image#{sha[:8]}] a cat"
+    assert store.captions == {("e1", 0): "hi"}
+
+
+def test_bad_files_fail_at_once_and_transient_errors_are_retried_then_recorded():
+    job, store, _, _ = job_with({"file:///pdf": b"%PDF-1.4", "https://x/y": TransientError("cannot reach x")})
+    store.add_message("e1", "t", "u", {"text": "", "attachments": [{"url": "file:///pdf", "kind": "image"}]})
+    store.add_message("e2", "t", "u", {"text": "", "attachments": [{"url": "https://x/y"}]})
+    assert job("e1", 0) == "failed"
+    assert "declared as an image" in store.refs[("e1", 0)].reason
+    with pytest.raises(TransientError):
+        job("e2", 0)
+    assert store.refs[("e2", 0)].status == "pending"
+    assert job("e2", 0, last_attempt=True) == "failed"
+    assert store.message_text("e2") == "[file] (not readable: gave up after retries: cannot reach x)"
+
+
+def test_a_failing_analysis_releases_its_claim_for_the_retry():
+    def flaky(data, sniffed, filename):
+        raise TransientError("vision model down")
+
+    job, store, _, _ = job_with({"file:///a": PNG}, flaky)
+    store.add_message("e1", "t", "u", {"text": "", "attachments": [{"url": "file:///a"}]})
+    with pytest.raises(TransientError):
+        job("e1", 0)
+    sha = store.refs[("e1", 0)].sha256
+    assert store.artifacts[sha]["status"] == "pending"  # claimable again
+    job.analyze = lambda data, sniffed, filename: (_ for _ in ()).throw(BadFile("corrupt image: truncated"))
+    assert job("e1", 0) == "failed"
+    assert store.artifacts[sha]["reason"] == "corrupt image: truncated"
+    assert "(not readable: corrupt image: truncated)" in store.message_text("e1")
+
+
+class Images:
+    def inspect(self, data):
+        return ImageInfo("PNG", 640, 160, {"camera_model": "X100"})
+
+
+class Ocr:
+    def __init__(self, lines):
+        self.lines = lines
+
+    def read(self, data):
+        return self.lines
+
+
+class Vision:
+    model = "vision-test"
+
+    def __init__(self, fail=False):
+        self.fail = fail
+
+    def describe(self, data, mime, ocr_text):
+        if self.fail:
+            raise TransientError("down")
+        return ImageDescription(short="a receipt", detail=f"a paper receipt reading {ocr_text}")
+
+
+class Docs:
+    def read(self, data, mime):
+        return [Block("Title", heading=True, level=1), Block("Body text here.", page=1)], {"pages": 1}
+
+
+class Llm:
+    model = "fake"
+
+    def complete(self, prompt, response_model):
+        assert prompt.name == "file_summary"
+        return FileSummary(title="A title", summary="It says things.")
+
+
+def analyzer(ocr_lines=(), vision=None):
+    return Analyzer(Images(), Ocr(list(ocr_lines)), Docs(), Llm(), words, 100, vision)
+
+
+def test_images_are_described_by_the_vision_model_when_there_is_one_else_by_ocr_and_metadata():
+    image = Sniffed("image/png", "image")
+    offline = analyzer([("TOTAL 12.50", 0.98), ("smudge", 0.2)])(PNG, image, None)
+    assert offline.description == 'PNG image, 640×160 with the text "TOTAL 12.50"'
+    assert [t.kind for t in offline.texts] == ["ocr"]  # low-confidence OCR lines are dropped
+    bare = analyzer()(PNG, image, None)
+    assert [(t.kind, t.text) for t in bare.texts] == [("vision_short", "PNG image, 640×160")]
+    seen = analyzer([("TOTAL 12.50", 0.98)], Vision())(PNG, image, None)
+    assert seen.description == "a receipt" and seen.meta["vision_model"] == "vision-test"
+    assert [t.kind for t in seen.texts] == ["ocr", "vision_short", "vision_detail"]
+    with pytest.raises(TransientError):
+        analyzer([], Vision(fail=True))(PNG, image, None)
+
+
+def test_documents_get_chunks_and_a_summary():
+    result = analyzer()(b"%PDF", Sniffed("application/pdf", "document"), "notes.pdf")
+    assert [(t.kind, t.text) for t in result.texts] == [
+        ("chunk", "Title\nBody text here."),
+        ("file_summary", "A title: It says things."),
+    ]
+    assert result.description == "1 page: It says things."
