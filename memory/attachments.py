@@ -282,7 +282,9 @@ def attachment_line(attachment: dict, state: RefState | None) -> str:
     if state is not None and state.status == "done" and state.description:
         return f"[{tag}] " + " — ".join(x for x in (name, _clip(state.description, SURROGATE_CHARS)) if x)
     if state is not None and state.status == "failed":
-        return f"[{tag}] {name} (not readable: {state.reason})".replace("]  (", "] (")
+        # The reason stays on the attachment (`chatmem status`, the artifacts tables): in the
+        # history it would only add noise to summaries and search.
+        return f"[{tag}] {name} (not readable)".replace("]  (", "] (")
     return f"[{tag}] {name}".rstrip()
 
 

@@ -147,7 +147,7 @@ def test_bad_files_fail_at_once_and_transient_errors_are_retried_then_recorded()
         job("e2", 0)
     assert store.refs[("e2", 0)].status == "pending"
     assert job("e2", 0, last_attempt=True) == "failed"
-    assert store.message_text("e2") == "[file] (not readable: gave up after retries: cannot reach x)"
+    assert store.message_text("e2") == "[file] (not readable)"
 
 
 def test_a_failing_analysis_releases_its_claim_for_the_retry():
@@ -163,7 +163,7 @@ def test_a_failing_analysis_releases_its_claim_for_the_retry():
     job.analyze = lambda data, sniffed, filename: (_ for _ in ()).throw(BadFile("corrupt image: truncated"))
     assert job("e1", 0) == "failed"
     assert store.artifacts[sha]["reason"] == "corrupt image: truncated"
-    assert "(not readable: corrupt image: truncated)" in store.message_text("e1")
+    assert store.message_text("e1").endswith("(not readable)")
 
 
 class Images:
