@@ -26,6 +26,8 @@ def table_counts(c: Container) -> dict[str, int]:
             for status, n in conn.execute("SELECT status, count(*) FROM commands_applied GROUP BY status"):
                 counts[f"commands_{status}"] = n
             counts["paused_threads"] = conn.execute("SELECT count(*) FROM threads WHERE NOT memory_on").fetchone()[0]
+    if "artifacts" in counts:
+        counts |= {f"attachments_{k}": n for k, n in c.attachment_store.status_counts().items()}
     return counts
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -14,7 +15,7 @@ from adapters.bootstrap import Container
 from adapters.status import report
 from producers.importers import publish_jsonl
 from producers.publisher import Publisher
-from schemas.events import parse_event
+from schemas.events import Attachment, MessageEvent, parse_event
 from schemas.settings import Settings
 from workers.supervisor import Supervisor
 
@@ -77,6 +78,70 @@ def _print_episodes(c: Container, console: Console, thread_ids: list[str]) -> No
 
 
 DEMO_QUESTION = "Which flights should I book, and is there anything about food I told you?"
+IMAGE_QUESTION = "Which gate and seat are on the boarding pass photo I sent?"
+BOARDING_PASS = ["BOARDING PASS", "ALICE MARTIN", "Flight TP 1357 Porto to Lisbon", "Gate B17   Seat 14C"]
+
+
+def _image_event(settings: Settings) -> MessageEvent:
+    """A photo with text in it, drawn now and sent by file:// (as a bot would after downloading it)."""
+    import io
+
+    from PIL import Image, ImageDraw, ImageFont
+
+    img = Image.new("RGB", (900, 300), "white")
+    draw = ImageDraw.Draw(img)
+    font = ImageFont.load_default(size=32)
+    for i, line in enumerate(BOARDING_PASS):
+        draw.text((30, 25 + i * 65), line, fill="black", font=font)
+    path = settings.data_dir / "demo" / "boarding-pass.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    path.write_bytes(buf.getvalue())
+    return MessageEvent(
+        event_id="demo-alice-photo-1",
+        thread_id="demo-alice",
+        user_id="alice",
+        platform="demo",
+        text="Here is my boarding pass for the trip.",
+        platform_message_id="demo-alice-m-photo",
+        occurred_at=datetime(2026, 3, 2, 9, 50, tzinfo=UTC),
+        attachments=[
+            Attachment(url=path.resolve().as_uri(), kind="image", mime_type="image/png", caption="boarding pass")
+        ],
+    )
+
+
+def _attachments_settled(c: Container, event_ids: list[str]) -> bool:
+    with c.pool.connection() as conn:
+        waiting = conn.execute(
+            """SELECT count(*) FROM attachments a LEFT JOIN artifacts ar ON ar.sha256 = a.sha256
+               WHERE a.event_id = ANY(%s) AND a.status <> 'failed'
+                 AND coalesce(ar.status, '') NOT IN ('done', 'failed')""",
+            (event_ids,),
+        ).fetchone()[0]
+    return waiting == 0
+
+
+def _print_attachments(c: Container, console: Console, event_ids: list[str]) -> None:
+    with c.pool.connection() as conn:
+        rows = conn.execute(
+            """SELECT m.text, ar.status, coalesce(a.reason, ar.reason, ''),
+                      (SELECT string_agg(t.kind || ': ' || t.text, E'\n' ORDER BY t.kind, t.ord)
+                       FROM artifact_text t
+                       WHERE t.sha256 = a.sha256 OR (t.event_id = a.event_id AND t.position = a.position))
+               FROM attachments a LEFT JOIN artifacts ar ON ar.sha256 = a.sha256
+               JOIN messages m ON m.event_id = a.event_id
+               JOIN threads th ON th.thread_id = m.thread_id AND th.generation = m.generation
+               WHERE a.event_id = ANY(%s)""",
+            (event_ids,),
+        ).fetchall()
+    table = Table(title="attachments (the message's history text gets a surrogate; derived texts are searchable)")
+    for col in ("message text", "status", "derived texts"):
+        table.add_column(col, overflow="fold")
+    for text, status, reason, texts in rows:
+        table.add_row(escape(text), f"{status or 'failed'} {reason}".strip(), escape(texts or ""))
+    console.print(table)
 
 
 def _answer(c: Container, console: Console, thread_id: str, user_id: str, question: str) -> None:
@@ -168,15 +233,22 @@ def run_demo(settings: Settings, console: Console, timeout: float) -> int:
         try:
             supervisor.start()
             events = [parse_event(line) for line in SAMPLE.read_bytes().splitlines() if line.strip()]
+            photo = _image_event(settings)
             with Publisher.from_settings(settings, urls.redis_url) as pub:
                 result = publish_jsonl(pub, SAMPLE, settings)
-            console.print(f"published {result.accepted} events from {SAMPLE.name}")
+                pub.publish(photo)
+            events.append(photo)
+            console.print(f"published {result.accepted} events from {SAMPLE.name} and a photo with text in it")
             thread_ids = sorted({e.thread_id for e in events})
             if not _wait_processed(c, [e.event_id for e in events], thread_ids, timeout):
                 console.print(f"[red]not processed within {timeout:.0f}s[/red]; failed: {supervisor.failed()}")
                 return 1
             deadline = time.monotonic() + timeout
-            while not (_summaries_settled(c, thread_ids) and _facts_settled(c, thread_ids)):
+            while not (
+                _summaries_settled(c, thread_ids)
+                and _facts_settled(c, thread_ids)
+                and _attachments_settled(c, [photo.event_id])
+            ):
                 if time.monotonic() > deadline:
                     console.print("[yellow]summaries or facts still pending; showing what is there[/yellow]")
                     break
@@ -184,7 +256,9 @@ def run_demo(settings: Settings, console: Console, timeout: float) -> int:
             _print_memory(c, console, thread_ids)
             _print_episodes(c, console, thread_ids)
             _print_facts(c, console, sorted({e.user_id for e in events}))
+            _print_attachments(c, console, [photo.event_id])
             _answer(c, console, "demo-alice", "alice", DEMO_QUESTION)
+            _answer(c, console, "demo-alice", "alice", IMAGE_QUESTION)
             rep = report(c)
             console.print(f"status: {rep.counts} · queues {rep.queues} · largest lag {rep.lag.max_events}")
             return 0

@@ -12,12 +12,17 @@ import threading
 import time
 from collections.abc import Sequence
 
+from workers.queues import Queue
+
 log = logging.getLogger(__name__)
 
 # The same commands compose runs, one process each.
+# Attachments get a worker of their own: OCR takes about a second per image, and messages must
+# never queue behind it.
 DEFAULT_PROCESSES: tuple[tuple[str, ...], ...] = (
     ("ingest",),
-    ("worker", "--queues", "all"),
+    ("worker", "--queues", ",".join(q.value for q in Queue if q is not Queue.ATTACHMENTS)),
+    ("worker", "--queues", Queue.ATTACHMENTS.value, "--concurrency", "1"),
     ("sweeper",),
 )
 # `chatmem up` serves the HTTP read path too.
