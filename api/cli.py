@@ -306,6 +306,20 @@ def bench_pipeline(
     run(_settings(), console, n_messages=messages, n_threads=threads)
 
 
+@bench_app.command("attachments")
+def bench_attachments(
+    images: int = typer.Option(20, help="images OCR'd in the throughput run"),
+    pages: int = typer.Option(40, help="pages of the generated PDF"),
+    flood: int = typer.Option(40, help="images queued while messages are timed"),
+    messages: int = typer.Option(100, help="messages timed"),
+    rate: float = typer.Option(10.0, help="messages published per second"),
+) -> None:
+    """OCR images/s, document pages/s, and message latency while attachments flood in."""
+    from bench.attachments import run
+
+    run(_settings(), console, images=images, pages=pages, flood=flood, messages=messages, rate=rate)
+
+
 @bench_app.command("facts")
 def bench_facts(
     facts: int = typer.Option(10_000, help="facts to write"),
