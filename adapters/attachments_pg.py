@@ -15,8 +15,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from memory.attachments import Analysis, Reference, RefState, Sniffed
-from memory.episodes import message_text
+from memory.attachments import Analysis, Reference, RefState, Sniffed, attachment_lines
 
 
 def lock_threads(conn: psycopg.Connection, thread_ids: Sequence[str]) -> None:
@@ -37,7 +36,9 @@ def add_references(conn: psycopg.Connection, thread_id: str, refs: Sequence[tupl
 
 
 def refresh_messages(conn: psycopg.Connection, event_ids: Sequence[str]) -> int:
-    """Rewrite the history text of these messages (every generation) from their attachments' state."""
+    """Rewrite the attachment lines of these messages (every generation) from their state. A
+    message with n attachments always ends with n such lines; what precedes them is kept, so an
+    edit of the message's text survives."""
     if not event_ids:
         return 0
     rows = conn.execute(
@@ -62,11 +63,37 @@ def refresh_messages(conn: psycopg.Connection, event_ids: Sequence[str]) -> int:
         states[event_id][pos] = state
     changed = 0
     for event_id, payload in payloads.items():
-        text = message_text(payload, states[event_id])
-        changed += conn.execute(
-            "UPDATE messages SET text = %s WHERE event_id = %s AND text IS DISTINCT FROM %s", (text, event_id, text)
-        ).rowcount
+        lines = attachment_lines(payload, states[event_id])
+        messages = conn.execute(
+            "SELECT thread_id, generation, seq, text FROM messages WHERE event_id = %s", (event_id,)
+        ).fetchall()
+        for thread_id, generation, seq, text in messages:
+            new = with_attachment_lines(text, len(lines), lines)
+            if new != text:
+                conn.execute(
+                    "UPDATE messages SET text = %s WHERE thread_id = %s AND generation = %s AND seq = %s",
+                    (new, thread_id, generation, seq),
+                )
+                changed += 1
     return changed
+
+
+def with_attachment_lines(text: str, n_old: int, lines: Sequence[str]) -> str:
+    """`text` with its last `n_old` lines (the attachment lines) replaced by `lines`."""
+    kept = text.split("\n")[:-n_old] if n_old else text.split("\n")
+    return "\n".join([*kept, *lines]).strip()
+
+
+def edited_text(conn: psycopg.Connection, thread_id: str, generation: int, platform_id: str, text: str) -> str:
+    """An edit replaces what was said and keeps the message's attachment lines."""
+    row = conn.execute(
+        """SELECT m.text, (SELECT count(*) FROM attachments a WHERE a.event_id = m.event_id) FROM messages m
+           WHERE m.thread_id = %s AND m.generation = %s AND m.platform_message_id = %s LIMIT 1""",
+        (thread_id, generation, platform_id),
+    ).fetchone()
+    if row is None or not row[1]:
+        return text
+    return "\n".join([text, *row[0].split("\n")[-row[1] :]]).strip()
 
 
 class PostgresAttachmentStore:

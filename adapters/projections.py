@@ -10,7 +10,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from adapters.attachments_pg import add_references
+from adapters.attachments_pg import add_references, edited_text
 from adapters.postgres import bulk_insert
 from memory.episodes import Job, OpenEpisode, Plan, ThreadContext
 from memory.ports import LeaseLost
@@ -186,7 +186,7 @@ class PostgresProjections:
             conn.execute(
                 """UPDATE messages SET text = %s WHERE thread_id = %s AND generation = %s
                    AND platform_message_id = %s""",
-                (text, tid, gen, platform_id),
+                (edited_text(conn, tid, gen, platform_id, text), tid, gen, platform_id),
             )
         if plan.attachments:
             add_references(conn, tid, plan.attachments)

@@ -246,3 +246,43 @@ def test_attachments_are_isolated_between_users_and_reach_the_context(driver, co
     assert not next(s for s in other.sections if s.name == "artifacts").items
     bob = container.build_context("laptops", "bob", "what was on the boarding pass photo?")
     assert not next(s for s in bob.sections if s.name == "artifacts").items
+
+
+def test_a_replay_keeps_the_surrogates_without_analysing_again(driver, container, tmp_path):
+    from workers.tasks import replay
+
+    url = put(tmp_path, "ticket.png", text_image(TICKET))
+    driver.publish([message("trip", "alice", 1, "ticket", [Attachment(url=url, kind="image")])])
+    driver.advance("trip")
+    driver.run_attachments()
+    before = message_text(container, "trip-1")
+    assert "[image#" in before
+    replay(container, "trip", container.llm("maintenance"), "replay")
+    with container.pool.connection() as conn:
+        rows = conn.execute("SELECT generation, text FROM messages WHERE event_id = 'trip-1' ORDER BY 1").fetchall()
+    assert [g for g, _ in rows] == [1, 2] and {t for _, t in rows} == {before}
+    assert scalar(container, "SELECT attempts FROM artifacts") == 1  # claimed and analysed once
+    assert container.recall("alice", "Lisbon gate", scope=Scope.ARTIFACTS).hits[0].citation.event_id == "trip-1"
+
+
+def test_an_edit_keeps_the_attachment_line_and_a_late_surrogate_keeps_the_edit(driver, container, tmp_path):
+    from schemas.events import MessageEditedEvent
+
+    url = put(tmp_path, "ticket.png", text_image(TICKET))
+    driver.publish([message("trip", "alice", 1, "ticket", [Attachment(url=url, kind="image", caption="pass")])])
+    driver.advance("trip")
+
+    def edit(n, text):
+        return MessageEditedEvent(
+            event_id=f"edit-{n}", thread_id="trip", user_id="alice", platform_message_id="trip-m1", text=text
+        )
+
+    driver.publish([edit(1, "my ticket, corrected")])
+    driver.advance("trip")
+    assert message_text(container, "trip-1") == "my ticket, corrected\n[image] pass"
+    driver.run_attachments()
+    text = message_text(container, "trip-1")
+    assert text.startswith("my ticket, corrected\n[image#") and "Lisbon" in text
+    driver.publish([edit(2, "my ticket (final)")])
+    driver.advance("trip")
+    assert message_text(container, "trip-1") == text.replace("my ticket, corrected", "my ticket (final)")
