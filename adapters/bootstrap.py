@@ -195,7 +195,7 @@ class Container:
     def ocr(self):  # noqa: ANN201
         from adapters.images import RapidOcr
 
-        return RapidOcr(self.image_reader, self.settings.ocr_max_side)
+        return RapidOcr(self.image_reader, self.settings.ocr_max_side, self.settings.ocr_threads)
 
     @cached_property
     def vision(self):  # noqa: ANN201

@@ -79,9 +79,10 @@ class PillowImageReader:
 class RapidOcr:
     """rapidocr, built on first use (loading its models takes a second) and shared by threads."""
 
-    def __init__(self, images: PillowImageReader, max_side: int):
+    def __init__(self, images: PillowImageReader, max_side: int, threads: int = 1):
         self.images = images
         self.max_side = max_side
+        self.threads = threads
         self._engine = None
         self._lock = threading.Lock()
 
@@ -100,6 +101,8 @@ class RapidOcr:
                         "Global.use_cls": False,
                         "Det.limit_type": "max",
                         "Det.limit_side_len": self.max_side,
+                        "EngineConfig.onnxruntime.intra_op_num_threads": self.threads,
+                        "EngineConfig.onnxruntime.inter_op_num_threads": 1,
                     }
                 )
                 logging.getLogger("RapidOCR").setLevel(logging.WARNING)

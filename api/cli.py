@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -108,6 +109,9 @@ def worker(
     )
     c.celery.conf.chatmem_preload_mem0 = Queue.FACTS in qs
     c.celery.conf.chatmem_preload_ocr = Queue.ATTACHMENTS in qs
+    if qs == [Queue.ATTACHMENTS] and settings.attachment_worker_nice:
+        # Below the message path in CPU priority: on a shared machine, OCR takes what is left.
+        os.nice(settings.attachment_worker_nice)
     # argv for Celery's own worker command; the app (and its settings) are ours.
     c.celery.worker_main(
         [

@@ -25,7 +25,7 @@ import numpy as np
 from memory.attachments import label, short_id
 from memory.ports import Embedder
 from schemas.events import validate_identifier
-from schemas.read import CONTEXT_CHARS, SNIPPET_CHARS, Citation, RecallHit, RecallResult, Scope
+from schemas.read import CONTEXT_CHARS, SNIPPET_CHARS, Citation, RecallHit, RecallResult, Scope, SourceKind
 
 
 class NotReadable(Exception):
@@ -348,17 +348,7 @@ class Recall:
             score=round(score, 4),
             snippet=clip(f"[{tag}{name}, {a.text_kind}{where}] {a.text}", SNIPPET_CHARS),
             author=author(a.user_id, a.role),
-            citation=Citation(
-                source="artifact",
-                thread_id=a.thread_id,
-                episode_id=a.episode_id,
-                seq=a.seq,
-                platform_message_id=a.platform_message_id,
-                event_id=a.event_id,
-                occurred_at=a.occurred_at,
-                artifact_id=a.artifact_id,
-                artifact_text=a.text_kind,
-            ),
+            citation=_message_citation("artifact", a, artifact_id=a.artifact_id, artifact_text=a.text_kind),
         )
 
     def _rank_summaries(
@@ -401,15 +391,7 @@ class Recall:
             after=clip(after, CONTEXT_CHARS) if after else None,
             archived=not t.is_active,
             author=author(t.user_id, t.role),
-            citation=Citation(
-                source="message",
-                thread_id=t.thread_id,
-                episode_id=t.episode_id,
-                seq=t.seq,
-                platform_message_id=t.platform_message_id,
-                event_id=t.event_id,
-                occurred_at=t.occurred_at,
-            ),
+            citation=_message_citation("message", t),
         )
 
     def _summary_hit(self, s: SummaryCandidate, score: float) -> RecallHit:
@@ -454,6 +436,20 @@ class Recall:
             )
             for i in order
         ]
+
+
+def _message_citation(source: SourceKind, m: TurnCandidate | ArtifactCandidate, **extra: str | None) -> Citation:
+    """A citation of the message a hit came from (the turn itself, or the one that sent a file)."""
+    return Citation(
+        source=source,
+        thread_id=m.thread_id,
+        episode_id=m.episode_id,
+        seq=m.seq,
+        platform_message_id=m.platform_message_id,
+        event_id=m.event_id,
+        occurred_at=m.occurred_at,
+        **extra,
+    )
 
 
 def _interleave(

@@ -142,6 +142,12 @@ class Settings(BaseSettings):
     attachment_retry_backoff_s: float = Field(
         5.0, ge=0, description="First retry delay of an attachment job; doubles on each retry (at most 10 minutes)."
     )
+    ocr_threads: int = Field(
+        1, ge=1, le=64, description="CPU threads one OCR call uses (one leaves cores to messages)."
+    )
+    attachment_worker_nice: int = Field(
+        10, ge=0, le=19, description="CPU niceness of a worker that serves only the attachments queue (0: none)."
+    )
     ocr_max_side: int = Field(
         960, ge=320, le=4000, description="Images are scaled so their longer side is at most this for OCR."
     )
