@@ -183,6 +183,8 @@ class PostgresAttachmentStore:
 
     def finish(self, sha256: str, analysis: Analysis, vectors: np.ndarray) -> None:
         with self.pool.connection() as conn, conn.transaction():
+            if not self._unsettled(conn, sha256):
+                return  # a worker that took over an expired claim got there first
             with conn.cursor() as cur:
                 cur.executemany(
                     """INSERT INTO artifact_text (sha256, kind, ord, text, meta, embedding)
@@ -194,7 +196,13 @@ class PostgresAttachmentStore:
 
     def fail_artifact(self, sha256: str, reason: str) -> None:
         with self.pool.connection() as conn, conn.transaction():
-            self._settle(conn, sha256, "failed", reason[:1000], None, {})
+            if self._unsettled(conn, sha256):
+                self._settle(conn, sha256, "failed", reason[:1000], None, {})
+
+    def _unsettled(self, conn: psycopg.Connection, sha256: str) -> bool:
+        """Lock the artifact row; true while it is neither done nor failed."""
+        row = conn.execute("SELECT status FROM artifacts WHERE sha256 = %s FOR UPDATE", (sha256,)).fetchone()
+        return row is not None and row[0] not in ("done", "failed")
 
     def _settle(
         self,

@@ -7,11 +7,13 @@ import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fpdf import FPDF
 from PIL import Image, ImageDraw, ImageFont
 from pypdf import PdfReader, PdfWriter
 
+from memory.attachments import Analysis, DerivedText
 from memory.ports import TransientError
 from schemas.events import Attachment, MessageEvent
 from schemas.read import Scope
@@ -173,6 +175,12 @@ def test_the_same_bytes_in_two_threads_are_stored_once_and_referenced_twice(driv
     for user, thread in (("alice", "a"), ("bob", "b")):
         hit = container.recall(user, "wifi password", scope=Scope.ARTIFACTS).hits[0]
         assert hit.citation.thread_id == thread and "sunflower42" in hit.snippet
+    # A worker whose claim expired and that finishes late changes nothing.
+    description = scalar(container, "SELECT description FROM artifacts")
+    container.attachment_store.finish(sha, Analysis("stale", [DerivedText("ocr", 9, "stale")], {}), np.ones((1, 384)))
+    container.attachment_store.fail_artifact(sha, "late failure")
+    assert scalar(container, "SELECT status || ':' || description FROM artifacts") == f"done:{description}"
+    assert scalar(container, "SELECT count(*) FROM artifact_text WHERE text = 'stale'") == 0
 
 
 def test_every_bad_file_fails_with_a_reason_and_its_thread_goes_on(driver, container, tmp_path):
