@@ -278,7 +278,8 @@ def attachment_line(attachment: dict, state: RefState | None) -> str:
     """The line a message's history text gets for one attachment."""
     kind = state.kind if state and state.kind else attachment.get("kind")
     tag = label(kind) + (f"#{short_id(state.sha256)}" if state and state.sha256 else "")
-    name = " ".join(x for x in (attachment.get("filename"), attachment.get("caption")) if x)
+    # One line per attachment, always: a message's text ends with exactly that many lines.
+    name = " ".join(" ".join(x for x in (attachment.get("filename"), attachment.get("caption")) if x).split())
     if state is not None and state.status == "done" and state.description:
         return f"[{tag}] " + " — ".join(x for x in (name, _clip(state.description, SURROGATE_CHARS)) if x)
     if state is not None and state.status == "failed":

@@ -90,6 +90,8 @@ def test_chunks_never_exceed_the_size_and_keep_every_word(paragraphs, size):
 def test_surrogates_replace_the_placeholder_once_known():
     payload = {"text": "look", "attachments": [{"url": "x", "kind": "image", "caption": "my cat"}, {"url": "y"}]}
     assert message_text(payload) == "look\n[image] my cat\n[file]"
+    multiline = {"text": "", "attachments": [{"url": "x", "filename": "a.pdf", "caption": "two\nlines"}]}
+    assert message_text(multiline) == "[file] a.pdf two lines"  # one line per attachment, always
 
 
 def test_questions_about_attachments_are_recognised():
