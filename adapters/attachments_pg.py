@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import psycopg
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
@@ -245,3 +246,49 @@ class PostgresAttachmentStore:
                    FROM attachments a LEFT JOIN artifacts ar ON ar.sha256 = a.sha256 GROUP BY 1"""
             ).fetchall()
         return {s: int(n) for s, n in rows}
+
+    def listing(self, status: str | None = None, thread_id: str | None = None, limit: int = 50) -> list[dict]:
+        """Attachments with their effective status and reason, newest first (for ops)."""
+        with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(
+                """SELECT * FROM (
+                       SELECT a.event_id, a.position, a.thread_id, a.user_id, a.sha256, ar.mime_type, ar.size_bytes,
+                              CASE WHEN a.status = 'failed' OR ar.status = 'failed' THEN 'failed'
+                                   WHEN ar.status = 'done' THEN 'done' ELSE 'pending' END AS status,
+                              coalesce(a.reason, ar.reason) AS reason, ar.description, a.updated_at
+                       FROM attachments a LEFT JOIN artifacts ar ON ar.sha256 = a.sha256
+                       WHERE (%(t)s::text IS NULL OR a.thread_id = %(t)s)) x
+                   WHERE %(s)s::text IS NULL OR x.status = %(s)s
+                   ORDER BY x.updated_at DESC LIMIT %(n)s""",
+                {"t": thread_id, "s": status, "n": limit},
+            ).fetchall()
+
+    def reset_failed(self, thread_id: str | None = None) -> list[tuple[str, int]]:
+        """Make failed attachments pending again (a URL that is back, a limit raised); return
+        the references to queue. Their messages get their placeholders back until then."""
+        with self.pool.connection() as conn, conn.transaction():
+            refs = conn.execute(
+                """SELECT a.event_id, a.position, a.thread_id, a.sha256, a.status FROM attachments a
+                   LEFT JOIN artifacts ar ON ar.sha256 = a.sha256
+                   WHERE (a.status = 'failed' OR ar.status = 'failed')
+                     AND (%(t)s::text IS NULL OR a.thread_id = %(t)s)""",
+                {"t": thread_id},
+            ).fetchall()
+            shas = sorted({sha for _, _, _, sha, status in refs if sha and status != "failed"})
+            for sha in shas:
+                conn.execute("SELECT 1 FROM artifacts WHERE sha256 = %s FOR UPDATE", (sha,))
+            lock_threads(conn, [t for _, _, t, _, _ in refs])
+            conn.execute(
+                """UPDATE artifacts SET status = 'pending', reason = NULL, claimed_until = NULL
+                   WHERE sha256 = ANY(%s) AND status = 'failed'""",
+                (shas,),
+            )
+            for event_id, position, _, _, status in refs:
+                if status == "failed":
+                    conn.execute(
+                        """UPDATE attachments SET status = 'pending', reason = NULL, sha256 = NULL, updated_at = now()
+                           WHERE event_id = %s AND position = %s""",
+                        (event_id, position),
+                    )
+            refresh_messages(conn, sorted({e for e, _, _, _, _ in refs}))
+        return [(e, int(p)) for e, p, _, _, _ in refs]

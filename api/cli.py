@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from api import cli_read
+from api.cli_attachments import attachments_app
 from api.common import _container, _settings, console
 
 app = typer.Typer(help="chatmem: conversation memory for chat bots.", no_args_is_help=True, add_completion=False)
@@ -20,6 +21,7 @@ services_app = typer.Typer(help="Embedded Postgres and Redis (used when no URL i
 bench_app = typer.Typer(help="Benchmarks (printed figures, never assertions).", no_args_is_help=True)
 app.add_typer(services_app, name="services")
 app.add_typer(bench_app, name="bench")
+app.add_typer(attachments_app, name="attachments")
 
 
 # --- services ------------------------------------------------------------------------------

@@ -1,12 +1,15 @@
 """Attachments through real processes: ingest, a segment worker and a separate attachments
 worker (real Celery, real OCR). Messages are projected while the attachments queue works."""
 
+import json
+
 import pytest
 
 from producers.publisher import Publisher
 from schemas.events import Attachment
 from schemas.read import Scope
 from tests.conftest import scalar, spawn, stop, wait_for
+from tests.e2e.test_read_e2e import cli
 from tests.integration.test_attachments import TICKET, message, put, text_image
 
 pytestmark = pytest.mark.e2e
@@ -36,3 +39,8 @@ def test_an_image_sent_by_a_bot_is_ocrd_by_the_attachments_worker_and_recalled(c
     assert "Lisbon" in scalar(container, "SELECT text FROM messages WHERE event_id = 'trip-1'")
     hit = container.recall("alice", "gate of my flight", scope=Scope.ARTIFACTS).hits[0]
     assert hit.citation.event_id == "trip-1" and "B17" in hit.snippet
+    listed = cli(s, "attachments", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [(r["event_id"], r["status"]) for r in json.loads(listed.stdout)] == [("trip-1", "done")]
+    retried = cli(s, "attachments", "retry")
+    assert retried.returncode == 0 and "queued 0 attachments" in retried.stdout

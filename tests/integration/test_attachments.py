@@ -294,3 +294,25 @@ def test_an_edit_keeps_the_attachment_line_and_a_late_surrogate_keeps_the_edit(d
     driver.publish([edit(2, "my ticket (final)")])
     driver.advance("trip")
     assert message_text(container, "trip-1") == text.replace("my ticket, corrected", "my ticket (final)")
+
+
+def test_failed_attachments_are_listed_with_their_reason_and_can_be_retried(driver, container, tmp_path):
+    late = tmp_path / "late.png"
+    driver.publish([message("t", "alice", 1, "photo", [Attachment(url=late.as_uri(), kind="image")])])
+    driver.advance("t")
+    queued = list(driver.attachments)
+    assert driver.run_attachments() == ["failed"]
+    store = container.attachment_store
+    [row] = store.listing(status="failed")
+    assert (row["event_id"], row["thread_id"], row["status"]) == ("t-1", "t", "failed")
+    assert row["reason"].startswith("file not found")
+    assert store.listing(status="done") == []
+
+    late.write_bytes(text_image(TICKET))  # the file turns up
+    assert store.reset_failed(thread_id="other") == []
+    assert store.reset_failed() == queued
+    assert message_text(container, "t-1") == "photo\n[image]"  # the placeholder again until done
+    driver.attachments = queued
+    assert driver.run_attachments() == ["done"]
+    assert [r["status"] for r in store.listing()] == ["done"]
+    assert "Lisbon" in message_text(container, "t-1")

@@ -1,0 +1,50 @@
+"""`chatmem attachments`: what happened to attachments, and retrying the failed ones."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.table import Table
+
+from api.common import _container, _settings, console
+
+attachments_app = typer.Typer(help="Attachments: status, failure reasons, retries.", no_args_is_help=True)
+
+
+@attachments_app.command("list")
+def attachments_list(
+    status: str = typer.Option(None, help="pending | done | failed"),
+    thread: str = typer.Option(None, help="only this thread"),
+    limit: int = typer.Option(50, min=1),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Attachments, newest first, with their status and the reason of a failure."""
+    if status not in (None, "pending", "done", "failed"):
+        console.print(f"[red]unknown status {status!r}: pending, done or failed[/red]")
+        raise typer.Exit(2)
+    rows = _container(_settings()).attachment_store.listing(status, thread, limit)
+    if as_json:
+        print(json.dumps(rows, default=str, ensure_ascii=False))
+        return
+    table = Table()
+    for col in ("thread", "message event", "file", "status", "reason / description"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        file = f"{(r['sha256'] or '')[:8]} {r['mime_type'] or ''}".strip()
+        table.add_row(
+            r["thread_id"], f"{r['event_id']}#{r['position']}", file, r["status"], r["reason"] or r["description"] or ""
+        )
+    console.print(table)
+
+
+@attachments_app.command("retry")
+def attachments_retry(thread: str = typer.Option(None, help="only this thread")) -> None:
+    """Queue the failed attachments again (after a URL is back or a limit was raised)."""
+    from workers.celery_app import enqueue_attachment
+
+    c = _container(_settings())
+    refs = c.attachment_store.reset_failed(thread)
+    for event_id, position in refs:
+        enqueue_attachment(c.celery, event_id, position)
+    console.print(f"queued {len(refs)} attachments again")
