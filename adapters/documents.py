@@ -61,6 +61,25 @@ class DocumentReader:
         except (PdfReadError, PdfStreamError, ValueError, KeyError, TypeError, AttributeError, OSError) as error:
             raise BadFile(f"broken PDF: {error}") from None
 
+    def page_images(self, data: bytes, limit: int) -> list[tuple[int, bytes]]:
+        """The images on the pages of a PDF (page number, encoded bytes), for OCR of scans."""
+        from pypdf import PdfReader
+        from pypdf.errors import PdfReadError, PdfStreamError
+
+        found: list[tuple[int, bytes]] = []
+        try:
+            reader = PdfReader(io.BytesIO(data))
+            if reader.is_encrypted:
+                reader.decrypt("")
+            for number, page in enumerate(reader.pages[: self.max_pages], start=1):
+                for image in page.images:
+                    found.append((number, image.data))
+                    if len(found) >= limit:
+                        return found
+        except (PdfReadError, PdfStreamError, ValueError, KeyError, TypeError, AttributeError, OSError) as error:
+            raise BadFile(f"broken PDF: {error}") from None
+        return found
+
     def _html(self, text: str) -> tuple[list[Block], dict]:
         from bs4 import BeautifulSoup
 

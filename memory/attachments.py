@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 SHORT_ID_CHARS = 8
 SURROGATE_CHARS = 160
 OCR_MIN_SCORE = 0.5
+SCANNED_PAGES_MAX = 50  # page images OCR'd from a PDF without a text layer
 IMAGE_MIMES = {
     "image/png",
     "image/jpeg",
@@ -334,6 +335,10 @@ class DocumentReader(Protocol):
         """Structure blocks and metadata (pages, title); BadFile if unreadable."""
         ...
 
+    def page_images(self, data: bytes, limit: int) -> list[tuple[int, bytes]]:
+        """(page number, image bytes) of a PDF's embedded images: a scan's pages."""
+        ...
+
 
 @dataclass(frozen=True)
 class Analysis:
@@ -378,13 +383,28 @@ class Analyzer:
     def document(self, data: bytes, sniffed: Sniffed, filename: str | None) -> Analysis:
         blocks, meta = self.documents.read(data, sniffed.mime)
         chunks = chunk_blocks(blocks, self.chunk_tokens, self.count)
+        if not chunks and sniffed.mime == "application/pdf":
+            blocks = self._scanned_pages(data)
+            chunks = chunk_blocks(blocks, self.chunk_tokens, self.count)
+            meta["ocr_pages"] = len({b.page for b in blocks})
         if not chunks:
-            raise BadFile("the document has no text (a scanned PDF without a text layer is not read)")
+            raise BadFile("the document has no text (neither a text layer nor readable page images)")
         summary: FileSummary = self.llm.complete(file_summary(filename, [c.text for c in chunks[:12]]), FileSummary)
         texts = [*chunks, DerivedText("file_summary", 0, f"{summary.title}: {summary.summary}")]
         n = meta.get("pages")
         pages = f"{n} page{'s' if n != 1 else ''}: " if n else ""
         return Analysis(_clip(pages + summary.summary, SURROGATE_CHARS), texts, {**meta, "title": summary.title})
+
+    def _scanned_pages(self, data: bytes) -> list[Block]:
+        """A PDF without a text layer is usually a scan: OCR the images on its pages."""
+        blocks: list[Block] = []
+        for page, image in self.documents.page_images(data, SCANNED_PAGES_MAX):
+            try:
+                self.images.inspect(image)  # the pixel limit holds for embedded images too
+            except BadFile:
+                continue
+            blocks += [Block(t, page=page) for t, score in self.ocr.read(image) if score >= OCR_MIN_SCORE and t.strip()]
+        return blocks
 
 
 # --- the job --------------------------------------------------------------------------------

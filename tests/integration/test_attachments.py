@@ -150,6 +150,24 @@ def test_a_pdf_is_chunked_by_section_summarised_and_found(driver, container, tmp
     assert "p. 3" in hits[0].snippet and "trains" in hits[0].snippet
 
 
+def scanned_pdf(lines: list[str]) -> bytes:
+    page = Image.open(io.BytesIO(text_image(lines, size=(1240, 900))))
+    out = io.BytesIO()
+    page.save(out, "PDF")
+    return out.getvalue()
+
+
+def test_a_scanned_pdf_is_read_by_ocr(driver, container, tmp_path):
+    url = put(tmp_path, "lease.pdf", scanned_pdf(["Lease agreement", "Monthly rent 950 EUR", "Due on the first"]))
+    driver.publish([message("home", "alice", 1, "the lease", [Attachment(url=url, kind="document")])])
+    driver.advance("home")
+    assert driver.run_attachments() == ["done"]
+    assert scalar(container, "SELECT meta ->> 'ocr_pages' FROM artifacts") == "1"
+    hit = container.recall("alice", "how much is the monthly rent?", scope=Scope.ARTIFACTS).hits[0]
+    assert "950" in hit.snippet and hit.citation.event_id == "home-1"
+    assert "Monthly rent 950 EUR" in scalar(container, "SELECT text FROM artifact_text WHERE kind = 'chunk'")
+
+
 def test_the_same_bytes_in_two_threads_are_stored_once_and_referenced_twice(driver, container, tmp_path):
     png = text_image(["Wifi password", "sunflower42"])
     # One by file://, one by data: URI: the bytes are what counts.

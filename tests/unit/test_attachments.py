@@ -194,8 +194,17 @@ class Vision:
 
 
 class Docs:
+    def __init__(self, blocks=None, images=()):
+        self.blocks = (
+            [Block("Title", heading=True, level=1), Block("Body text here.", page=1)] if blocks is None else blocks
+        )
+        self.images = list(images)
+
     def read(self, data, mime):
-        return [Block("Title", heading=True, level=1), Block("Body text here.", page=1)], {"pages": 1}
+        return self.blocks, {"pages": 1}
+
+    def page_images(self, data, limit):
+        return self.images[:limit]
 
 
 class Llm:
@@ -206,8 +215,8 @@ class Llm:
         return FileSummary(title="A title", summary="It says things.")
 
 
-def analyzer(ocr_lines=(), vision=None):
-    return Analyzer(Images(), Ocr(list(ocr_lines)), Docs(), Llm(), words, 100, vision)
+def analyzer(ocr_lines=(), vision=None, docs=None):
+    return Analyzer(Images(), Ocr(list(ocr_lines)), docs or Docs(), Llm(), words, 100, vision)
 
 
 def test_images_are_described_by_the_vision_model_when_there_is_one_else_by_ocr_and_metadata():
@@ -231,3 +240,15 @@ def test_documents_get_chunks_and_a_summary():
         ("file_summary", "A title: It says things."),
     ]
     assert result.description == "1 page: It says things."
+
+
+def test_a_pdf_without_a_text_layer_is_read_by_ocr_of_its_page_images():
+    pdf = Sniffed("application/pdf", "document")
+    scan = Docs(blocks=[], images=[(1, PNG), (2, PNG)])
+    result = analyzer([("Rent 950 EUR", 0.97)], docs=scan)(b"%PDF", pdf, "scan.pdf")
+    assert result.meta["ocr_pages"] == 2
+    assert result.texts[0].text == "Rent 950 EUR\nRent 950 EUR" and result.texts[0].meta["page"] == 1
+    with pytest.raises(BadFile, match="no text"):
+        analyzer([], docs=Docs(blocks=[], images=[]))(b"%PDF", pdf, "blank.pdf")
+    with pytest.raises(BadFile, match="no text"):  # a text file with nothing in it has no pages to OCR
+        analyzer([("x", 0.9)], docs=Docs(blocks=[], images=[(1, PNG)]))(b"", Sniffed("text/plain", "document"), None)
