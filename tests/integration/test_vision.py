@@ -4,8 +4,6 @@ vision_detail and the surrogate's description; an endpoint that is down is retri
 last attempt falls back to the offline description."""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -14,56 +12,21 @@ from adapters.services import ServiceUrls
 from memory.ports import TransientError
 from schemas.events import Attachment
 from tests.conftest import scalar
+from tests.fake_openai import FakeOpenAI, completion, serving
 from tests.integration.test_attachments import TICKET, message, message_text, put, text_image
 from tests.integration.test_episodes import Driver
 
 pytestmark = pytest.mark.integration
 
 
-class Endpoint(BaseHTTPRequestHandler):
-    requests: list[dict] = []
-    down = False
-
-    def do_POST(self):  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        Endpoint.requests.append(body)
-        if Endpoint.down:
-            self.send_response(503)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        answer = {"short": "a boarding pass for a flight to Lisbon", "detail": "A printed boarding pass, gate B17."}
-        reply = {
-            "id": "x",
-            "object": "chat.completion",
-            "created": 0,
-            "model": body["model"],
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": json.dumps(answer)},
-                }
-            ],
-        }
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def endpoint():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    Endpoint.requests, Endpoint.down = [], False
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
+    with serving() as url:
+        FakeOpenAI.body = completion(
+            {"short": "a boarding pass for a flight to Lisbon", "detail": "A printed boarding pass, gate B17."},
+            model="test-vision",
+        )
+        yield url
 
 
 @pytest.fixture
@@ -80,7 +43,7 @@ def test_a_configured_vision_model_describes_the_image(vision_container, tmp_pat
     driver.publish([message("trip", "alice", 1, "pass", [Attachment(url=put(tmp_path, "t.png", text_image(TICKET)))])])
     driver.advance("trip")
     assert driver.run_attachments() == ["done"]
-    [request] = Endpoint.requests
+    [request] = FakeOpenAI.requests
     assert request["model"] == "test-vision"
     parts = request["messages"][1]["content"]
     assert parts[1]["image_url"]["url"].startswith("data:image/png;base64,")
@@ -94,7 +57,7 @@ def test_a_configured_vision_model_describes_the_image(vision_container, tmp_pat
 
 def test_a_vision_endpoint_that_is_down_is_retried_then_the_offline_description_is_used(vision_container, tmp_path):
     c = vision_container
-    Endpoint.down = True
+    FakeOpenAI.status, FakeOpenAI.body = 503, {"error": {"message": "down"}}
     driver = Driver(c)
     driver.publish([message("trip", "alice", 1, "pass", [Attachment(url=put(tmp_path, "t.png", text_image(TICKET)))])])
     driver.advance("trip")

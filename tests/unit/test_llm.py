@@ -1,6 +1,3 @@
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import numpy as np
 import pytest
@@ -9,6 +6,7 @@ from adapters.llm import OpenAILLM, RateLimiter
 from memory.offline_llm import OfflineLLM, open_loops, unanswered_questions
 from memory.ports import TransientError
 from memory.prompts import FinalSummary, Line, RunningSummary, final_summary, running_summary
+from tests.fake_openai import FakeOpenAI, completion, serving
 
 
 class WordEmbedder:
@@ -59,50 +57,24 @@ def test_offline_running_summary_picks_central_messages():
     assert out.summary and "Hi!" not in out.summary
 
 
-class _FakeOpenAI(BaseHTTPRequestHandler):
-    status = 200
-    body: dict = {}
-
-    def do_POST(self):  # noqa: N802
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.send_response(type(self).status)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(json.dumps(type(self).body).encode())
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def fake_openai():
-    server = HTTPServer(("127.0.0.1", 0), _FakeOpenAI)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
+    with serving() as url:
+        yield url
 
 
 def test_openai_adapter_parses_structured_output(fake_openai):
     content = {"summary": "Trip to Rome.", "open_loops": ["renew passport"]}
-    _FakeOpenAI.status = 200
-    _FakeOpenAI.body = {
-        "id": "x",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "m",
-        "choices": [
-            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": json.dumps(content)}}
-        ],
-    }
-    llm = OpenAILLM("m", "key", f"http://127.0.0.1:{fake_openai.server_port}/v1")
+    FakeOpenAI.body = completion(content)
+    llm = OpenAILLM("m", "key", fake_openai)
     out = llm.complete(running_summary(LINES), RunningSummary)
     assert out == RunningSummary(**content)
 
 
 def test_openai_rate_limit_becomes_a_transient_error(fake_openai):
-    _FakeOpenAI.status = 429
-    _FakeOpenAI.body = {"error": {"message": "slow down", "type": "rate_limit"}}
-    llm = OpenAILLM("m", "key", f"http://127.0.0.1:{fake_openai.server_port}/v1")
+    FakeOpenAI.status = 429
+    FakeOpenAI.body = {"error": {"message": "slow down", "type": "rate_limit"}}
+    llm = OpenAILLM("m", "key", fake_openai)
     llm.client = llm.client.with_options(max_retries=0)
     with pytest.raises(TransientError, match="LLM unavailable"):
         llm.complete(running_summary(LINES), RunningSummary)

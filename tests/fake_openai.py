@@ -1,0 +1,50 @@
+"""A local OpenAI-compatible chat endpoint for adapter tests (no model is reachable from here):
+answers every POST with a set status and body and records the requests it got."""
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def completion(content: dict, model: str = "m") -> dict:
+    """A chat completion whose message is `content` as JSON (a structured output)."""
+    message = {"role": "assistant", "content": json.dumps(content)}
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+    }
+
+
+class FakeOpenAI(BaseHTTPRequestHandler):
+    status = 200
+    body: dict = {}
+    requests: list[dict] = []
+
+    def do_POST(self):  # noqa: N802
+        type(self).requests.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        data = json.dumps(type(self).body).encode()
+        self.send_response(type(self).status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextmanager
+def serving() -> Iterator[str]:
+    """The endpoint's base URL (…/v1), with a fresh request log."""
+    FakeOpenAI.status, FakeOpenAI.body, FakeOpenAI.requests = 200, {}, []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeOpenAI)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
