@@ -28,16 +28,38 @@ def _backend(database_url: str) -> Iterator[object]:
         backend.connection.close()  # a lingering session would block CREATE DATABASE ... TEMPLATE
 
 
-def migrate(database_url: str, vector_dim: int = 384) -> list[str]:
-    """Apply what is not applied yet, then make sure the vector indexes for the configured
-    embedding size exist; return the migration ids applied now."""
+def migrate(database_url: str, vector_dim: int = 384, *, check: bool = True) -> list[str]:
+    """Check that the server can hold vectors (any server: embedded or configured), apply what is
+    not applied yet, then make sure the vector indexes for the configured embedding size exist;
+    return the migration ids applied now."""
     from yoyo import read_migrations
 
+    from adapters import pgcheck
+
+    if check:
+        pgcheck.self_check(database_url)
     with _backend(database_url) as backend, backend.lock():
         todo = backend.to_apply(read_migrations(str(MIGRATIONS_DIR)))
         backend.apply_migrations(todo)
+    update_vector_extension(database_url)
     ensure_vector_indexes(database_url, vector_dim)
     return [m.id for m in todo]
+
+
+def update_vector_extension(database_url: str) -> str | None:
+    """A database made by an older pgvector keeps that version's SQL objects after the library is
+    upgraded (an earlier embedded server had 0.8.2): bring them up to the library's version.
+    Returns the version moved to, or None when nothing changed."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT installed_version, default_version FROM pg_available_extensions WHERE name = 'vector'"
+        ).fetchone()
+        if row is None or row[0] is None or row[0] == row[1]:
+            return None
+        conn.execute("ALTER EXTENSION vector UPDATE")
+        return conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
 
 
 # Messages only: summaries are searched within a user's threads, through the thread index.

