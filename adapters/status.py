@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from kombu.exceptions import ChannelError
 
-from adapters import services
+from adapters import pgcheck, services
 from adapters.bootstrap import Container
 from producers.spool import Spool
-from schemas.status import Lag, ServiceState, StatusReport, StreamState
+from schemas.status import Lag, PostgresState, ServiceState, StatusReport, StreamState
 from workers.queues import Queue
 
 # Projection tables counted when present; later migrations add to this list's tables.
@@ -56,18 +56,35 @@ def queue_depths(c: Container) -> dict[str, int]:
     return depths
 
 
+def postgres_state(c: Container) -> PostgresState:
+    """The vector self-check against the server in use (embedded or configured)."""
+    pg, _ = services.embedded(c.settings)
+    cpu = pgcheck.cpu_report().describe()
+    try:
+        check = pgcheck.self_check(c.urls.database_url, server_log=pg.log if pg else None)
+    except pgcheck.VectorSupportError as error:
+        return PostgresState(server_version=None, vector_version=None, self_check=str(error), cpu=cpu)
+    return PostgresState(
+        server_version=check.server_version, vector_version=check.vector_version, self_check="ok", cpu=cpu
+    )
+
+
 def report(c: Container) -> StatusReport:
     s = c.settings
+    counts = table_counts(c)
+    migrated = "events" in counts  # before `chatmem migrate` there is nothing to count or lag
     return StatusReport(
         services=[ServiceState(**vars(st)) for st in services.status(s)],
-        counts=table_counts(c),
+        postgres=postgres_state(c),
+        counts=counts,
         queues=queue_depths(c),
         stream=StreamState(
             key=s.stream_key,
             length=c.stream.length(),
             pending=c.stream.pending_count(),
-            watermark=c.store.watermark(s.stream_key),
+            watermark=c.store.watermark(s.stream_key) if migrated else 0,
             spooled=Spool(s.resolved_spool_dir).pending_count(),
         ),
-        lag=largest_lag(c),
+        lag=largest_lag(c) if migrated else Lag(max_events=0, thread_id=None),
+        migrated=migrated,
     )

@@ -55,6 +55,31 @@ def services_status() -> None:
         console.print(f"{st.name:9} {mark}  {st.url or '-'}  ({st.detail})")
 
 
+@services_app.command("dump")
+def services_dump(file: Path = typer.Argument(..., dir_okay=False, help="output file (pg_dump custom format)")) -> None:
+    """Dump the whole database to FILE: a backup, or a move to another server or Postgres version."""
+    from adapters import services
+
+    urls = services.resolve(_settings(), start=True)
+    services.dump(urls.database_url, file)
+    console.print(f"dumped to {file} ({file.stat().st_size:,} bytes)")
+
+
+@services_app.command("restore")
+def services_restore(
+    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="a `services dump` file"),
+) -> None:
+    """Load a dump into an empty database (a new data folder or an empty external one), then migrate."""
+    from adapters import migrate as m
+    from adapters import services
+
+    settings = _settings()
+    urls = services.resolve(settings, start=True)
+    services.restore(urls.database_url, file)
+    applied = m.migrate(urls.database_url, settings.vector_dim)
+    console.print(f"restored {file}" + (f"; applied {', '.join(applied)}" if applied else ""))
+
+
 @app.command()
 def migrate() -> None:
     """Apply the SQL migrations that are not applied yet (idempotent)."""
@@ -208,6 +233,17 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> 
     table = Table(title="chatmem status", show_header=False)
     for st in rep.services:
         table.add_row(st.name, "up" if st.running else "down", st.url or "")
+    pg = rep.postgres
+    table.add_row(
+        "versions", f"Postgres {pg.server_version or '?'}, pgvector {pg.vector_version or '?'}", f"CPU {pg.cpu}"
+    )
+    table.add_row(
+        "self-check",
+        "ok" if pg.self_check == "ok" else "[red]failed[/red]",
+        pg.self_check if pg.self_check != "ok" else "",
+    )
+    if not rep.migrated:
+        table.add_row("schema", "[yellow]not migrated[/yellow]", "run `chatmem migrate`")
     for name, n in rep.counts.items():
         table.add_row("count", name, str(n))
     for name, n in rep.queues.items():
@@ -378,7 +414,15 @@ cli_read.register(app)
 
 
 def main() -> None:
-    app()
+    from adapters.pgcheck import VectorSupportError
+    from adapters.services import ServiceUnavailable
+
+    try:
+        app()
+    except (ServiceUnavailable, VectorSupportError) as error:
+        # A service that cannot be used is the user's to fix: the message, never a traceback.
+        console.print(f"[red]{error}[/red]")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -25,9 +25,20 @@ class Lag(BaseModel):
     thread_id: str | None
 
 
+class PostgresState(BaseModel):
+    """What the vector self-check found: versions, and the problem in words when it failed."""
+
+    server_version: str | None
+    vector_version: str | None
+    self_check: str  # "ok", or why the server cannot hold vectors
+    cpu: str
+
+
 class StatusReport(BaseModel):
     services: list[ServiceState]
+    postgres: PostgresState
     counts: dict[str, int]
     queues: dict[str, int]
     stream: StreamState
     lag: Lag
+    migrated: bool = True  # False: the schema is not there yet (`chatmem migrate`)
