@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MEM0_TELEMETRY := False
 
-# The queue catalogue lives in workers/queues.py; `make worker QUEUES=segment,facts` picks some.
+# The queue catalogue lives in schemas/queues.py; `make worker QUEUES=segment,facts` picks some.
 QUEUES ?= all
 
 .PHONY: install run test up worker bench lint schemas clean

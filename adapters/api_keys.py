@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from psycopg_pool import ConnectionPool
 
-from schemas.events import validate_identifier
+from chatmem.schemas.events import validate_identifier
 
 ALL_USERS = "*"
 

@@ -16,7 +16,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from memory.attachments import Analysis, Reference, RefState, Sniffed, attachment_lines
+from chatmem.memory.attachments import Analysis, Reference, RefState, Sniffed, attachment_lines
 
 
 def lock_threads(conn: psycopg.Connection, thread_ids: Sequence[str]) -> None:

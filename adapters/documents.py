@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import re
 
-from memory.attachments import BadFile, Block
+from chatmem.memory.attachments import BadFile, Block
 
 _BLANK = re.compile(r"\n\s*\n")
 _HEADING_LIKE = re.compile(r"^[A-ZА-ЯЁ0-9][^.!?,;:]{0,78}$")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 from psycopg_pool import ConnectionPool
 
-from memory.ports import Embedder
+from chatmem.memory.ports import Embedder
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class CachedEmbedder:
             for h, t in zip(hashes, texts, strict=True):
                 first_text.setdefault(h, t)
             vectors = self.inner.embed([first_text[h] for h in missing])
-            from adapters.postgres import bulk_insert
+            from chatmem.adapters.postgres import bulk_insert
 
             with self.pool.connection() as conn, conn.transaction():
                 bulk_insert(

@@ -7,8 +7,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from memory.fact_jobs import FactWrite, UserLine
-from memory.facts import FactCandidate, resolve
+from chatmem.memory.fact_jobs import FactWrite, UserLine
+from chatmem.memory.facts import FactCandidate, resolve
 
 
 class PostgresFactStore:

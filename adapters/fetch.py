@@ -17,8 +17,8 @@ from urllib.parse import unquote, unquote_to_bytes, urljoin, urlsplit
 
 import httpx
 
-from memory.attachments import BadFile
-from memory.ports import TransientError
+from chatmem.memory.attachments import BadFile
+from chatmem.memory.ports import TransientError
 
 MAX_REDIRECTS = 5
 

@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 
-from memory.attachments import BadFile, ImageInfo
+from chatmem.memory.attachments import BadFile, ImageInfo
 
 _EXIF_TAGS = {271: "camera_make", 272: "camera_model", 306: "modified_at", 36867: "taken_at"}
 

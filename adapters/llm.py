@@ -15,8 +15,8 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 from pydantic import BaseModel, ValidationError
 
-from memory.ports import LLM, TransientError
-from memory.prompts import ImageDescription, Prompt, describe_image
+from chatmem.memory.ports import LLM, TransientError
+from chatmem.memory.prompts import ImageDescription, Prompt, describe_image
 
 T = TypeVar("T", bound=BaseModel)
 

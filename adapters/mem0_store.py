@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from memory.ports import Embedder
-from schemas.events import validate_identifier
+from chatmem.memory.ports import Embedder
+from chatmem.schemas.events import validate_identifier
 
 COLLECTION = "chatmem_memories"
 _shared: dict[str, Any] = {}
@@ -52,7 +52,7 @@ class _Mem0OfflineLLM:
     def generate_response(
         self, messages: list[dict], tools: Any = None, tool_choice: str = "auto", **kwargs: Any
     ) -> str:
-        from memory.facts import extract
+        from chatmem.memory.facts import extract
 
         text = "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "user")
         return json.dumps({"facts": [f.text for f in extract(text)]})
@@ -81,7 +81,7 @@ class Mem0Store:
         # mem0 says twice per process that spaCy is missing. chatmem uses none of mem0's spaCy
         # features (their models would be downloaded), so the warning tells a user nothing.
         logging.getLogger("mem0.utils.spacy_models").setLevel(logging.ERROR)
-        from adapters.embedders import quiet_model_loading
+        from chatmem.adapters.embedders import quiet_model_loading
 
         quiet_model_loading()  # mem0 loads its own copy of the model before ours replaces it
 

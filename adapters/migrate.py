@@ -34,7 +34,7 @@ def migrate(database_url: str, vector_dim: int = 384, *, check: bool = True) -> 
     return the migration ids applied now."""
     from yoyo import read_migrations
 
-    from adapters import pgcheck
+    from chatmem.adapters import pgcheck
 
     if check:
         pgcheck.self_check(database_url)

@@ -9,8 +9,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from memory.ports import LeaseLost, TransientError, UnknownThread
-from schemas.records import AcceptedEvent, DeadLetter, LoggedEvent, StoreResult, ThreadLease
+from chatmem.memory.ports import LeaseLost, TransientError, UnknownThread
+from chatmem.schemas.records import AcceptedEvent, DeadLetter, LoggedEvent, StoreResult, ThreadLease
 
 log = logging.getLogger(__name__)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 
 
 def pid_alive(pid: int) -> bool:
@@ -15,3 +16,8 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True  # alive, owned by another user
     return True
+
+
+def process_name(role: str) -> str:
+    """`role@host:pid`: names a consumer, a lease owner or a worker in logs and in Postgres."""
+    return f"{role}@{socket.gethostname()}:{os.getpid()}"

@@ -10,14 +10,14 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from adapters.attachments_pg import add_references, edited_text
-from adapters.postgres import bulk_insert
-from memory.episodes import Job, OpenEpisode, Plan, ThreadContext
-from memory.ports import LeaseLost
-from memory.prompts import Line
-from memory.segmentation import SegmenterState
-from memory.summaries import LevelItem, StaleGeneration, SummaryRecord
-from schemas.records import ThreadLease
+from chatmem.adapters.attachments_pg import add_references, edited_text
+from chatmem.adapters.postgres import bulk_insert
+from chatmem.memory.episodes import Job, OpenEpisode, Plan, ThreadContext
+from chatmem.memory.ports import LeaseLost
+from chatmem.memory.prompts import Line
+from chatmem.memory.segmentation import SegmenterState
+from chatmem.memory.summaries import LevelItem, StaleGeneration, SummaryRecord
+from chatmem.schemas.records import ThreadLease
 
 # The projected message row as bulk-written (COPY BINARY): columns and their Postgres types.
 MESSAGE_COLUMNS = (

@@ -14,9 +14,9 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from memory.context import ContextTurn, ThreadSnapshot
-from memory.recall import ArtifactCandidate, FactCandidate, SummaryCandidate, TermStats, TurnCandidate
-from schemas.read import Citation
+from chatmem.memory.context import ContextTurn, ThreadSnapshot
+from chatmem.memory.recall import ArtifactCandidate, FactCandidate, SummaryCandidate, TermStats, TurnCandidate
+from chatmem.schemas.read import Citation
 
 # A query's lexemes as an OR query. Lexemes come from to_tsvector, so quoting is all they need;
 # quote_literal would switch to E'' syntax for a backslash, which tsquery does not read.

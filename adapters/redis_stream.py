@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import redis
 
-from memory.ports import TransientError
-from schemas.records import StreamEntry, stream_id, stream_pos
+from chatmem.memory.ports import TransientError
+from chatmem.schemas.records import StreamEntry, stream_id, stream_pos
 
 EVENT_FIELD = b"event"
 

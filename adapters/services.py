@@ -19,9 +19,9 @@ from pathlib import Path
 import psycopg
 import redis
 
-from adapters import pgcheck
-from adapters.procs import pid_alive
-from schemas.settings import Settings
+from chatmem.adapters import pgcheck
+from chatmem.adapters.procs import pid_alive
+from chatmem.schemas.settings import Settings
 
 log = logging.getLogger(__name__)
 

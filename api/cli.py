@@ -12,9 +12,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from api import cli_read
-from api.cli_attachments import attachments_app
-from api.common import _container, _settings, console
+from chatmem.api import cli_read
+from chatmem.api.cli_attachments import attachments_app
+from chatmem.api.common import _container, _settings, console
 
 app = typer.Typer(help="chatmem: conversation memory for chat bots.", no_args_is_help=True, add_completion=False)
 services_app = typer.Typer(help="Embedded Postgres and Redis (used when no URL is configured).", no_args_is_help=True)
@@ -28,7 +28,7 @@ app.add_typer(attachments_app, name="attachments")
 @services_app.command("up")
 def services_up() -> None:
     """Start the embedded Postgres and Redis (the configured external ones are only checked)."""
-    from adapters import services
+    from chatmem.adapters import services
 
     urls = services.resolve(_settings(), start=True)
     console.print(f"postgres: {urls.database_url}\nredis:    {urls.redis_url}")
@@ -37,7 +37,7 @@ def services_up() -> None:
 @services_app.command("down")
 def services_down() -> None:
     """Stop the embedded Postgres and Redis."""
-    from adapters import services
+    from chatmem.adapters import services
 
     pg, rd = services.embedded(_settings())
     for name, svc in (("postgres", pg), ("redis", rd)):
@@ -48,7 +48,7 @@ def services_down() -> None:
 @services_app.command("status")
 def services_status() -> None:
     """Show where Postgres and Redis are and whether they answer."""
-    from adapters import services
+    from chatmem.adapters import services
 
     for st in services.status(_settings()):
         mark = "[green]up[/green]" if st.running else "[red]down[/red]"
@@ -58,7 +58,7 @@ def services_status() -> None:
 @services_app.command("dump")
 def services_dump(file: Path = typer.Argument(..., dir_okay=False, help="output file (pg_dump custom format)")) -> None:
     """Dump the whole database to FILE: a backup, or a move to another server or Postgres version."""
-    from adapters import services
+    from chatmem.adapters import services
 
     urls = services.resolve(_settings(), start=True)
     services.dump(urls.database_url, file)
@@ -70,8 +70,8 @@ def services_restore(
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="a `services dump` file"),
 ) -> None:
     """Load a dump into an empty database (a new data folder or an empty external one), then migrate."""
-    from adapters import migrate as m
-    from adapters import services
+    from chatmem.adapters import migrate as m
+    from chatmem.adapters import services
 
     settings = _settings()
     urls = services.resolve(settings, start=True)
@@ -83,8 +83,8 @@ def services_restore(
 @app.command()
 def migrate() -> None:
     """Apply the SQL migrations that are not applied yet (idempotent)."""
-    from adapters import migrate as m
-    from adapters import services
+    from chatmem.adapters import migrate as m
+    from chatmem.adapters import services
 
     urls = services.resolve(_settings(), start=True)
     applied = m.migrate(urls.database_url, _settings().vector_dim)
@@ -95,7 +95,7 @@ def migrate() -> None:
 @app.command()
 def publish(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON Lines, one event a line")) -> None:
     """Publish events from a JSONL file (the same as `chatmem import jsonl`)."""
-    from api.cli_read import import_jsonl
+    from chatmem.api.cli_read import import_jsonl
 
     import_jsonl(file)
 
@@ -110,7 +110,7 @@ def _stop_on_signals() -> threading.Event:
 @app.command()
 def ingest(consumer: str = typer.Option(None, help="consumer name (default: ingest@host:pid)")) -> None:
     """Run one ingest consumer: events stream -> Postgres event log (+ dead letters, doorbells)."""
-    from workers.ingest import IngestRunner
+    from chatmem.workers.ingest import IngestRunner
 
     c = _container(_settings())
     IngestRunner(c, consumer).run(_stop_on_signals())
@@ -122,7 +122,7 @@ def worker(
     concurrency: int = typer.Option(2, min=1, help="worker processes"),
 ) -> None:
     """Run a Celery worker for the given queues."""
-    from workers.queues import Queue, parse_queues, prefetch_for
+    from chatmem.schemas.queues import Queue, parse_queues, prefetch_for
 
     settings = _settings()
     try:
@@ -158,43 +158,28 @@ def worker(
     )
 
 
-STALE_ATTACHMENT_S = 1800
-
-
 @app.command()
 def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps")) -> None:
-    """Re-ring the doorbell of threads whose cursor lags the committed log."""
-    from adapters.status import queue_depths
-    from memory import sequencer
-    from workers.celery_app import enqueue_attachment, enqueue_summary
-
+    """Re-ring lagging threads; re-queue lost final summaries and attachments (memory/sweeper.py)."""
     c = _container(_settings())
     stop = _stop_on_signals()
     log = logging.getLogger("chatmem.sweeper")
     while not stop.is_set():
-        rung = sequencer.sweep(c.thread_log, c.doorbell)
-        if rung:
-            log.info("re-rang %d lagging threads", rung)
-        # A final summary is lost only if nothing is waiting in the summarize queue; re-queueing
-        # while a backlog drains would multiply the backlog.
-        missing = c.projections.missing_finals() if queue_depths(c)["summarize"] == 0 else []
-        for thread_id, generation, job in missing:
-            enqueue_summary(c.celery, thread_id, generation, job)  # keyed: a duplicate does nothing
-        if missing:
-            log.info("re-queued %d final summaries", len(missing))
-        # Likewise attachments whose job was lost (idle well past the longest retry delay).
-        stale = c.attachment_store.stale_references(STALE_ATTACHMENT_S) if queue_depths(c)["attachments"] == 0 else []
-        for event_id, position in stale:
-            enqueue_attachment(c.celery, event_id, position)
-        if stale:
-            log.info("re-queued %d attachments", len(stale))
+        result = c.sweeper.sweep()
+        if result.rung or result.finals or result.attachments:
+            log.info(
+                "re-rang %d lagging threads, re-queued %d final summaries and %d attachments",
+                result.rung,
+                result.finals,
+                result.attachments,
+            )
         stop.wait(interval)
 
 
 @app.command()
 def queues(csv: bool = typer.Option(False, help="one line, comma-separated")) -> None:
     """List the queue catalogue."""
-    from workers.queues import Queue
+    from chatmem.schemas.queues import Queue
 
     names = [q.value for q in Queue]
     print(",".join(names) if csv else "\n".join(names))
@@ -204,9 +189,9 @@ def queues(csv: bool = typer.Option(False, help="one line, comma-separated")) ->
 def up() -> None:
     """Services, migrations, ingest consumer, a worker for all queues, the sweeper and the HTTP
     API, in the foreground. Ctrl-C stops everything it started."""
-    from adapters import migrate as m
-    from adapters import services
-    from workers.supervisor import UP_PROCESSES, Supervisor
+    from chatmem.adapters import migrate as m
+    from chatmem.adapters import services
+    from chatmem.workers.supervisor import UP_PROCESSES, Supervisor
 
     settings = _settings()
     with services.running(settings) as urls:
@@ -224,7 +209,7 @@ def up() -> None:
 @app.command()
 def status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Counts, queue depths, stream state and the largest per-thread lag."""
-    from adapters.status import report
+    from chatmem.status import report
 
     rep = report(_container(_settings(), start=False, require_migrated=False))
     if as_json:
@@ -258,7 +243,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> 
 @app.command()
 def demo(timeout: float = typer.Option(120.0, help="seconds to wait for processing")) -> None:
     """Bring the stack up, publish a sample conversation, wait until processed, show memory, stop."""
-    from api.demo import run_demo
+    from chatmem.api.demo import run_demo
 
     raise typer.Exit(run_demo(_settings(), console, timeout))
 
@@ -270,9 +255,8 @@ def replay(
     refresh_llm: bool = typer.Option(False, "--refresh-llm", help="ask the LLM again instead of the cache"),
 ) -> None:
     """Rebuild threads' memory from the event log into a new generation and switch to it."""
-    from adapters.bootstrap import process_name
-    from schemas.events import InvalidEvent, validate_identifier
-    from workers.tasks import replay as replay_one
+    from chatmem.adapters.procs import process_name
+    from chatmem.schemas.events import InvalidEvent, validate_identifier
 
     if bool(thread) == all_threads:
         console.print("[red]give --thread T (one or more) or --all[/red]")
@@ -285,7 +269,7 @@ def replay(
         raise typer.Exit(2) from None
     llm = c.llm("maintenance", refresh=refresh_llm)
     for tid in ids:
-        r = replay_one(c, tid, llm, process_name("replay"))
+        r = c.replay(tid, llm, process_name("replay"))
         console.print(
             f"{tid}: generation {r.generation} · {r.events} events · {r.episodes} episodes · {r.seconds:.1f}s"
         )
@@ -302,7 +286,7 @@ def gc() -> None:
 @app.command("export-schemas")
 def export_schemas(check: bool = typer.Option(False, help="fail if the committed files are stale")) -> None:
     """Write the JSON Schema of every event kind to schemas/jsonschema/."""
-    from schemas.export import write_schemas
+    from chatmem.schemas.export import write_schemas
 
     stale = write_schemas(check=check)
     if check and stale:
@@ -317,7 +301,7 @@ def bench_ingest(
     threads: int = typer.Option(1_000, help="threads they are spread over"),
 ) -> None:
     """Publish latency, fire-and-forget cost, ingest throughput, next to raw XADD and COPY."""
-    from bench.ingest import run
+    from chatmem.bench.ingest import run
 
     run(_settings(), console, n_events=events, n_threads=threads)
 
@@ -328,9 +312,9 @@ def bench_topicseg(
     out: Path = typer.Option(None, help="write predictions here, one JSON line per dialogue"),
 ) -> None:
     """Topic segmentation with the workers' segmenter: Pk, WD, F1 and Score."""
-    from adapters.embedders import MiniLMEmbedder
-    from bench.topicseg import run
-    from memory.segmentation import SegmenterConfig
+    from chatmem.adapters.embedders import MiniLMEmbedder
+    from chatmem.bench.topicseg import run
+    from chatmem.memory.segmentation import SegmenterConfig
 
     _settings()
     s = run(data, out, MiniLMEmbedder(), SegmenterConfig())
@@ -343,7 +327,7 @@ def bench_pipeline(
     threads: int = typer.Option(20, help="threads they are spread over"),
 ) -> None:
     """End-to-end messages/s next to the raw embedding rate; replay rate next to the live rate."""
-    from bench.pipeline import run
+    from chatmem.bench.pipeline import run
 
     run(_settings(), console, n_messages=messages, n_threads=threads)
 
@@ -357,7 +341,7 @@ def bench_attachments(
     rate: float = typer.Option(10.0, help="messages published per second"),
 ) -> None:
     """OCR images/s, document pages/s, and message latency while attachments flood in."""
-    from bench.attachments import run
+    from chatmem.bench.attachments import run
 
     run(_settings(), console, images=images, pages=pages, flood=flood, messages=messages, rate=rate)
 
@@ -368,7 +352,7 @@ def bench_facts(
     users: int = typer.Option(100, help="users they belong to"),
 ) -> None:
     """Facts written per second; mem0 search latency next to a direct pgvector query."""
-    from bench.facts import run
+    from chatmem.bench.facts import run
 
     run(_settings(), console, n_facts=facts, n_users=users)
 
@@ -380,7 +364,7 @@ def bench_locomo(
     sample: list[str] = typer.Option(None, "--sample", help="only these sample ids (repeatable)"),
 ) -> None:
     """Evidence recall@5/10/25 through the whole pipeline, next to the reference retrievers."""
-    from bench.locomo import run
+    from chatmem.bench.locomo import run
 
     run(_settings(), console, data, out, set(sample) if sample else None)
 
@@ -394,7 +378,7 @@ def bench_context(
     hnsw: bool = typer.Option(False, help="also build the messages' HNSW index (long on 2 cores)"),
 ) -> None:
     """build_context and recall latency p50/p95 next to mem0's own search, same Postgres, same run."""
-    from bench.context import run
+    from chatmem.bench.context import run
 
     run(_settings(), console, n_messages=messages, n_threads=threads, n_users=users, n_queries=queries, with_hnsw=hnsw)
 
@@ -404,7 +388,7 @@ def bench_tokens(
     data: list[Path] = typer.Option(..., "--data", exists=True, dir_okay=False, help="dialogue files (repeatable)"),
 ) -> None:
     """The token estimate next to tiktoken (when its encodings are on this machine)."""
-    from bench.tokens import run
+    from chatmem.bench.tokens import run
 
     _settings()
     run(console, data)
@@ -414,8 +398,8 @@ cli_read.register(app)
 
 
 def main() -> None:
-    from adapters.pgcheck import VectorSupportError
-    from adapters.services import ServiceUnavailable
+    from chatmem.adapters.pgcheck import VectorSupportError
+    from chatmem.adapters.services import ServiceUnavailable
 
     try:
         app()

@@ -7,7 +7,7 @@ import json
 import typer
 from rich.table import Table
 
-from api.common import _container, _settings, console
+from chatmem.api.common import _container, _settings, console
 
 attachments_app = typer.Typer(help="Attachments: status, failure reasons, retries.", no_args_is_help=True)
 
@@ -41,7 +41,7 @@ def attachments_list(
 @attachments_app.command("retry")
 def attachments_retry(thread: str = typer.Option(None, help="only this thread")) -> None:
     """Queue the failed attachments again (after a URL is back or a limit was raised)."""
-    from workers.celery_app import enqueue_attachment
+    from chatmem.adapters.celery_queue import enqueue_attachment
 
     c = _container(_settings())
     refs = c.attachment_store.reset_failed(thread)

@@ -8,14 +8,14 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from api.common import _container, _settings, console
+from chatmem.api.common import _container, _settings, console
 
 keys_app = typer.Typer(help="API keys for the HTTP API (each scoped to its users).", no_args_is_help=True)
 import_app = typer.Typer(help="Publish conversations from files as events.", no_args_is_help=True)
 
 
 def _checked_id(value: str, field: str) -> str:
-    from schemas.events import InvalidEvent, validate_identifier
+    from chatmem.schemas.events import InvalidEvent, validate_identifier
 
     try:
         return validate_identifier(value, field)
@@ -32,7 +32,7 @@ def context(
     as_json: bool = typer.Option(False, "--json", help="print the bundle as JSON"),
 ) -> None:
     """The token-budgeted context a bot would send with its next reply."""
-    from memory.recall import NotReadable
+    from chatmem.memory.recall import NotReadable
 
     c = _container(_settings())
     try:
@@ -63,8 +63,8 @@ def recall(
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Hybrid search with citations."""
-    from memory.recall import NotReadable
-    from schemas.read import Scope
+    from chatmem.memory.recall import NotReadable
+    from chatmem.schemas.read import Scope
 
     try:
         scope_ = Scope(scope)
@@ -146,7 +146,7 @@ def api(
     """Serve the HTTP read path (OpenAPI docs at /docs)."""
     import uvicorn
 
-    from api.http import create_app
+    from chatmem.api.http import create_app
 
     settings = _settings()
     c = _container(settings)
@@ -191,8 +191,8 @@ def import_locomo(
     sample: list[str] = typer.Option(None, "--sample", help="only these sample ids (repeatable)"),
 ) -> None:
     """One thread per sample, one message event per turn (see docs/read-path.md)."""
-    from producers.importers import publish_locomo
-    from producers.publisher import Publisher
+    from chatmem.producers.importers import publish_locomo
+    from chatmem.producers.publisher import Publisher
 
     settings = _settings()
     with Publisher.from_settings(settings) as pub:
@@ -203,8 +203,8 @@ def import_locomo(
 @import_app.command("jsonl")
 def import_jsonl(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="one wire event per line")) -> None:
     """Validate and publish wire events; report rejected lines."""
-    from producers.importers import publish_jsonl
-    from producers.publisher import Publisher
+    from chatmem.producers.importers import publish_jsonl
+    from chatmem.producers.publisher import Publisher
 
     settings = _settings()
     with Publisher.from_settings(settings) as pub:

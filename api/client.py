@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from schemas.read import Budgets, ContextBundle, RecallResult, Scope
+from chatmem.schemas.read import Budgets, ContextBundle, RecallResult, Scope
 
 
 class ChatmemError(Exception):

@@ -8,7 +8,7 @@ import os
 import typer
 from rich.console import Console
 
-from schemas.settings import Settings, load_settings
+from chatmem.schemas.settings import Settings, load_settings
 
 console = Console()
 
@@ -31,9 +31,9 @@ def _settings() -> Settings:
 
 
 def _container(settings: Settings, *, start: bool = True, require_migrated: bool = True):
-    from adapters import migrate
-    from adapters.bootstrap import Container
-    from adapters.services import ServiceUnavailable
+    from chatmem.adapters import migrate
+    from chatmem.adapters.services import ServiceUnavailable
+    from chatmem.bootstrap import Container
 
     c = Container(settings, start_services=start)
     try:

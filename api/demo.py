@@ -10,14 +10,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from adapters import migrate, services
-from adapters.bootstrap import Container
-from adapters.status import report
-from producers.importers import publish_jsonl
-from producers.publisher import Publisher
-from schemas.events import Attachment, MessageEvent, parse_event
-from schemas.settings import Settings
-from workers.supervisor import Supervisor
+from chatmem.adapters import migrate, services
+from chatmem.bootstrap import Container
+from chatmem.producers.importers import publish_jsonl
+from chatmem.producers.publisher import Publisher
+from chatmem.schemas.events import Attachment, MessageEvent, parse_event
+from chatmem.schemas.settings import Settings
+from chatmem.status import report
+from chatmem.workers.supervisor import Supervisor
 
 SAMPLE = Path(__file__).resolve().parent.parent / "producers" / "samples" / "demo_conversation.jsonl"
 
@@ -147,7 +147,7 @@ def _print_attachments(c: Container, console: Console, event_ids: list[str]) -> 
 
 def _answer(c: Container, console: Console, thread_id: str, user_id: str, question: str) -> None:
     """What a bot does on its next turn: recall with citations, then the token-budgeted context."""
-    from memory.recall_tool import format_hits
+    from chatmem.memory.recall_tool import format_hits
 
     console.print(f"\n[bold]{user_id} asks:[/bold] {escape(question)}")
     result = c.recall(user_id, question, limit=5)

@@ -11,11 +11,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from adapters.api_keys import KeyInfo
-from adapters.bootstrap import Container
-from memory.recall import NotReadable
-from schemas.events import InvalidEvent, validate_identifier
-from schemas.read import Budgets, ContextBundle, RecallResult, Scope
+from chatmem.adapters.api_keys import KeyInfo
+from chatmem.bootstrap import Container
+from chatmem.memory.recall import NotReadable
+from chatmem.schemas.events import InvalidEvent, validate_identifier
+from chatmem.schemas.read import Budgets, ContextBundle, RecallResult, Scope
 
 API_KEY_HEADER = "X-API-Key"
 

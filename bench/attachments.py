@@ -25,10 +25,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from bench.ingest import scratch
-from producers.publisher import Publisher
-from schemas.events import Attachment, MessageEvent
-from schemas.settings import Settings
+from chatmem.bench.ingest import scratch
+from chatmem.producers.publisher import Publisher
+from chatmem.schemas.events import Attachment, MessageEvent
+from chatmem.schemas.settings import Settings
 
 WORDS = (
     "invoice total receipt gate seat flight boarding order number date amount paid card station platform "
@@ -67,11 +67,11 @@ def text_pdf(rng: random.Random, pages: int) -> bytes:
 
 
 def _throughput(settings: Settings, n_images: int, n_pages: int) -> list[tuple[str, str, str]]:
-    from adapters.bootstrap import Container
-    from adapters.documents import DocumentReader
-    from adapters.embedders import MiniLMEmbedder
-    from memory.attachments import Analyzer, Sniffed, chunk_blocks
-    from memory.offline_llm import OfflineLLM
+    from chatmem.adapters.documents import DocumentReader
+    from chatmem.adapters.embedders import MiniLMEmbedder
+    from chatmem.bootstrap import Container
+    from chatmem.memory.attachments import Analyzer, Sniffed, chunk_blocks
+    from chatmem.memory.offline_llm import OfflineLLM
 
     rng = random.Random(5)
     c = Container(settings, start_services=False)  # no database needed: the analyzer alone
@@ -126,7 +126,10 @@ def _processes(c, attachments: str) -> list[subprocess.Popen]:  # noqa: ANN001
             commands.append(("worker", "--queues", "attachments", "--concurrency", "1"))
     return [
         subprocess.Popen(
-            [sys.executable, "-m", "api.cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [sys.executable, "-m", "chatmem.api.cli", *args],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         for args in commands
     ]

@@ -18,15 +18,15 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from adapters import migrate
-from adapters.projections import MESSAGE_COLUMNS, MESSAGE_TYPES
-from bench.facts import _pct, statements
-from bench.ingest import scratch
-from bench.pipeline import TOPICS
-from memory.fact_jobs import store_fact
-from memory.facts import extract
-from schemas.read import Scope
-from schemas.settings import Settings
+from chatmem.adapters import migrate
+from chatmem.adapters.projections import MESSAGE_COLUMNS, MESSAGE_TYPES
+from chatmem.bench.facts import _pct, statements
+from chatmem.bench.ingest import scratch
+from chatmem.bench.pipeline import TOPICS
+from chatmem.memory.fact_jobs import store_fact
+from chatmem.memory.facts import extract
+from chatmem.schemas.read import Scope
+from chatmem.schemas.settings import Settings
 
 EPISODE_LEN = 25
 

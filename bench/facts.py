@@ -17,11 +17,11 @@ from datetime import UTC, datetime
 from rich.console import Console
 from rich.table import Table
 
-from adapters.mem0_store import COLLECTION
-from bench.ingest import scratch
-from memory.fact_jobs import store_fact
-from memory.facts import extract
-from schemas.settings import Settings
+from chatmem.adapters.mem0_store import COLLECTION
+from chatmem.bench.ingest import scratch
+from chatmem.memory.fact_jobs import store_fact
+from chatmem.memory.facts import extract
+from chatmem.schemas.settings import Settings
 
 CITIES = "Lisbon Berlin Riga Oslo Porto Graz Kyoto Lima Austin Quebec Tartu Bergen".split()
 THINGS = (

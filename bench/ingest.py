@@ -23,12 +23,12 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
-from adapters import migrate, services
-from adapters.bootstrap import Container
-from producers.publisher import Publisher
-from schemas.events import MessageEvent
-from schemas.settings import Settings
-from workers.ingest import IngestRunner
+from chatmem.adapters import migrate, services
+from chatmem.bootstrap import Container
+from chatmem.producers.publisher import Publisher
+from chatmem.schemas.events import MessageEvent
+from chatmem.schemas.settings import Settings
+from chatmem.workers.ingest import IngestRunner
 
 BENCH_REDIS_DB = 15
 
@@ -145,7 +145,7 @@ def multi_consumer_rate(c: Container, n_consumers: int, n_events: int, n_threads
     env = c.settings.as_env()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "api.cli", "ingest", "--consumer", f"bench-{k}"],
+            [sys.executable, "-m", "chatmem.api.cli", "ingest", "--consumer", f"bench-{k}"],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

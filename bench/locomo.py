@@ -15,12 +15,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from bench.ingest import scratch
-from bench.pipeline import pipeline_processes, wait_until_settled
-from producers.importers import locomo_events
-from producers.publisher import Publisher
-from schemas.read import RecallHit, Scope
-from schemas.settings import Settings
+from chatmem.bench.ingest import scratch
+from chatmem.bench.pipeline import pipeline_processes, wait_until_settled
+from chatmem.producers.importers import locomo_events
+from chatmem.producers.publisher import Publisher
+from chatmem.schemas.read import RecallHit, Scope
+from chatmem.schemas.settings import Settings
 
 KS = (5, 10, 25)
 QUESTION_CATEGORIES = (1, 2, 3, 4)  # 5 is adversarial (no answer)

@@ -17,14 +17,13 @@ from datetime import UTC, datetime, timedelta
 from rich.console import Console
 from rich.table import Table
 
-from adapters.bootstrap import process_name
-from adapters.embedders import MiniLMEmbedder
-from adapters.status import queue_depths
-from bench.ingest import scratch
-from producers.publisher import Publisher
-from schemas.events import MessageEvent
-from schemas.settings import Settings
-from workers.tasks import replay as replay_one
+from chatmem.adapters.celery_queue import queue_depths
+from chatmem.adapters.embedders import MiniLMEmbedder
+from chatmem.adapters.procs import process_name
+from chatmem.bench.ingest import scratch
+from chatmem.producers.publisher import Publisher
+from chatmem.schemas.events import MessageEvent
+from chatmem.schemas.settings import Settings
 
 TOPICS = {
     "travel": "flight hotel Lisbon Berlin train booking luggage passport museum beach weekend trip",
@@ -68,7 +67,10 @@ def pipeline_processes(c) -> Iterator[None]:  # noqa: ANN001
     env = c.settings.as_env()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "api.cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [sys.executable, "-m", "chatmem.api.cli", *args],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         for args in (
             ("ingest",),
@@ -101,7 +103,7 @@ def wait_until_settled(c, n_messages: int, t0: float, limit_s: float = 900) -> f
             ).fetchone()[0]
         if count != last:
             last, last_change = count, time.perf_counter()
-        depths = queue_depths(c)
+        depths = queue_depths(c.celery)
         idle = depths["summarize"] == 0 and depths["facts"] == 0 and facts_missing == 0
         if applied >= n_messages and idle and time.perf_counter() - last_change > 1.0:
             return last_change - t0
@@ -131,7 +133,7 @@ def run(settings: Settings, console: Console, *, n_messages: int = 2000, n_threa
         replayed = 0
         llm = c.llm("maintenance")
         for tid in c.thread_log.all_threads():
-            replayed += replay_one(c, tid, llm, process_name("bench")).events
+            replayed += c.replay(tid, llm, process_name("bench")).events
         replay_rate = replayed / (time.perf_counter() - t0)
         with c.pool.connection() as conn:
             n_episodes = conn.execute("SELECT count(*) FROM episodes").fetchone()[0]

@@ -11,7 +11,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from memory.tokens import EstimateCounter, _cached_locally
+from chatmem.memory.tokens import EstimateCounter, _cached_locally
 
 BLOCK = 40
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from memory.ports import Embedder
-from memory.segmentation import SegmenterConfig, SegTurn, segment
+from chatmem.memory.ports import Embedder
+from chatmem.memory.segmentation import SegmenterConfig, SegTurn, segment
 
 
 @dataclass(frozen=True)

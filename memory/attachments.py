@@ -21,8 +21,8 @@ from typing import Protocol
 
 import numpy as np
 
-from memory.ports import LLM, Embedder, TransientError
-from memory.prompts import FileSummary, ImageDescription, file_summary
+from chatmem.memory.ports import LLM, Embedder, TransientError
+from chatmem.memory.prompts import FileSummary, ImageDescription, file_summary
 
 log = logging.getLogger(__name__)
 

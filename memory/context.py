@@ -14,11 +14,11 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from memory.attachments import about_attachment
-from memory.recall import FactCandidate, NotReadable, Recall
-from memory.tokens import TokenCounter
-from schemas.events import validate_identifier
-from schemas.read import Budgets, Citation, ContextBundle, ContextItem, Scope, Section, SectionName
+from chatmem.memory.attachments import about_attachment
+from chatmem.memory.recall import FactCandidate, NotReadable, Recall
+from chatmem.memory.tokens import TokenCounter
+from chatmem.schemas.events import validate_identifier
+from chatmem.schemas.read import Budgets, Citation, ContextBundle, ContextItem, Scope, Section, SectionName
 
 DEFAULT_SYSTEM = (
     "You are a helpful assistant with a long-term memory of this conversation. "

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from memory.attachments import RefState, attachment_lines
-from memory.segmentation import SegmenterConfig, SegmenterState, SegTurn, feed
-from schemas.records import LoggedEvent
+from chatmem.memory.attachments import RefState, attachment_lines
+from chatmem.memory.segmentation import SegmenterConfig, SegmenterState, SegTurn, feed
+from chatmem.schemas.records import LoggedEvent
 
 # What `configure` may change per thread, and the type each value must have.
 CONFIGURABLE: dict[str, type] = {

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from memory import prompts
-from memory.facts import FactCandidate, from_remember, normalise_key
-from memory.ports import LLM
+from chatmem.memory import prompts
+from chatmem.memory.facts import FactCandidate, from_remember, normalise_key
+from chatmem.memory.ports import LLM
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memory.ports import Doorbell, EventStore, EventStream
-from schemas.events import InvalidEvent, parse_event
-from schemas.records import AcceptedEvent, DeadLetter, StreamEntry, stream_pos
+from chatmem.memory.ports import Doorbell, EventStore, EventStream
+from chatmem.schemas.events import InvalidEvent, parse_event
+from chatmem.schemas.records import AcceptedEvent, DeadLetter, StreamEntry, stream_pos
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from typing import TypeVar
 import numpy as np
 from pydantic import BaseModel
 
-from memory.ports import Embedder
-from memory.prompts import (
+from chatmem.memory.ports import Embedder
+from chatmem.memory.prompts import (
     FactItem,
     FactList,
     FileSummary,
@@ -130,7 +130,7 @@ class OfflineLLM:
         )
 
     def _extract_facts(self, data: dict) -> FactList:
-        from memory.facts import extract
+        from chatmem.memory.facts import extract
 
         items = []
         for m in data["messages"]:

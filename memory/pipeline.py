@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
-from memory.episodes import Job, Plan, SummaryPolicy, ThreadContext, plan_batch, texts_to_embed
-from memory.ports import Embedder
-from memory.segmentation import SegmenterConfig
-from schemas.records import LoggedEvent, ThreadLease
+from chatmem.memory.episodes import Job, Plan, SummaryPolicy, ThreadContext, plan_batch, texts_to_embed
+from chatmem.memory.ports import Embedder
+from chatmem.memory.segmentation import SegmenterConfig
+from chatmem.schemas.records import LoggedEvent, ThreadLease
 
 EnqueueJob = Callable[[str, int, Job], None]
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Ports: the interfaces the domain logic needs. Each has a real adapter in `adapters/` and a
-hand-written in-memory fake in `adapters/fakes.py` for unit tests."""
+hand-written in-memory fake in `tests/fakes.py` for unit tests."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Protocol, TypeVar
 import numpy as np
 from pydantic import BaseModel
 
-from memory.prompts import Prompt
-from schemas.records import AcceptedEvent, DeadLetter, LoggedEvent, StoreResult, StreamEntry, ThreadLease
+from chatmem.memory.prompts import Prompt
+from chatmem.schemas.records import AcceptedEvent, DeadLetter, LoggedEvent, StoreResult, StreamEntry, ThreadLease
 
 T = TypeVar("T", bound=BaseModel)
 

@@ -22,10 +22,10 @@ from typing import Protocol
 
 import numpy as np
 
-from memory.attachments import label, short_id
-from memory.ports import Embedder
-from schemas.events import validate_identifier
-from schemas.read import CONTEXT_CHARS, SNIPPET_CHARS, Citation, RecallHit, RecallResult, Scope, SourceKind
+from chatmem.memory.attachments import label, short_id
+from chatmem.memory.ports import Embedder
+from chatmem.schemas.events import validate_identifier
+from chatmem.schemas.read import CONTEXT_CHARS, SNIPPET_CHARS, Citation, RecallHit, RecallResult, Scope, SourceKind
 
 
 class NotReadable(Exception):

@@ -10,8 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from memory.recall import NotReadable, Recall
-from schemas.read import RecallHit, RecallResult, Scope
+from chatmem.memory.recall import NotReadable, Recall
+from chatmem.schemas.read import RecallHit, RecallResult, Scope
 
 TOOL_NAME = "recall_memory"
 

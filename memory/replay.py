@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from memory.episodes import Job, SummaryPolicy, ThreadContext, plan_batch
-from memory.pipeline import embed_batch
-from memory.ports import Embedder, LeaseLost, ThreadLog
-from memory.segmentation import SegmenterConfig, SegmenterState
+from chatmem.memory.episodes import Job, SummaryPolicy, ThreadContext, plan_batch
+from chatmem.memory.pipeline import embed_batch
+from chatmem.memory.ports import Embedder, LeaseLost, ThreadLog
+from chatmem.memory.segmentation import SegmenterConfig, SegmenterState
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from memory.ports import Doorbell, LeaseLost, ThreadLog, UnknownThread
-from schemas.records import LoggedEvent, ThreadLease
+from chatmem.memory.ports import Doorbell, LeaseLost, ThreadLog, UnknownThread
+from chatmem.schemas.records import LoggedEvent, ThreadLease
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from memory import prompts
-from memory.episodes import Job
-from memory.ports import LLM
+from chatmem.memory import prompts
+from chatmem.memory.episodes import Job
+from chatmem.memory.ports import LLM
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import select
 import struct
 import time
 
-from memory.ports import EventSink
-from producers.spool import Spool
+from chatmem.memory.ports import EventSink
+from chatmem.producers.spool import Spool
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def main() -> None:
 
     import redis
 
-    from adapters.redis_stream import RedisEventSink
+    from chatmem.adapters.redis_stream import RedisEventSink
 
     client = redis.Redis.from_url(args.redis_url, socket_connect_timeout=1, socket_timeout=5)
     sink = RedisEventSink(client, args.stream_key)

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from producers.publisher import Publisher
-from schemas.events import Attachment, AttachmentKind, InvalidEvent, MessageEvent, parse_event
-from schemas.settings import Settings
+from chatmem.producers.publisher import Publisher
+from chatmem.schemas.events import Attachment, AttachmentKind, InvalidEvent, MessageEvent, parse_event
+from chatmem.schemas.settings import Settings
 
 LOCOMO_DATE_FORMAT = "%I:%M %p on %d %B, %Y"
 

@@ -25,12 +25,12 @@ from pathlib import Path
 import redis
 import redis.asyncio
 
-from adapters.redis_stream import EVENT_FIELD, RedisEventSink
-from memory.ports import EventSink
-from producers.flusher import ACK, FRAME, Flusher
-from producers.spool import Spool, SpoolAppender
-from schemas.records import AnyEvent
-from schemas.settings import Settings
+from chatmem.adapters.redis_stream import EVENT_FIELD, RedisEventSink
+from chatmem.memory.ports import EventSink
+from chatmem.producers.flusher import ACK, FRAME, Flusher
+from chatmem.producers.spool import Spool, SpoolAppender
+from chatmem.schemas.records import AnyEvent
+from chatmem.schemas.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class _ProcessFlusher:
             [
                 sys.executable,
                 "-m",
-                "producers.flusher",
+                "chatmem.producers.flusher",
                 "--redis-url",
                 self.redis_url,
                 "--stream-key",
@@ -140,7 +140,7 @@ class Publisher:
 
     @classmethod
     def from_settings(cls, settings: Settings, redis_url: str | None = None) -> Publisher:
-        from adapters import services
+        from chatmem.adapters import services
 
         url = redis_url or settings.redis_url or services.resolve(settings).redis_url
         client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=5)
@@ -277,7 +277,7 @@ class AsyncPublisher:
 
     @classmethod
     def from_settings(cls, settings: Settings, redis_url: str | None = None) -> AsyncPublisher:
-        from adapters import services
+        from chatmem.adapters import services
 
         url = redis_url or settings.redis_url or services.resolve(settings).redis_url
         return cls(redis.asyncio.Redis.from_url(url, socket_connect_timeout=1), settings.stream_key)
@@ -301,6 +301,6 @@ class AsyncPublisher:
 
 def connect(settings: Settings | None = None) -> Publisher:
     """A publisher for the configured (or embedded) Redis."""
-    from schemas.settings import load_settings
+    from chatmem.schemas.settings import load_settings
 
     return Publisher.from_settings(settings or load_settings())

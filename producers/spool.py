@@ -9,8 +9,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from adapters.procs import pid_alive
-from memory.ports import EventSink
+from chatmem.adapters.procs import pid_alive
+from chatmem.memory.ports import EventSink
 
 _counter = itertools.count()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from schemas.events import event_json_schemas
+from chatmem.schemas.events import event_json_schemas
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "jsonschema"
 

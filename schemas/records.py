@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from schemas.events import CommandEvent, MessageEditedEvent, MessageEvent
+from chatmem.schemas.events import CommandEvent, MessageEditedEvent, MessageEvent
 
 AnyEvent = MessageEvent | MessageEditedEvent | CommandEvent
 

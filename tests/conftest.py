@@ -21,10 +21,10 @@ for key in [k for k in os.environ if k.upper().startswith("CHATMEM_")]:
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 
-from adapters import migrate  # noqa: E402
-from adapters.bootstrap import Container  # noqa: E402
-from adapters.services import EmbeddedPostgres, EmbeddedRedis, ServiceUrls  # noqa: E402
-from schemas.settings import Settings  # noqa: E402
+from chatmem.adapters import migrate  # noqa: E402
+from chatmem.adapters.services import EmbeddedPostgres, EmbeddedRedis, ServiceUrls  # noqa: E402
+from chatmem.bootstrap import Container  # noqa: E402
+from chatmem.schemas.settings import Settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = "chatmem_template"
@@ -99,7 +99,7 @@ def spawn(settings: Settings, *args: str, **overrides: str) -> subprocess.Popen:
     env = settings_env(settings)
     env.update({f"CHATMEM_{k.upper()}": str(v) for k, v in overrides.items()})
     return subprocess.Popen(
-        [sys.executable, "-m", "api.cli", *args],
+        [sys.executable, "-m", "chatmem.api.cli", *args],
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,

@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
-from schemas.events import CommandEvent, MessageEvent
+from chatmem.schemas.events import CommandEvent, MessageEvent
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 

@@ -14,9 +14,13 @@ import logging
 import queue
 import threading
 import time
+from typing import Protocol
 
-from adapters.bootstrap import TRANSIENT_ERRORS, Container, process_name
-from memory.ingest import IngestLimits, IngestService, PreparedBatch
+from chatmem.adapters.errors import TRANSIENT_ERRORS
+from chatmem.adapters.procs import process_name
+from chatmem.memory.ingest import IngestLimits, IngestService, PreparedBatch
+from chatmem.memory.ports import Doorbell, EventStore, EventStream
+from chatmem.schemas.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +62,17 @@ class _Writer:
         self.thread.join()
 
 
+class IngestWiring(Protocol):
+    """What an ingest consumer uses; the composition root's Container provides it."""
+
+    settings: Settings
+    stream: EventStream
+    store: EventStore
+    doorbell: Doorbell
+
+
 class IngestRunner:
-    def __init__(self, container: Container, consumer: str | None = None):
+    def __init__(self, container: IngestWiring, consumer: str | None = None):
         s = container.settings
         self.settings = s
         self.stream = container.stream

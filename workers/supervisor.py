@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from workers.queues import Queue
+from chatmem.schemas.queues import Queue
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class Supervisor:
 
     def start(self) -> None:
         for cmd in self.commands:
-            argv = [sys.executable, "-m", "api.cli", *cmd]
+            argv = [sys.executable, "-m", "chatmem.api.cli", *cmd]
             # Own process group: a Ctrl-C reaches us once and we stop the children in order.
             self.procs.append(subprocess.Popen(argv, env=self.env, start_new_session=True))
             log.info("started %s (pid %d)", " ".join(cmd), self.procs[-1].pid)

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from producers.publisher import Publisher
-from schemas.events import Attachment
-from schemas.read import Scope
+from chatmem.producers.publisher import Publisher
+from chatmem.schemas.events import Attachment
+from chatmem.schemas.read import Scope
 from tests.conftest import scalar, spawn, stop, wait_for
 from tests.e2e.test_read_e2e import cli
 from tests.integration.test_attachments import TICKET, message, put, text_image

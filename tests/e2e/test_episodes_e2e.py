@@ -3,7 +3,7 @@ on the same thread and a summarize worker."""
 
 import pytest
 
-from producers.publisher import Publisher
+from chatmem.producers.publisher import Publisher
 from tests.conftest import scalar, spawn, stop, wait_for
 from tests.scripted import EXPECTED_STARTS, script_events
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from producers.publisher import Publisher
-from schemas.events import MessageEvent
+from chatmem.producers.publisher import Publisher
+from chatmem.schemas.events import MessageEvent
 from tests.conftest import ROOT, scalar, settings_env, spawn, stop, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -30,7 +30,7 @@ def test_publish_to_applied_through_a_real_worker(container):
         )
         assert lag == 0
         status = subprocess.run(
-            [sys.executable, "-m", "api.cli", "status", "--json"],
+            [sys.executable, "-m", "chatmem.api.cli", "status", "--json"],
             env=settings_env(s),
             cwd=ROOT,
             capture_output=True,
@@ -57,7 +57,7 @@ def test_publish_command_reports_accepted_and_rejected_lines(container, tmp_path
     path = tmp_path / "events.jsonl"
     path.write_text("\n".join(lines) + "\n")
     out = subprocess.run(
-        [sys.executable, "-m", "api.cli", "publish", str(path)],
+        [sys.executable, "-m", "chatmem.api.cli", "publish", str(path)],
         env=settings_env(container.settings),
         cwd=ROOT,
         capture_output=True,

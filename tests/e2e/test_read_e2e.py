@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 
 def cli(settings, *args):
     return subprocess.run(
-        [sys.executable, "-m", "api.cli", *args],
+        [sys.executable, "-m", "chatmem.api.cli", *args],
         env=settings_env(settings),
         cwd=ROOT,
         capture_output=True,

@@ -8,8 +8,8 @@ import httpx
 import psutil
 import pytest
 
-from producers.publisher import Publisher
-from schemas.events import MessageEvent
+from chatmem.producers.publisher import Publisher
+from chatmem.schemas.events import MessageEvent
 from tests.conftest import scalar, spawn, wait_for
 
 pytestmark = pytest.mark.e2e

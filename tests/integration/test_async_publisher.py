@@ -3,10 +3,10 @@ import threading
 
 import pytest
 
-from producers.publisher import AsyncPublisher
-from schemas.events import MessageEvent
+from chatmem.producers.publisher import AsyncPublisher
+from chatmem.schemas.events import MessageEvent
+from chatmem.workers.ingest import IngestRunner
 from tests.conftest import scalar
-from workers.ingest import IngestRunner
 
 pytestmark = pytest.mark.integration
 

@@ -13,10 +13,10 @@ from fpdf import FPDF
 from PIL import Image, ImageDraw, ImageFont
 from pypdf import PdfReader, PdfWriter
 
-from memory.attachments import Analysis, DerivedText
-from memory.ports import TransientError
-from schemas.events import Attachment, MessageEvent
-from schemas.read import Scope
+from chatmem.memory.attachments import Analysis, DerivedText
+from chatmem.memory.ports import TransientError
+from chatmem.schemas.events import Attachment, MessageEvent
+from chatmem.schemas.read import Scope
 from tests.conftest import scalar
 from tests.integration.test_episodes import Driver
 
@@ -275,7 +275,6 @@ def test_attachments_are_isolated_between_users_and_reach_the_context(driver, co
 
 
 def test_a_replay_keeps_the_surrogates_without_analysing_again(driver, container, tmp_path):
-    from workers.tasks import replay
 
     url = put(tmp_path, "ticket.png", text_image(TICKET))
     driver.publish([message("trip", "alice", 1, "ticket", [Attachment(url=url, kind="image")])])
@@ -283,7 +282,7 @@ def test_a_replay_keeps_the_surrogates_without_analysing_again(driver, container
     driver.run_attachments()
     before = message_text(container, "trip-1")
     assert "[image#" in before
-    replay(container, "trip", container.llm("maintenance"), "replay")
+    container.replay("trip", container.llm("maintenance"), "replay")
     with container.pool.connection() as conn:
         rows = conn.execute("SELECT generation, text FROM messages WHERE event_id = 'trip-1' ORDER BY 1").fetchall()
     assert [g for g, _ in rows] == [1, 2] and {t for _, t in rows} == {before}
@@ -292,7 +291,7 @@ def test_a_replay_keeps_the_surrogates_without_analysing_again(driver, container
 
 
 def test_an_edit_keeps_the_attachment_line_and_a_late_surrogate_keeps_the_edit(driver, container, tmp_path):
-    from schemas.events import MessageEditedEvent
+    from chatmem.schemas.events import MessageEditedEvent
 
     url = put(tmp_path, "ticket.png", text_image(TICKET))
     driver.publish([message("trip", "alice", 1, "ticket", [Attachment(url=url, kind="image", caption="pass")])])

@@ -17,10 +17,10 @@ import psycopg
 import pytest
 import redis
 
-from adapters import migrate, pgcheck, services
-from adapters.bootstrap import Container
-from adapters.services import EmbeddedPostgres, ServiceUrls
-from schemas.settings import Settings
+from chatmem.adapters import migrate, pgcheck, services
+from chatmem.adapters.services import EmbeddedPostgres, ServiceUrls
+from chatmem.bootstrap import Container
+from chatmem.schemas.settings import Settings
 from tests.conftest import ROOT, scalar, wait_for
 from tests.scripted import script_events
 
@@ -132,7 +132,7 @@ def test_a_data_folder_of_the_previous_release_keeps_working(embedded, tmp_path)
             "CHATMEM_DATA_DIR": str(data),
         }
         done = subprocess.run(
-            [sys.executable, "-m", "api.cli", "migrate"], cwd=ROOT, env=env, capture_output=True, text=True
+            [sys.executable, "-m", "chatmem.api.cli", "migrate"], cwd=ROOT, env=env, capture_output=True, text=True
         )
         assert done.returncode == 1, done.stdout + done.stderr
         assert "self-check failed" in done.stdout and "Traceback" not in done.stdout + done.stderr

@@ -4,16 +4,15 @@ import threading
 
 import pytest
 
-from memory.episodes import Job
-from memory.pipeline import ThreadProcessor
-from memory.ports import TransientError
-from memory.sequencer import advance_thread
-from memory.summaries import run_job
-from producers.publisher import Publisher
+from chatmem.memory.episodes import Job
+from chatmem.memory.pipeline import ThreadProcessor
+from chatmem.memory.ports import TransientError
+from chatmem.memory.sequencer import advance_thread
+from chatmem.memory.summaries import run_job
+from chatmem.producers.publisher import Publisher
+from chatmem.workers.ingest import IngestRunner
 from tests.conftest import scalar
 from tests.scripted import EXPECTED_STARTS, command, script_events
-from workers.ingest import IngestRunner
-from workers.tasks import replay, run_job_inline
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +63,7 @@ class Driver:
         while self.jobs:
             t, g, job = self.jobs.pop(0)
             if job.kind in ("remember", "forget") or with_facts:
-                run_job_inline(self.c, self.llm, t, g, job)
+                self.c.jobs.run_inline(self.llm, t, g, job)
                 outcomes.append("inline")
             else:
                 s = self.c.settings
@@ -134,8 +133,8 @@ def test_two_workers_racing_on_one_thread_keep_order_and_never_double_apply(cont
 
 
 def test_replay_reproduces_the_same_episodes_and_summaries(settings_factory):
-    from adapters.bootstrap import Container
-    from adapters.services import ServiceUrls
+    from chatmem.adapters.services import ServiceUrls
+    from chatmem.bootstrap import Container
 
     s = settings_factory(rollup_fanin=2, rollup_keep=1)  # 3 episodes: enough for a level-2 roll-up
     container = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
@@ -144,7 +143,7 @@ def test_replay_reproduces_the_same_episodes_and_summaries(settings_factory):
     d.advance("script")
     d.run_jobs(with_facts=True)  # everything live processing does, facts included
     llm = container.llm("maintenance")
-    r = replay(container, "script", llm, "replay")
+    r = container.replay("script", llm, "replay")
     assert r.generation == 2 and r.events == 16
     assert llm.calls == 0  # warm caches: no new LLM work
     assert episodes(container, generation=2) == episodes(container, generation=1)
@@ -194,7 +193,7 @@ def test_memory_off_logs_but_waits_and_memory_on_catches_up(container):
         acks = conn.execute("SELECT command, status FROM commands_applied ORDER BY applied_at").fetchall()
     assert got == [e.event_id for e in events]
     assert acks == [("memory_off", "applied"), ("memory_on", "applied")]
-    from adapters.status import table_counts
+    from chatmem.status import table_counts
 
     assert table_counts(container)["commands_applied"] == 2 and table_counts(container)["paused_threads"] == 0
 

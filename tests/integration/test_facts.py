@@ -5,8 +5,8 @@ from datetime import timedelta
 
 import pytest
 
-from memory.fact_jobs import write_episode_facts
-from schemas.events import InvalidEvent, MessageEvent
+from chatmem.memory.fact_jobs import write_episode_facts
+from chatmem.schemas.events import InvalidEvent, MessageEvent
 from tests.integration.test_episodes import Driver
 from tests.scripted import T0, command
 
@@ -139,8 +139,9 @@ def test_a_retried_facts_job_writes_nothing_twice(container):
 
 
 def test_postgres_briefly_unavailable_is_retried_without_duplicates(settings_factory, embedded):
-    from adapters.bootstrap import TRANSIENT_ERRORS, Container
-    from adapters.services import ServiceUrls
+    from chatmem.adapters.errors import TRANSIENT_ERRORS
+    from chatmem.adapters.services import ServiceUrls
+    from chatmem.bootstrap import Container
 
     s = settings_factory(db_timeout_s=2)
     c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
@@ -167,7 +168,6 @@ def test_postgres_briefly_unavailable_is_retried_without_duplicates(settings_fac
 
 
 def test_replay_replaces_only_that_threads_facts(container):
-    from workers.tasks import replay
 
     d = Driver(container)
     d.publish(
@@ -185,7 +185,7 @@ def test_replay_replaces_only_that_threads_facts(container):
     d.run_jobs(with_facts=True)
     before = {f["key"]: f for f in container.fact_store.user_facts("max")}
     eva_before = container.fact_store.user_facts("eva")
-    replay(container, "a", container.llm("maintenance"), "replay")
+    container.replay("a", container.llm("maintenance"), "replay")
     after = {f["key"]: f for f in container.fact_store.user_facts("max")}
     # re-derived unchanged: the same row and mem0 entry, now belonging to generation 2
     assert after["location"]["id"] == before["location"]["id"] and after["location"]["value"] == "Porto"
@@ -196,8 +196,8 @@ def test_replay_replaces_only_that_threads_facts(container):
     assert all(f["is_active"] for f in container.fact_store.user_facts("max", include_history=True))
     # A fact the rebuild no longer derives is retired, in Postgres and in mem0: simulate a rule
     # change by planting one the log does not support.
-    from memory.fact_jobs import store_fact
-    from memory.facts import FactCandidate
+    from chatmem.memory.fact_jobs import store_fact
+    from chatmem.memory.facts import FactCandidate
 
     ghost = FactCandidate("preference", "opera", "opera", 0.8, 0.5, "I love opera.")
     store_fact(
@@ -213,7 +213,7 @@ def test_replay_replaces_only_that_threads_facts(container):
     )
     with container.pool.connection() as conn:
         conn.execute("UPDATE facts SET generation = 1 WHERE key = 'opera'")
-    replay(container, "a", container.llm("maintenance"), "replay")
+    container.replay("a", container.llm("maintenance"), "replay")
     retired = [f for f in container.fact_store.user_facts("max", include_history=True) if f["key"] == "opera"]
     assert [(f["is_active"], f["archived_reason"]) for f in retired] == [(False, "rebuilt")]
     mem = container.mem0.memory.get_all(filters={"user_id": "max"})["results"]
@@ -222,7 +222,7 @@ def test_replay_replaces_only_that_threads_facts(container):
 
 
 def test_with_an_llm_configured_extraction_is_the_models_in_the_same_schema(container):
-    from memory.prompts import FactItem, FactList
+    from chatmem.memory.prompts import FactItem, FactList
 
     class ModelLike:
         """Stands in for an OpenAI-compatible model (what the unit tests check against HTTP)."""

@@ -7,11 +7,11 @@ import threading
 
 import pytest
 
-from memory.sequencer import advance_thread
-from producers.publisher import Publisher
-from schemas.events import MessageEvent
+from chatmem.memory.sequencer import advance_thread
+from chatmem.producers.publisher import Publisher
+from chatmem.schemas.events import MessageEvent
+from chatmem.workers.ingest import IngestRunner
 from tests.conftest import scalar, spawn, stop, wait_for
-from workers.ingest import IngestRunner
 
 pytestmark = pytest.mark.integration
 

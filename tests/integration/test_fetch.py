@@ -10,9 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import trustme
 
-from adapters.fetch import FetchLimits, UrlFetcher
-from memory.attachments import BadFile
-from memory.ports import TransientError
+from chatmem.adapters.fetch import FetchLimits, UrlFetcher
+from chatmem.memory.attachments import BadFile
+from chatmem.memory.ports import TransientError
 
 pytestmark = pytest.mark.integration
 BODY = b"\x89PNG\r\n\x1a\n" + b"x" * 5000

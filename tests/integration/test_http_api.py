@@ -9,8 +9,8 @@ import httpx
 import pytest
 import uvicorn
 
-from api.client import ChatmemClient, ChatmemError
-from api.http import create_app
+from chatmem.api.client import ChatmemClient, ChatmemError
+from chatmem.api.http import create_app
 from tests.integration.test_read_path import memory  # noqa: F401 - the shared fixture
 
 pytestmark = pytest.mark.integration

@@ -4,12 +4,12 @@ import threading
 import psycopg
 import pytest
 
-from adapters import migrate
-from adapters.redis_stream import EVENT_FIELD
-from producers.publisher import Publisher
-from schemas.events import MessageEvent
+from chatmem.adapters import migrate
+from chatmem.adapters.redis_stream import EVENT_FIELD
+from chatmem.producers.publisher import Publisher
+from chatmem.schemas.events import MessageEvent
+from chatmem.workers.ingest import IngestRunner
 from tests.conftest import scalar
-from workers.ingest import IngestRunner
 
 pytestmark = pytest.mark.integration
 
@@ -39,8 +39,8 @@ def test_duplicate_event_id_is_stored_once(container):
 
 
 def test_bad_entries_go_to_dead_letters_with_reasons_and_block_nothing(settings_factory):
-    from adapters.bootstrap import Container
-    from adapters.services import ServiceUrls
+    from chatmem.adapters.services import ServiceUrls
+    from chatmem.bootstrap import Container
 
     s = settings_factory(max_text_chars=100)
     c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
@@ -130,7 +130,7 @@ def test_stream_position_orders_a_thread_like_publishing(container):
 
 
 def test_doorbell_for_an_unknown_thread_is_not_busy(container):
-    from memory.sequencer import advance_thread
+    from chatmem.memory.sequencer import advance_thread
 
     res = advance_thread(container.thread_log, container.doorbell, "ghost", owner="w", lease_s=5, batch_size=10)
     assert res.unknown and not res.busy

@@ -5,9 +5,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory.recall import NotReadable
-from schemas.events import CommandEvent, InvalidEvent, MessageEvent
-from schemas.read import Budgets, Scope
+from chatmem.memory.recall import NotReadable
+from chatmem.schemas.events import CommandEvent, InvalidEvent, MessageEvent
+from chatmem.schemas.read import Budgets, Scope
 from tests.conftest import scalar
 from tests.integration.test_episodes import Driver
 

@@ -1,7 +1,7 @@
 import pytest
 
-from adapters import services
-from schemas.settings import Settings
+from chatmem.adapters import services
+from chatmem.schemas.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from adapters.bootstrap import Container
-from adapters.services import ServiceUrls
-from memory.ports import TransientError
-from schemas.events import Attachment
+from chatmem.adapters.services import ServiceUrls
+from chatmem.bootstrap import Container
+from chatmem.memory.ports import TransientError
+from chatmem.schemas.events import Attachment
 from tests.conftest import scalar
 from tests.fake_openai import FakeOpenAI, completion, serving
 from tests.integration.test_attachments import TICKET, message, message_text, put, text_image

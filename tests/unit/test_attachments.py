@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.fakes import FakeAttachmentStore, FakeBlobStore, FakeFetcher
-from memory.attachments import (
+from chatmem.memory.attachments import (
     Analysis,
     Analyzer,
     AttachmentJob,
@@ -21,9 +20,10 @@ from memory.attachments import (
     declared_mismatch,
     sniff,
 )
-from memory.episodes import message_text
-from memory.ports import TransientError
-from memory.prompts import FileSummary, ImageDescription
+from chatmem.memory.episodes import message_text
+from chatmem.memory.ports import TransientError
+from chatmem.memory.prompts import FileSummary, ImageDescription
+from tests.fakes import FakeAttachmentStore, FakeBlobStore, FakeFetcher
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 40
 

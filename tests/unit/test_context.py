@@ -7,11 +7,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters.fakes import FakeContextStore
-from memory.context import ContextTurn, ThreadSnapshot, build_context
-from memory.recall import FactCandidate, NotReadable
-from memory.tokens import EstimateCounter
-from schemas.read import Budgets, Citation, RecallHit, RecallResult, Scope
+from chatmem.memory.context import ContextTurn, ThreadSnapshot, build_context
+from chatmem.memory.recall import FactCandidate, NotReadable
+from chatmem.memory.tokens import EstimateCounter
+from chatmem.schemas.read import Budgets, Citation, RecallHit, RecallResult, Scope
+from tests.fakes import FakeContextStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 COUNTER = EstimateCounter()

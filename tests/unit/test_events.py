@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from schemas.events import InvalidEvent, MessageEvent, parse_event, validate_identifier
-from schemas.export import write_schemas
+from chatmem.schemas.events import InvalidEvent, MessageEvent, parse_event, validate_identifier
+from chatmem.schemas.export import write_schemas
 
 
 def wire(**fields):

@@ -1,6 +1,6 @@
 import pytest
 
-from memory.facts import extract, from_remember, resolve
+from chatmem.memory.facts import extract, from_remember, resolve
 
 
 def kinds(text):

@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
-from producers.importers import locomo_events
+from chatmem.producers.importers import locomo_events
 from tests.locomo_sample import write_sample
 
 

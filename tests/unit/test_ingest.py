@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from adapters.fakes import FakeDoorbell, FakeEventStore, FakeEventStream, FakeThreadLog
-from memory.ingest import IngestLimits, IngestService
-from memory.ports import TransientError
-from memory.sequencer import advance_thread, sweep
+from chatmem.memory.ingest import IngestLimits, IngestService
+from chatmem.memory.ports import TransientError
+from chatmem.memory.sequencer import advance_thread, sweep
+from tests.fakes import FakeDoorbell, FakeEventStore, FakeEventStream, FakeThreadLog
 
 KEY = "chatmem:events"
 

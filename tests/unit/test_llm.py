@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from adapters.llm import OpenAILLM, RateLimiter
-from memory.offline_llm import OfflineLLM, open_loops, unanswered_questions
-from memory.ports import TransientError
-from memory.prompts import FinalSummary, Line, RunningSummary, final_summary, running_summary
+from chatmem.adapters.llm import OpenAILLM, RateLimiter
+from chatmem.memory.offline_llm import OfflineLLM, open_loops, unanswered_questions
+from chatmem.memory.ports import TransientError
+from chatmem.memory.prompts import FinalSummary, Line, RunningSummary, final_summary, running_summary
 from tests.fake_openai import FakeOpenAI, completion, serving
 
 

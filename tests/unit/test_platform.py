@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters import pgcheck
+from chatmem.adapters import pgcheck
 
 # pgvector picks these variants with cpuid at run time (BitHammingDistanceAvx512Popcount,
 # HalfvecL2SquaredDistanceF16c, ...); Postgres does the same for pg_popcount_avx512.
@@ -85,7 +85,7 @@ def features_by_function(binary: Path) -> dict[str, set[str]]:
 
 
 def shipped_binaries() -> list[Path]:
-    from adapters.services import _bin_paths
+    from chatmem.adapters.services import _bin_paths
 
     found = []
     for bin_dir in _bin_paths().values():
@@ -100,7 +100,7 @@ x86_only = pytest.mark.skipif(
 
 
 def test_every_shipped_major_version_has_a_pgvector():
-    from adapters.services import _bin_paths
+    from chatmem.adapters.services import _bin_paths
 
     for bin_dir in _bin_paths().values():
         assert (bin_dir / "postgres").exists()

@@ -1,10 +1,10 @@
 import json
 import time
 
-from adapters.fakes import FakeSink
-from producers.flusher import FRAME, _take_frames
-from producers.publisher import Publisher, PublishError
-from schemas.events import MessageEvent
+from chatmem.producers.flusher import FRAME, _take_frames
+from chatmem.producers.publisher import Publisher, PublishError
+from chatmem.schemas.events import MessageEvent
+from tests.fakes import FakeSink
 
 
 def ev(i):

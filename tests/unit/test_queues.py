@@ -3,9 +3,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from schemas.settings import Settings
-from workers.celery_app import TASK_QUEUES, create_celery
-from workers.queues import LONGEST_TIME_LIMIT_S, PROFILES, Queue, parse_queues, prefetch_for
+from chatmem.adapters.celery_queue import TASK_QUEUES, create_celery
+from chatmem.schemas.queues import LONGEST_TIME_LIMIT_S, PROFILES, Queue, parse_queues, prefetch_for
+from chatmem.schemas.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,10 +5,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memory.recall import RankParams, TermStats, TurnCandidate, bm25, bm25_all, clip, rank_turns
-from memory.recall_tool import execute, format_hits, tool_definition
-from memory.tokens import EstimateCounter, TiktokenCounter, default_counter
-from schemas.read import Citation, RecallHit, RecallResult, Scope
+from chatmem.memory.recall import RankParams, TermStats, TurnCandidate, bm25, bm25_all, clip, rank_turns
+from chatmem.memory.recall_tool import execute, format_hits, tool_definition
+from chatmem.memory.tokens import EstimateCounter, TiktokenCounter, default_counter
+from chatmem.schemas.read import Citation, RecallHit, RecallResult, Scope
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -2,8 +2,8 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from bench.topicseg import evaluate, pk, window_k, windowdiff
-from memory.segmentation import SegmenterConfig, SegmenterState, SegTurn, feed, has_marker, segment
+from chatmem.bench.topicseg import evaluate, pk, window_k, windowdiff
+from chatmem.memory.segmentation import SegmenterConfig, SegmenterState, SegTurn, feed, has_marker, segment
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 DIM = 8

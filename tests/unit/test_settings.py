@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from schemas.settings import Settings
+from chatmem.schemas.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from memory.attachments import Analysis, BadFile, Reference, RefState, Sniffed
-from memory.episodes import message_text
-from memory.ports import LeaseLost, TransientError, UnknownThread
-from schemas.records import (
+from chatmem.memory.attachments import Analysis, BadFile, Reference, RefState, Sniffed
+from chatmem.memory.episodes import message_text
+from chatmem.memory.ports import LeaseLost, TransientError, UnknownThread
+from chatmem.schemas.records import (
     AcceptedEvent,
     DeadLetter,
     LoggedEvent,

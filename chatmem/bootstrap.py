@@ -1,30 +1,56 @@
-"""The one place where settings become adapters. Everything is built on first use, never at
-import time, so forked worker processes open their own connections."""
+"""The composition root: the one place where settings become adapters and adapters are handed to
+the domain. It sits above adapters, producers and workers; entry points (api/, bench/) call it.
+Everything is built on first use, never at import time, so forked worker processes open their
+own connections."""
 
 from __future__ import annotations
 
-import os
-import socket
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
-import psycopg
 import redis
 from celery import Celery
 from psycopg_pool import ConnectionPool
 
-from adapters import services
-from adapters.postgres import PostgresStore, PostgresThreadLog, make_pool
-from adapters.redis_stream import RedisDoorbell, RedisEventSink, RedisEventStream
-from memory.ports import TransientError
-from schemas.settings import Settings
-
-# Failures a later attempt can fix; everything else is a bug or bad input and is not retried.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    TransientError,
-    psycopg.OperationalError,
-    redis.ConnectionError,
-    redis.TimeoutError,
+from chatmem.adapters import services
+from chatmem.adapters.celery_queue import (
+    create_celery,
+    enqueue_attachment,
+    enqueue_episode_facts,
+    enqueue_summary,
+    queue_depths,
+    ring_thread,
 )
+from chatmem.adapters.postgres import PostgresStore, PostgresThreadLog, make_pool
+from chatmem.adapters.redis_stream import RedisDoorbell, RedisEventSink, RedisEventStream
+from chatmem.schemas.settings import Settings
+
+if TYPE_CHECKING:  # types only: the modules behind them load models or big libraries
+    from chatmem.adapters.api_keys import ApiKeys
+    from chatmem.adapters.attachments_pg import PostgresAttachmentStore
+    from chatmem.adapters.blobs import LocalBlobStore
+    from chatmem.adapters.embedders import CachedEmbedder, QueryEmbedder
+    from chatmem.adapters.facts_pg import PostgresFactStore
+    from chatmem.adapters.fetch import UrlFetcher
+    from chatmem.adapters.images import PillowImageReader, RapidOcr
+    from chatmem.adapters.llm import CachedLLM, OpenAIVision, RateLimiter
+    from chatmem.adapters.mem0_store import Mem0Store
+    from chatmem.adapters.projections import PostgresProjections
+    from chatmem.adapters.read_pg import PostgresReader
+    from chatmem.memory.attachments import AttachmentJob
+    from chatmem.memory.episodes import SummaryPolicy
+    from chatmem.memory.jobs import Jobs
+    from chatmem.memory.offline_llm import OfflineLLM
+    from chatmem.memory.pipeline import ThreadProcessor
+    from chatmem.memory.recall import Recall
+    from chatmem.memory.replay import ReplayResult
+    from chatmem.memory.segmentation import SegmenterConfig
+    from chatmem.memory.sweeper import Sweeper
+    from chatmem.memory.tokens import TokenCounter
+    from chatmem.schemas.read import ContextBundle
+
+# The module Celery loads in a worker to register the tasks.
+TASK_MODULES = ("chatmem.workers.tasks",)
 
 
 class Container:
@@ -63,20 +89,20 @@ class Container:
 
     @cached_property
     def celery(self) -> Celery:
-        from workers.celery_app import create_celery
-
-        return create_celery(self.settings, self.urls.redis_url)
+        app = create_celery(self.settings, self.urls.redis_url, include=TASK_MODULES)
+        settings = self.settings
+        # Each worker process builds its own container (its own connections) from the same settings.
+        app.conf.chatmem_wiring = lambda: Container(settings, start_services=False)
+        return app
 
     @cached_property
     def doorbell(self) -> RedisDoorbell:
-        from workers.celery_app import ring_thread
-
         app = self.celery
         return RedisDoorbell(self.redis, lambda tid: ring_thread(app, tid), self.settings.doorbell_dedupe_s)
 
     @cached_property
-    def embedder(self):  # noqa: ANN201
-        from adapters.embedders import CachedEmbedder, MiniLMEmbedder, OpenAIEmbedder
+    def embedder(self) -> CachedEmbedder:
+        from chatmem.adapters.embedders import CachedEmbedder, MiniLMEmbedder, OpenAIEmbedder
 
         s = self.settings
         inner = (
@@ -87,23 +113,23 @@ class Container:
         return CachedEmbedder(inner, self.pool)
 
     @cached_property
-    def query_embedder(self):  # noqa: ANN201
-        from adapters.embedders import QueryEmbedder
+    def query_embedder(self) -> QueryEmbedder:
+        from chatmem.adapters.embedders import QueryEmbedder
 
         return QueryEmbedder(self.embedder.inner)
 
     @cached_property
-    def offline_llm(self):  # noqa: ANN201
-        from memory.offline_llm import OfflineLLM
+    def offline_llm(self) -> OfflineLLM:
+        from chatmem.memory.offline_llm import OfflineLLM
 
         llm = OfflineLLM(self.embedder)
         llm.model = f"{OfflineLLM.model}+{self.embedder.model}"  # its output depends on the embedder
         return llm
 
-    def llm(self, queue: str, *, refresh: bool = False, offline: bool = False):  # noqa: ANN201
+    def llm(self, queue: str, *, refresh: bool = False, offline: bool = False) -> CachedLLM:
         """The LLM for a queue: the configured endpoint, or the offline one (no key, or as the
         last resort when the endpoint keeps failing), behind the output cache."""
-        from adapters.llm import CachedLLM, OpenAILLM, RateLimiter
+        from chatmem.adapters.llm import CachedLLM, OpenAILLM, RateLimiter
 
         s = self.settings
         if s.llm_api_key and not offline:
@@ -118,32 +144,31 @@ class Container:
         )
 
     @cached_property
-    def _limiters(self) -> dict:
+    def _limiters(self) -> dict[str, RateLimiter]:
         return {}
 
     @cached_property
-    def projections(self):  # noqa: ANN201
-        from adapters.projections import PostgresProjections
+    def projections(self) -> PostgresProjections:
+        from chatmem.adapters.projections import PostgresProjections
 
         return PostgresProjections(self.pool)
 
     @cached_property
-    def seg_config(self):  # noqa: ANN201
-        from memory.segmentation import SegmenterConfig
+    def seg_config(self) -> SegmenterConfig:
+        from chatmem.memory.segmentation import SegmenterConfig
 
         return SegmenterConfig(time_gap_hours=self.settings.time_gap_hours)
 
     @cached_property
-    def summary_policy(self):  # noqa: ANN201
-        from memory.episodes import SummaryPolicy
+    def summary_policy(self) -> SummaryPolicy:
+        from chatmem.memory.episodes import SummaryPolicy
 
         s = self.settings
         return SummaryPolicy(s.running_summary_every, s.running_summary_tokens, s.chunk_summary_every)
 
     @cached_property
-    def processor(self):  # noqa: ANN201
-        from memory.pipeline import ThreadProcessor
-        from workers.celery_app import enqueue_attachment, enqueue_summary
+    def processor(self) -> ThreadProcessor:
+        from chatmem.memory.pipeline import ThreadProcessor
 
         app = self.celery
         return ThreadProcessor(
@@ -159,20 +184,20 @@ class Container:
 
     # --- attachments ---------------------------------------------------------------------------
     @cached_property
-    def attachment_store(self):  # noqa: ANN201
-        from adapters.attachments_pg import PostgresAttachmentStore
+    def attachment_store(self) -> PostgresAttachmentStore:
+        from chatmem.adapters.attachments_pg import PostgresAttachmentStore
 
         return PostgresAttachmentStore(self.pool)
 
     @cached_property
-    def blobs(self):  # noqa: ANN201
-        from adapters.blobs import LocalBlobStore
+    def blobs(self) -> LocalBlobStore:
+        from chatmem.adapters.blobs import LocalBlobStore
 
         return LocalBlobStore(self.settings.resolved_blob_dir)
 
     @cached_property
-    def fetcher(self):  # noqa: ANN201
-        from adapters.fetch import FetchLimits, UrlFetcher
+    def fetcher(self) -> UrlFetcher:
+        from chatmem.adapters.fetch import FetchLimits, UrlFetcher
 
         s = self.settings
         return UrlFetcher(
@@ -186,32 +211,32 @@ class Container:
         )
 
     @cached_property
-    def image_reader(self):  # noqa: ANN201
-        from adapters.images import PillowImageReader
+    def image_reader(self) -> PillowImageReader:
+        from chatmem.adapters.images import PillowImageReader
 
         return PillowImageReader(self.settings.attachment_max_pixels)
 
     @cached_property
-    def ocr(self):  # noqa: ANN201
-        from adapters.images import RapidOcr
+    def ocr(self) -> RapidOcr:
+        from chatmem.adapters.images import RapidOcr
 
         return RapidOcr(self.image_reader, self.settings.ocr_max_side, self.settings.ocr_threads)
 
     @cached_property
-    def vision(self):  # noqa: ANN201
+    def vision(self) -> OpenAIVision | None:
         """The configured vision model, or None (descriptions then come from OCR and metadata)."""
-        from adapters.llm import OpenAIVision
+        from chatmem.adapters.llm import OpenAIVision
 
         s = self.settings
         if not s.vision_model:
             return None
         return OpenAIVision(s.vision_model, s.vision_api_key or s.llm_api_key, s.vision_base_url or s.llm_base_url)
 
-    def attachment_job(self, *, offline: bool = False):  # noqa: ANN201
+    def attachment_job(self, *, offline: bool = False) -> AttachmentJob:
         """The attachment handler; `offline` (the last attempt) leaves out the remote models."""
-        from adapters.documents import DocumentReader
-        from adapters.images import guess_binary
-        from memory.attachments import Analyzer, AttachmentJob
+        from chatmem.adapters.documents import DocumentReader
+        from chatmem.adapters.images import guess_binary
+        from chatmem.memory.attachments import Analyzer, AttachmentJob
 
         s = self.settings
         analyzer = Analyzer(
@@ -226,14 +251,14 @@ class Container:
         return AttachmentJob(self.attachment_store, self.blobs, self.fetcher, analyzer, self.embedder, guess_binary)
 
     @cached_property
-    def fact_store(self):  # noqa: ANN201
-        from adapters.facts_pg import PostgresFactStore
+    def fact_store(self) -> PostgresFactStore:
+        from chatmem.adapters.facts_pg import PostgresFactStore
 
         return PostgresFactStore(self.pool)
 
     @cached_property
-    def mem0(self):  # noqa: ANN201
-        from adapters.mem0_store import Mem0Store
+    def mem0(self) -> Mem0Store:
+        from chatmem.adapters.mem0_store import Mem0Store
 
         s = self.settings
         return Mem0Store(
@@ -247,34 +272,34 @@ class Container:
         )
 
     @cached_property
-    def reader(self):  # noqa: ANN201
-        from adapters.read_pg import PostgresReader
+    def reader(self) -> PostgresReader:
+        from chatmem.adapters.read_pg import PostgresReader
 
         return PostgresReader(self.pool, self.settings.vector_dim)
 
     @cached_property
-    def recall(self):  # noqa: ANN201
+    def recall(self) -> Recall:
         """recall(user_id, query, scope=, limit=, thread_id=) -> RecallResult."""
-        from memory.recall import Recall
+        from chatmem.memory.recall import Recall
 
         return Recall(self.reader, self.query_embedder, self.mem0 if self.settings.recall_mem0 else None)
 
     @cached_property
-    def api_keys(self):  # noqa: ANN201
-        from adapters.api_keys import ApiKeys
+    def api_keys(self) -> ApiKeys:
+        from chatmem.adapters.api_keys import ApiKeys
 
         return ApiKeys(self.pool)
 
     @cached_property
-    def token_counter(self):  # noqa: ANN201
-        from memory.tokens import default_counter
+    def token_counter(self) -> TokenCounter:
+        from chatmem.memory.tokens import default_counter
 
         return default_counter()
 
-    def build_context(self, thread_id: str, user_id: str, query: str | None = None, **kw):  # noqa: ANN003, ANN201
+    def build_context(self, thread_id: str, user_id: str, query: str | None = None, **kw: Any) -> ContextBundle:
         """The bundle for one turn of a bot: see memory/context.py."""
-        from memory.context import build_context
-        from schemas.read import Budgets
+        from chatmem.memory.context import build_context
+        from chatmem.schemas.read import Budgets
 
         s = self.settings
         kw.setdefault(
@@ -291,6 +316,54 @@ class Container:
             self.reader, self.recall, self.token_counter, thread_id=thread_id, user_id=user_id, query=query, **kw
         )
 
+    # --- jobs -----------------------------------------------------------------------------------
+    @cached_property
+    def jobs(self) -> Jobs:
+        from chatmem.memory.jobs import Jobs
+
+        s = self.settings
+        return Jobs(self.projections, self.embedder, self.fact_store, self.mem0, s.rollup_fanin, s.rollup_keep)
+
+    def queue_episode_facts(self, thread_id: str, generation: int, episode_id: str) -> None:
+        enqueue_episode_facts(self.celery, thread_id, generation, episode_id)
+
+    @cached_property
+    def sweeper(self) -> Sweeper:
+        from chatmem.memory.sweeper import Sweeper
+
+        app = self.celery
+        return Sweeper(
+            self.thread_log,
+            self.doorbell,
+            self.projections,
+            self.attachment_store,
+            queue_depth=lambda queue: queue_depths(app)[queue],
+            enqueue_summary=lambda t, g, job: enqueue_summary(app, t, g, job),
+            enqueue_attachment=lambda e, p: enqueue_attachment(app, e, p),
+        )
+
+    def replay(self, thread_id: str, llm: CachedLLM, owner: str, **kw: Any) -> ReplayResult:
+        """Rebuild one thread (memory/replay.py), facts included; then retire what the old
+        generation derived that the rebuild did not."""
+        from chatmem.memory.replay import replay_thread
+
+        s = self.settings
+        jobs = self.jobs
+        return replay_thread(
+            thread_id,
+            threads=self.thread_log,
+            projections=self.projections,
+            embedder=self.embedder,
+            run=lambda job, generation: jobs.run_inline(llm, thread_id, generation, job),
+            seg_cfg=self.seg_config,
+            policy=self.summary_policy,
+            owner=owner,
+            lease_s=s.thread_lease_s,
+            batch_size=s.apply_batch_size,
+            after_switch=lambda generation: jobs.retire_rebuilt(thread_id, generation),
+            **kw,
+        )
+
     def close(self) -> None:
         if "pool" in self.__dict__:
             self.pool.close()
@@ -298,13 +371,9 @@ class Container:
             self.redis.close()
 
 
-def process_name(role: str) -> str:
-    return f"{role}@{socket.gethostname()}:{os.getpid()}"
-
-
 def open_memory(settings: Settings | None = None) -> Container:
     """The read path for a bot in-process: `memory.build_context(...)`, `memory.recall(...)`.
     Settings from CHATMEM_* / .env; the embedded services when no URL is set."""
-    from schemas.settings import load_settings
+    from chatmem.schemas.settings import load_settings
 
     return Container(settings or load_settings())

@@ -1,11 +1,17 @@
-"""The Celery app, built from settings (never at import time)."""
+"""The enqueue side of Celery: the app built from settings (never at import time), the task
+names and routes, and the calls that put work on a queue. The tasks themselves live in
+workers/tasks.py; the composition root tells Celery to load them."""
 
 from __future__ import annotations
 
-from celery import Celery
+from collections.abc import Sequence
 
-from schemas.settings import Settings
-from workers.queues import PROFILES, VISIBILITY_TIMEOUT_S, Queue
+from celery import Celery
+from kombu.exceptions import ChannelError
+
+from chatmem.memory.episodes import Job
+from chatmem.schemas.queues import PROFILES, VISIBILITY_TIMEOUT_S, Queue
+from chatmem.schemas.settings import Settings
 
 ADVANCE_THREAD = "chatmem.advance_thread"
 SUMMARIZE = "chatmem.summarize"
@@ -24,8 +30,8 @@ TASK_QUEUES: dict[str, Queue] = {
 }
 
 
-def create_celery(settings: Settings, broker_url: str) -> Celery:
-    app = Celery("chatmem", broker=broker_url, include=["workers.tasks"])
+def create_celery(settings: Settings, broker_url: str, include: Sequence[str] = ()) -> Celery:
+    app = Celery("chatmem", broker=broker_url, include=list(include))
     annotations = {
         name: {
             "soft_time_limit": PROFILES[queue].soft_time_limit_s,
@@ -61,7 +67,7 @@ def ring_thread(app: Celery, thread_id: str, countdown: float | None = None) -> 
     app.send_task(ADVANCE_THREAD, args=[thread_id], countdown=countdown)
 
 
-def enqueue_summary(app: Celery, thread_id: str, generation: int, job) -> None:  # noqa: ANN001
+def enqueue_summary(app: Celery, thread_id: str, generation: int, job: Job) -> None:
     """Queue a planned job: summaries on `summarize`, remember / forget on `facts`."""
     if job.kind in ("remember", "forget"):
         app.send_task(FACT_COMMAND, args=[thread_id, generation, job.event_id])
@@ -75,3 +81,16 @@ def enqueue_episode_facts(app: Celery, thread_id: str, generation: int, episode_
 
 def enqueue_attachment(app: Celery, event_id: str, position: int) -> None:
     app.send_task(PROCESS_ATTACHMENT, args=[event_id, position])
+
+
+def queue_depths(app: Celery) -> dict[str, int]:
+    """Messages waiting in each queue of the catalogue."""
+    depths = {}
+    with app.connection_for_read() as conn:
+        channel = conn.default_channel
+        for queue in Queue:
+            try:
+                depths[queue.value] = channel.queue_declare(queue=queue.value, passive=True).message_count
+            except ChannelError:  # Redis keeps no key for an empty queue
+                depths[queue.value] = 0
+    return depths

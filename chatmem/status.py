@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from kombu.exceptions import ChannelError
-
-from adapters import pgcheck, services
-from adapters.bootstrap import Container
-from producers.spool import Spool
-from schemas.status import Lag, PostgresState, ServiceState, StatusReport, StreamState
-from workers.queues import Queue
+from chatmem.adapters import pgcheck, services
+from chatmem.adapters.celery_queue import queue_depths
+from chatmem.bootstrap import Container
+from chatmem.producers.spool import Spool
+from chatmem.schemas.status import Lag, PostgresState, ServiceState, StatusReport, StreamState
 
 # Projection tables counted when present; later migrations add to this list's tables.
 COUNTED_TABLES = ("events", "threads", "dead_letters", "messages", "episodes", "summaries", "facts", "artifacts")
@@ -44,18 +42,6 @@ def largest_lag(c: Container) -> Lag:
     return Lag(max_events=row[1], thread_id=row[0]) if row else Lag(max_events=0, thread_id=None)
 
 
-def queue_depths(c: Container) -> dict[str, int]:
-    depths = {}
-    with c.celery.connection_for_read() as conn:
-        channel = conn.default_channel
-        for queue in Queue:
-            try:
-                depths[queue.value] = channel.queue_declare(queue=queue.value, passive=True).message_count
-            except ChannelError:  # Redis keeps no key for an empty queue
-                depths[queue.value] = 0
-    return depths
-
-
 def postgres_state(c: Container) -> PostgresState:
     """The vector self-check against the server in use (embedded or configured)."""
     pg, _ = services.embedded(c.settings)
@@ -77,7 +63,7 @@ def report(c: Container) -> StatusReport:
         services=[ServiceState(**vars(st)) for st in services.status(s)],
         postgres=postgres_state(c),
         counts=counts,
-        queues=queue_depths(c),
+        queues=queue_depths(c.celery),
         stream=StreamState(
             key=s.stream_key,
             length=c.stream.length(),
