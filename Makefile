@@ -37,9 +37,15 @@ worker: install
 bench: install
 	$(CHATMEM) bench ingest
 
+TYPECHECK := $(VENV)/typecheck
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/chatmem
+	for d in schemas memory adapters producers workers api bench; do ln -s $(CURDIR)/$$d $(TYPECHECK)/chatmem/$$d; done
+	for f in chatmem/*.py; do ln -s $(CURDIR)/$$f $(TYPECHECK)/$$f; done
+	cd $(TYPECHECK) && $(CURDIR)/$(VENV)/bin/mypy --config-file $(CURDIR)/pyproject.toml -p chatmem
 
 schemas: install
 	$(CHATMEM) export-schemas
