@@ -16,6 +16,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from chatmem.adapters.sql import scalar
 from chatmem.memory.attachments import Analysis, Reference, RefState, Sniffed, attachment_lines
 
 
@@ -141,7 +142,7 @@ class PostgresAttachmentStore:
             )
             # The row lock orders this link against `finish`: either finish sees this reference,
             # or this sees the final status and refreshes the message itself.
-            status = conn.execute("SELECT status FROM artifacts WHERE sha256 = %s FOR UPDATE", (sha256,)).fetchone()[0]
+            status = scalar(conn, "SELECT status FROM artifacts WHERE sha256 = %s FOR UPDATE", (sha256,))
             lock_threads(conn, [ref.thread_id])
             conn.execute(
                 """UPDATE attachments SET sha256 = %s, status = 'linked', updated_at = now()

@@ -35,9 +35,9 @@ class DocumentReader:
             reader = PdfReader(io.BytesIO(data))
             if reader.is_encrypted:
                 try:
-                    opened = reader.decrypt("")  # some PDFs are encrypted with an empty password
+                    opened = bool(reader.decrypt(""))  # some PDFs are encrypted with an empty password
                 except (DependencyError, NotImplementedError, PdfReadError):
-                    opened = 0
+                    opened = False
                 if not opened:
                     raise BadFile("the PDF is encrypted (password protected)")
             total = len(reader.pages)
@@ -52,7 +52,7 @@ class DocumentReader:
             meta: dict = {"pages": total}
             if total > self.max_pages:
                 meta["pages_read"] = self.max_pages
-            title = (reader.metadata or {}).get("/Title") if reader.metadata else None
+            title = reader.metadata.get("/Title") if reader.metadata else None
             if isinstance(title, str) and title.strip():
                 meta["pdf_title"] = title.strip()[:200]
             return blocks, meta

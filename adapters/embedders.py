@@ -56,7 +56,7 @@ class MiniLMEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self._load()
-        vectors = model.encode(  # type: ignore[attr-defined]
+        vectors = model.encode(
             list(texts),
             batch_size=self.batch_size,
             normalize_embeddings=True,
@@ -110,7 +110,7 @@ class CachedEmbedder:
         found = {bytes(h): v.to_numpy().astype(np.float32) for h, v in rows}
         missing = [h for h in unique if h not in found]
         if missing:
-            first_text = {}
+            first_text: dict[bytes, str] = {}
             for h, t in zip(hashes, texts, strict=True):
                 first_text.setdefault(h, t)
             vectors = self.inner.embed([first_text[h] for h in missing])

@@ -7,6 +7,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from chatmem.adapters.sql import scalar
 from chatmem.memory.fact_jobs import FactWrite, UserLine
 from chatmem.memory.facts import FactCandidate, resolve
 
@@ -67,7 +68,7 @@ class PostgresFactStore:
                 (user_id, fact.category, fact.key),
             ).fetchone()
             rebuilt = active is not None and active[3] == thread_id and active[4] < generation
-            if rebuilt and active[1].lower() == fact.value.lower():
+            if active is not None and rebuilt and active[1].lower() == fact.value.lower():
                 # Re-derived unchanged by a rebuild: the row (and its mem0 entry) moves to the new
                 # generation instead of being churned.
                 conn.execute(
@@ -95,7 +96,8 @@ class PostgresFactStore:
                     (active[0],),
                 )
                 replaced.append((active[0], active[5]))
-            new_id = conn.execute(
+            new_id = scalar(
+                conn,
                 """INSERT INTO facts (user_id, thread_id, generation, episode_id, category, key, value, text,
                                       confidence, importance, source, source_event_ids)
                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id""",
@@ -113,7 +115,7 @@ class PostgresFactStore:
                     source,
                     event_ids,
                 ),
-            ).fetchone()[0]
+            )
             if replaced:
                 conn.execute("UPDATE facts SET archived_by = %s WHERE id = %s", (str(new_id), replaced[0][0]))
             return FactWrite("insert" if active is None else "replace", new_id, replaced)

@@ -65,7 +65,10 @@ class OpenAIVision:
     def describe(self, data: bytes, mime: str, ocr_text: str) -> ImageDescription:
         prompt = describe_image(ocr_text)
         image = f"data:{mime};base64,{base64.b64encode(data).decode()}"
-        content = [{"type": "text", "text": prompt.user_text()}, {"type": "image_url", "image_url": {"url": image}}]
+        content: list[dict] = [
+            {"type": "text", "text": prompt.user_text()},
+            {"type": "image_url", "image_url": {"url": image}},
+        ]
         return self._chat.parse(prompt.system, content, ImageDescription)
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+from chatmem.adapters.sql import scalar
 
 # `migrations/` sits beside the other top-level packages, in a checkout and when installed.
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
@@ -18,7 +21,7 @@ def _yoyo_uri(database_url: str) -> str:
 
 
 @contextmanager
-def _backend(database_url: str) -> Iterator[object]:
+def _backend(database_url: str) -> Iterator[Any]:  # yoyo's backends are untyped
     from yoyo import get_backend
 
     backend = get_backend(_yoyo_uri(database_url))
@@ -59,7 +62,7 @@ def update_vector_extension(database_url: str) -> str | None:
         if row is None or row[0] is None or row[0] == row[1]:
             return None
         conn.execute("ALTER EXTENSION vector UPDATE")
-        return conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
+        return scalar(conn, "SELECT extversion FROM pg_extension WHERE extname = 'vector'")
 
 
 # Messages only: summaries are searched within a user's threads, through the thread index.

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import psycopg
 
+from chatmem.adapters.sql import one, scalar
+
 MIN_SERVER_VERSION_NUM = 160000  # Postgres 16
 MIN_VECTOR_VERSION = (0, 8, 0)  # iterative index scans, which the read path uses
 
@@ -122,8 +124,8 @@ def self_check(
     except psycopg.OperationalError as error:
         raise VectorSupportError(f"cannot connect to Postgres for the vector self-check: {error}") from None
     with conn:
-        num = int(conn.execute("SHOW server_version_num").fetchone()[0])
-        server_version = conn.execute("SHOW server_version").fetchone()[0].split()[0]
+        num = int(scalar(conn, "SHOW server_version_num"))
+        server_version = scalar(conn, "SHOW server_version").split()[0]
         row = conn.execute(
             "SELECT default_version, installed_version FROM pg_available_extensions WHERE name = 'vector'"
         ).fetchone()
@@ -135,8 +137,8 @@ def self_check(
             if installed is None:
                 conn.execute("CREATE EXTENSION vector")  # rolled back below: only to probe
             conn.execute(probe)
-            found, distance = conn.execute(_PROBE_QUERY).fetchone()
-            version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
+            found, distance = one(conn, _PROBE_QUERY)
+            version = scalar(conn, "SELECT extversion FROM pg_extension WHERE extname = 'vector'")
             conn.rollback()
         except psycopg.errors.InsufficientPrivilege:
             raise VectorSupportError(
@@ -193,7 +195,7 @@ def wait_until_ready(url: str, timeout: float) -> bool:
     while time.monotonic() < deadline:
         try:
             with psycopg.connect(url, connect_timeout=2) as conn:
-                if not conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]:
+                if not scalar(conn, "SELECT pg_is_in_recovery()"):
                     return True
         except psycopg.OperationalError:
             pass

@@ -9,6 +9,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from chatmem.adapters.sql import scalar
 from chatmem.memory.ports import LeaseLost, TransientError, UnknownThread
 from chatmem.schemas.records import AcceptedEvent, DeadLetter, LoggedEvent, StoreResult, ThreadLease
 
@@ -163,9 +164,7 @@ class PostgresStore:
     def advance_watermark(self, stream_key: str, watermark: int) -> list[str]:
         with self.pool.connection() as conn, conn.transaction():
             conn.execute("INSERT INTO ingest_state (stream_key) VALUES (%s) ON CONFLICT DO NOTHING", (stream_key,))
-            old = conn.execute(
-                "SELECT watermark FROM ingest_state WHERE stream_key = %s FOR UPDATE", (stream_key,)
-            ).fetchone()[0]
+            old = scalar(conn, "SELECT watermark FROM ingest_state WHERE stream_key = %s FOR UPDATE", (stream_key,))
             if watermark <= old:
                 return []
             conn.execute(

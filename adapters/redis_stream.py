@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import redis
 
@@ -36,7 +37,7 @@ class RedisEventStream:
 
     def _read(self, consumer: str, start: str, count: int, block_ms: int | None) -> list[StreamEntry]:
         try:
-            reply = self.r.xreadgroup(self.group, consumer, {self.key: start}, count=count, block=block_ms)
+            reply: Any = self.r.xreadgroup(self.group, consumer, {self.key: start}, count=count, block=block_ms)
         except redis.ConnectionError as error:
             raise TransientError(str(error)) from error
         except redis.ResponseError as error:

@@ -21,6 +21,7 @@ import redis
 
 from chatmem.adapters import pgcheck
 from chatmem.adapters.procs import pid_alive
+from chatmem.adapters.sql import scalar
 from chatmem.schemas.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -380,7 +381,7 @@ def dump(database_url: str, file: Path) -> None:
 def restore(database_url: str, file: Path) -> None:
     """Load a dump into an empty database (never over existing memory)."""
     with psycopg.connect(database_url) as conn:
-        if conn.execute("SELECT to_regclass('events')").fetchone()[0] is not None:
+        if scalar(conn, "SELECT to_regclass('events')") is not None:
             raise ServiceUnavailable(
                 "the database already holds chatmem tables: restore into a new data folder (CHATMEM_DATA_DIR) "
                 "or an empty database"

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from chatmem.adapters import migrate, services
+from chatmem.adapters.sql import scalar
 from chatmem.bootstrap import Container
 from chatmem.producers.importers import publish_jsonl
 from chatmem.producers.publisher import Publisher
@@ -26,12 +27,13 @@ def _wait_processed(c: Container, event_ids: list[str], thread_ids: list[str], t
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with c.pool.connection() as conn:
-            stored = conn.execute("SELECT count(*) FROM events WHERE event_id = ANY(%s)", (event_ids,)).fetchone()[0]
-            behind = conn.execute(
+            stored = scalar(conn, "SELECT count(*) FROM events WHERE event_id = ANY(%s)", (event_ids,))
+            behind = scalar(
+                conn,
                 """SELECT count(*) FROM events e JOIN threads t USING (thread_id)
                    WHERE e.thread_id = ANY(%s) AND e.stream_pos > t.cursor_pos""",
                 (thread_ids,),
-            ).fetchone()[0]
+            )
         if stored == len(event_ids) and behind == 0:
             return True
         time.sleep(0.25)
@@ -42,14 +44,15 @@ def _summaries_settled(c: Container, thread_ids: list[str]) -> bool:
     """Every closed episode has its final summary. An open episode gets a running summary only
     every few messages, so it is not waited for (the photo opens one of a single message)."""
     with c.pool.connection() as conn:
-        missing = conn.execute(
+        missing = scalar(
+            conn,
             """SELECT count(*) FROM episodes e
                JOIN threads t ON t.thread_id = e.thread_id AND t.generation = e.generation
                WHERE e.thread_id = ANY(%s) AND e.status = 'closed' AND NOT EXISTS (
                    SELECT 1 FROM summaries s WHERE s.generation = e.generation AND s.episode_id = e.episode_id
                    AND s.kind = 'final')""",
             (thread_ids,),
-        ).fetchone()[0]
+        )
     return missing == 0
 
 
@@ -115,12 +118,13 @@ def _image_event(settings: Settings) -> MessageEvent:
 
 def _attachments_settled(c: Container, event_ids: list[str]) -> bool:
     with c.pool.connection() as conn:
-        waiting = conn.execute(
+        waiting = scalar(
+            conn,
             """SELECT count(*) FROM attachments a LEFT JOIN artifacts ar ON ar.sha256 = a.sha256
                WHERE a.event_id = ANY(%s) AND a.status <> 'failed'
                  AND coalesce(ar.status, '') NOT IN ('done', 'failed')""",
             (event_ids,),
-        ).fetchone()[0]
+        )
     return waiting == 0
 
 
@@ -167,7 +171,8 @@ def _answer(c: Container, console: Console, thread_id: str, user_id: str, questi
 def _facts_settled(c: Container, thread_ids: list[str]) -> bool:
     """Every closed episode's facts job and every remember/forget command has run."""
     with c.pool.connection() as conn:
-        waiting = conn.execute(
+        waiting = scalar(
+            conn,
             """SELECT (SELECT count(*) FROM episodes e JOIN threads t
                          ON t.thread_id = e.thread_id AND t.generation = e.generation
                        WHERE e.thread_id = ANY(%(t)s) AND e.status = 'closed' AND NOT EXISTS (
@@ -176,7 +181,7 @@ def _facts_settled(c: Container, thread_ids: list[str]) -> bool:
                     + (SELECT count(*) FROM commands_applied WHERE thread_id = ANY(%(t)s)
                        AND command IN ('remember', 'forget') AND detail LIKE '%%queued')""",
             {"t": thread_ids},
-        ).fetchone()[0]
+        )
     return waiting == 0
 
 

@@ -21,6 +21,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -117,7 +118,7 @@ def _throughput(settings: Settings, n_images: int, n_pages: int) -> list[tuple[s
 
 def _processes(c, attachments: str) -> list[subprocess.Popen]:  # noqa: ANN001
     env = c.settings.as_env()
-    commands = [("ingest",)]
+    commands: list[tuple[str, ...]] = [("ingest",)]
     if attachments == "shared":
         commands.append(("worker", "--queues", "segment,attachments", "--concurrency", "1"))
     else:
@@ -149,9 +150,7 @@ def _count(c, sql: str, *params) -> int:  # noqa: ANN001
         return int(conn.execute(sql, params).fetchone()[0])
 
 
-def _latency_run(
-    settings: Settings, setup: str, images: list[Path], n_messages: int, rate: float
-) -> dict[str, float | str]:
+def _latency_run(settings: Settings, setup: str, images: list[Path], n_messages: int, rate: float) -> dict[str, Any]:
     with scratch(settings) as c:
         procs = _processes(c, setup)
         pub = Publisher(c.sink, c.settings.resolved_spool_dir)

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from chatmem.adapters import migrate, services
+from chatmem.adapters.sql import one, scalar
 from chatmem.bootstrap import Container
 from chatmem.producers.publisher import Publisher
 from chatmem.schemas.events import MessageEvent
@@ -140,7 +141,7 @@ def multi_consumer_rate(c: Container, n_consumers: int, n_events: int, n_threads
     # New threads, as in the first run: their first doorbells are part of the work.
     events = make_events(n_events, n_threads, offset=n_events, prefix="bench-second")
     with c.pool.connection() as conn:
-        before = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+        before = scalar(conn, "SELECT count(*) FROM events")
     c.sink.add_many([e.model_dump_json().encode() for e in events])
     env = c.settings.as_env()
     procs = [
@@ -156,7 +157,7 @@ def multi_consumer_rate(c: Container, n_consumers: int, n_events: int, n_threads
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             with c.pool.connection() as conn:
-                if conn.execute("SELECT count(*) FROM events").fetchone()[0] >= before + n_events:
+                if scalar(conn, "SELECT count(*) FROM events") >= before + n_events:
                     break
             time.sleep(0.2)
     finally:
@@ -165,10 +166,11 @@ def multi_consumer_rate(c: Container, n_consumers: int, n_events: int, n_threads
         for p in procs:
             p.wait(30)
     with c.pool.connection() as conn:
-        first, last, stored = conn.execute(
+        first, last, stored = one(
+            conn,
             "SELECT min(received_at), max(received_at), count(*) FROM events WHERE event_id = ANY(%s)",
             ([e.event_id for e in events],),
-        ).fetchone()
+        )
     batches = max(1, stored / c.settings.ingest_batch_size)
     span = (last - first).total_seconds() * batches / max(1, batches - n_consumers)
     return stored / span if span > 0 else float("nan")
@@ -201,11 +203,11 @@ def run(settings: Settings, console: Console, *, n_events: int = 100_000, n_thre
         pub.close()
 
         runner = IngestRunner(c, "bench")
-        t0 = time.perf_counter()
+        started = time.perf_counter()
         runner.run(threading.Event(), until_idle=True)
-        ingest_s = time.perf_counter() - t0
+        ingest_s = time.perf_counter() - started
         with c.pool.connection() as conn:
-            stored = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+            stored = scalar(conn, "SELECT count(*) FROM events")
         ingest_rate = stored / ingest_s
         ingest2_rate = multi_consumer_rate(c, 2, n_events, n_threads)
 

@@ -57,7 +57,7 @@ def run(settings: Settings, console: Console, data: Path, out: Path | None, samp
                           (SELECT count(*) FROM facts), (SELECT count(*) FROM messages WHERE NOT is_active)"""
             ).fetchone()
 
-        scores = {k: [] for k in KS}
+        scores: dict[int, list[float]] = {k: [] for k in KS}
         latencies = []
         lines = []
         for sample in corpus:

@@ -44,7 +44,9 @@ def _tiage(did: str, turns: list) -> Dialogue:
 
 
 def _defdts(row: dict) -> Dialogue:
-    roles, texts, ends = [], [], []
+    roles: list[str] = []
+    texts: list[str] = []
+    ends: list[int] = []
     for line in row["dialogue"].split("[NEWLINE]"):
         line = line.strip()
         if line == "[BOUNDARY]":

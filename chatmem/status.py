@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from chatmem.adapters import pgcheck, services
 from chatmem.adapters.celery_queue import queue_depths
+from chatmem.adapters.sql import scalar
 from chatmem.bootstrap import Container
 from chatmem.producers.spool import Spool
 from chatmem.schemas.status import Lag, PostgresState, ServiceState, StatusReport, StreamState
@@ -16,14 +17,14 @@ def table_counts(c: Container) -> dict[str, int]:
     counts: dict[str, int] = {}
     with c.pool.connection() as conn:
         for table in COUNTED_TABLES:
-            if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is None:
+            if scalar(conn, "SELECT to_regclass(%s)", (table,)) is None:
                 continue
             # Table names come from the constant above, never from input.
-            counts[table] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-        if conn.execute("SELECT to_regclass('commands_applied')").fetchone()[0] is not None:
+            counts[table] = scalar(conn, f"SELECT count(*) FROM {table}")
+        if scalar(conn, "SELECT to_regclass('commands_applied')") is not None:
             for status, n in conn.execute("SELECT status, count(*) FROM commands_applied GROUP BY status"):
                 counts[f"commands_{status}"] = n
-            counts["paused_threads"] = conn.execute("SELECT count(*) FROM threads WHERE NOT memory_on").fetchone()[0]
+            counts["paused_threads"] = scalar(conn, "SELECT count(*) FROM threads WHERE NOT memory_on")
     if "artifacts" in counts:
         counts |= {f"attachments_{k}": n for k, n in c.attachment_store.status_counts().items()}
     return counts

@@ -187,7 +187,7 @@ def open_loops(lines: list[Line]) -> list[str]:
 
 def unanswered_questions(lines: list[Line]) -> list[str]:
     """A question no later message of the other side follows."""
-    out = []
+    out: list[str] = []
     for i, ln in enumerate(lines):
         if "?" not in ln.text:
             continue

@@ -67,6 +67,7 @@ def replay_thread(
             projections.apply(plan, lease=None, advance=None)
             for job in plan.jobs:  # inline and in order: the same summaries and facts as live
                 run(job, generation)
+            assert plan.context is not None  # plan_batch always returns the context it ends with
             ctx = plan.context
             pos = plan.consumed[-1].stream_pos
             applied += len(plan.consumed)

@@ -153,14 +153,15 @@ def rollup(store: SummaryStore, llm: LLM, thread_id: str, generation: int, *, fa
             break
         top = max(items)
         for group in range(0, top // fanin + 1):
-            members = [items.get(group * fanin + j) for j in range(fanin)]
+            found = [items.get(group * fanin + j) for j in range(fanin)]
             newer = sum(1 for idx in items if idx >= (group + 1) * fanin)
-            if any(m is None for m in members) or newer < keep:
+            members = [m for m in found if m is not None]
+            if len(members) < fanin or newer < keep:
                 continue
             key = f"{thread_id}:L{level + 1}:g{group}"
             if store.has_summary(generation, key):
                 continue
-            prompt = prompts.rollup_summary([m.text for m in members])  # type: ignore[union-attr]
+            prompt = prompts.rollup_summary([m.text for m in members])
             result = llm.complete(prompt, prompts.RollupSummary)
             record = SummaryRecord(
                 key,
@@ -171,9 +172,9 @@ def rollup(store: SummaryStore, llm: LLM, thread_id: str, generation: int, *, fa
                 level + 1,
                 members[0].from_seq,
                 members[-1].upto_seq,
-                result.summary,  # type: ignore[union-attr]
+                result.summary,
                 {**result.model_dump(), "group": group},
-                tuple(m.summary_key for m in members),  # type: ignore[union-attr]
+                tuple(m.summary_key for m in members),
                 llm.model,
                 prompt.version,
             )

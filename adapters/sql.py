@@ -1,0 +1,25 @@
+"""Small helpers for queries that always return one row (aggregates, SHOW, RETURNING)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.abc import Params
+
+# What Connection.execute takes (psycopg's `Query` also admits t-strings, which execute does not).
+Query = str | bytes | sql.SQL | sql.Composed
+
+
+def one(conn: psycopg.Connection, query: Query, params: Params | None = None) -> tuple[Any, ...]:
+    """The one row the query returns; LookupError when it returns none."""
+    row = conn.execute(query, params).fetchone()
+    if row is None:
+        raise LookupError(f"the query returned no row: {query!r}")
+    return row
+
+
+def scalar(conn: psycopg.Connection, query: Query, params: Params | None = None) -> Any:
+    """The first column of the one row the query returns."""
+    return one(conn, query, params)[0]
