@@ -1,5 +1,6 @@
-"""Postgres projections: messages, episodes, summaries and commands per generation, the thread's
-processing state, and the summary store."""
+"""Postgres projections: messages, episodes and commands per generation as live apply and replay
+write them, the thread's processing state, the generation switch and gc. Summaries are written
+by the summary jobs through adapters/summaries_pg.py."""
 
 from __future__ import annotations
 
@@ -12,11 +13,9 @@ from psycopg_pool import ConnectionPool
 
 from chatmem.adapters.attachments_pg import add_references, edited_text
 from chatmem.adapters.postgres import bulk_insert
-from chatmem.memory.episodes import Job, OpenEpisode, Plan, ThreadContext
-from chatmem.memory.ports import LeaseLost
-from chatmem.memory.prompts import Line
+from chatmem.memory.episodes import OpenEpisode, Plan, ThreadContext
+from chatmem.memory.ports import LeaseLost, UnknownThread
 from chatmem.memory.segmentation import SegmenterState
-from chatmem.memory.summaries import LevelItem, StaleGeneration, SummaryRecord
 from chatmem.schemas.records import ThreadLease
 
 # The projected message row as bulk-written (COPY BINARY): columns and their Postgres types.
@@ -63,6 +62,8 @@ def _episode_from(data: dict | None) -> OpenEpisode | None:
 
 
 class PostgresProjections:
+    """The `Projections` of memory/pipeline.py (live apply) and what replay and gc need."""
+
     def __init__(self, pool: ConnectionPool):
         self.pool = pool
 
@@ -74,6 +75,8 @@ class PostgresProjections:
                           message_count FROM threads WHERE thread_id = %s""",
                 (thread_id,),
             ).fetchone()
+        if row is None:
+            raise UnknownThread(thread_id)
         return ThreadContext(
             thread_id,
             row["generation"],
@@ -88,12 +91,13 @@ class PostgresProjections:
     def memory_on_ahead(self, thread_id: str, after_pos: int, watermark_key: str) -> bool:
         """A paused thread resumes once a memory_on command is committed after its cursor."""
         with self.pool.connection() as conn:
-            return conn.execute(
+            row = conn.execute(
                 """SELECT EXISTS (SELECT 1 FROM events WHERE thread_id = %s AND stream_pos > %s
                    AND type = 'command' AND payload->>'command' = 'memory_on'
                    AND stream_pos < (SELECT coalesce(max(watermark), 0) FROM ingest_state WHERE stream_key = %s))""",
                 (thread_id, after_pos, watermark_key),
-            ).fetchone()[0]
+            ).fetchone()
+        return row is not None and bool(row[0])
 
     def apply(self, plan: Plan, *, lease: ThreadLease | None, advance) -> ThreadLease | None:  # noqa: ANN001
         """Write the plan. Live (lease given): in the same transaction as the cursor move and the
@@ -101,7 +105,7 @@ class PostgresProjections:
         ctx = plan.context
         assert ctx is not None
         with self.pool.connection() as conn, conn.transaction():
-            self._write(conn, plan, ctx.generation)
+            self._write(conn, plan, ctx.thread_id, ctx.generation)
             if lease is None:
                 return None
             if plan.consumed:
@@ -138,8 +142,7 @@ class PostgresProjections:
             ),
         )
 
-    def _write(self, conn: psycopg.Connection, plan: Plan, gen: int) -> None:
-        tid = plan.context.thread_id  # type: ignore[union-attr]
+    def _write(self, conn: psycopg.Connection, plan: Plan, tid: str, gen: int) -> None:
         for ep in plan.opened:
             conn.execute(
                 """INSERT INTO episodes (episode_id, generation, thread_id, ordinal, start_seq, opened_by, started_at)
@@ -176,11 +179,11 @@ class PostgresProjections:
                    WHERE thread_id = %s AND generation = %s AND seq >= %s AND episode_id = %s""",
                 (mv.to_episode, tid, gen, mv.from_seq, mv.from_episode),
             )
-        for ep in plan.closed:
+        for closed in plan.closed:
             conn.execute(
                 """UPDATE episodes SET status = 'closed', end_seq = %s, closed_by = %s, ended_at = %s
                    WHERE episode_id = %s AND generation = %s""",
-                (ep.end_seq, ep.closed_by, ep.ended_at, ep.episode_id, gen),
+                (closed.end_seq, closed.closed_by, closed.ended_at, closed.episode_id, gen),
             )
         for platform_id, text in plan.edits:
             conn.execute(
@@ -199,12 +202,15 @@ class PostgresProjections:
 
     def next_generation(self, thread_id: str) -> int:
         with self.pool.connection() as conn:
-            return conn.execute(
+            row = conn.execute(
                 """SELECT greatest((SELECT generation FROM threads WHERE thread_id = %(t)s),
                                    (SELECT max(generation) FROM episodes WHERE thread_id = %(t)s),
                                    (SELECT max(generation) FROM messages WHERE thread_id = %(t)s)) + 1""",
                 {"t": thread_id},
-            ).fetchone()[0]
+            ).fetchone()
+        if row is None or row[0] is None:  # no thread row and no projection rows of it
+            raise UnknownThread(thread_id)
+        return int(row[0])
 
     def switch_generation(self, lease: ThreadLease, ctx: ThreadContext) -> bool:
         """Make the rebuilt generation the thread's active one, atomically, if the lease holds."""
@@ -224,153 +230,3 @@ class PostgresProjections:
                         WHERE x.thread_id = t.thread_id AND x.generation < t.generation"""
                 ).rowcount
         return removed
-
-    def missing_finals(self, limit: int = 500) -> list[tuple[str, int, Job]]:
-        """Closed episodes of active generations with no final summary (a lost job)."""
-        with self.pool.connection() as conn:
-            rows = conn.execute(
-                """SELECT e.thread_id, e.generation, e.episode_id, e.start_seq, e.end_seq
-                   FROM episodes e JOIN threads t ON t.thread_id = e.thread_id AND t.generation = e.generation
-                   WHERE e.status = 'closed' AND NOT EXISTS (
-                       SELECT 1 FROM summaries s WHERE s.generation = e.generation
-                       AND s.summary_key = e.episode_id || ':final')
-                   LIMIT %s""",
-                (limit,),
-            ).fetchall()
-        return [(t, g, Job("final", e, s, end)) for t, g, e, s, end in rows]
-
-    # --- summary store --------------------------------------------------------------------
-    def has_summary(self, generation: int, summary_key: str) -> bool:
-        with self.pool.connection() as conn:
-            return (
-                conn.execute(
-                    "SELECT 1 FROM summaries WHERE generation = %s AND summary_key = %s", (generation, summary_key)
-                ).fetchone()
-                is not None
-            )
-
-    def generation_active(self, thread_id: str, generation: int) -> bool:
-        with self.pool.connection() as conn:
-            row = conn.execute("SELECT generation FROM threads WHERE thread_id = %s", (thread_id,)).fetchone()
-        # A replay writes its generation before switching to it: both are "current" for jobs.
-        return row is not None and generation >= row[0]
-
-    def episode_lines(
-        self, thread_id: str, generation: int, episode_id: str, from_seq: int, upto_seq: int
-    ) -> list[Line]:
-        with self.pool.connection() as conn:
-            rows = conn.execute(
-                """SELECT seq, role, text FROM messages WHERE thread_id = %s AND generation = %s
-                   AND episode_id = %s AND seq BETWEEN %s AND %s ORDER BY seq""",
-                (thread_id, generation, episode_id, from_seq, upto_seq),
-            ).fetchall()
-        return [Line(seq=s, role=r, text=t) for s, r, t in rows]
-
-    def save_summary(self, record: SummaryRecord, *, archive_episode: bool) -> bool:
-        r = record
-        with self.pool.connection() as conn, conn.transaction():
-            active = conn.execute(
-                "SELECT generation FROM threads WHERE thread_id = %s FOR SHARE", (r.thread_id,)
-            ).fetchone()
-            if active is None or r.generation < active[0]:
-                raise StaleGeneration(r.thread_id)
-            source_ids = []
-            if r.source_keys:
-                source_ids = [
-                    row[0]
-                    for row in conn.execute(
-                        "SELECT id FROM summaries WHERE generation = %s AND summary_key = ANY(%s) ORDER BY id",
-                        (r.generation, list(r.source_keys)),
-                    )
-                ]
-            row = conn.execute(
-                """INSERT INTO summaries (summary_key, generation, thread_id, episode_id, kind, level, from_seq,
-                                          upto_seq, text, content, source_ids, model, prompt_version)
-                   VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-                   ON CONFLICT (generation, summary_key) DO NOTHING RETURNING id""",
-                (
-                    r.summary_key,
-                    r.generation,
-                    r.thread_id,
-                    r.episode_id,
-                    r.kind,
-                    r.level,
-                    r.from_seq,
-                    r.upto_seq,
-                    r.text,
-                    Jsonb(r.content),
-                    source_ids,
-                    r.model,
-                    r.prompt_version,
-                ),
-            ).fetchone()
-            if row is None:
-                return False
-            if r.kind in ("running", "chunk"):
-                # Whatever order jobs finish in, the end state is the same: only the newest running
-                # summary is active, and nothing of an episode whose final summary exists.
-                conn.execute(
-                    """UPDATE summaries s SET is_active = false, archived_at = now()
-                       WHERE s.generation = %s AND s.episode_id = %s AND s.kind IN ('running', 'chunk') AND s.is_active
-                       AND (EXISTS (SELECT 1 FROM summaries f WHERE f.generation = s.generation
-                                    AND f.summary_key = s.episode_id || ':final')
-                            OR (s.kind = 'running' AND s.upto_seq < (
-                                SELECT max(upto_seq) FROM summaries m WHERE m.generation = s.generation
-                                AND m.episode_id = s.episode_id AND m.kind = 'running')))""",
-                    (r.generation, r.episode_id),
-                )
-            if source_ids:
-                conn.execute(
-                    "UPDATE summaries SET is_active = false, archived_at = now() WHERE id = ANY(%s)", (source_ids,)
-                )
-            if archive_episode:
-                conn.execute(
-                    """UPDATE summaries SET is_active = false, archived_at = now()
-                       WHERE generation = %s AND episode_id = %s AND kind IN ('running', 'chunk') AND is_active""",
-                    (r.generation, r.episode_id),
-                )
-                conn.execute(
-                    """UPDATE messages SET is_active = false WHERE thread_id = %s AND generation = %s
-                       AND episode_id = %s""",
-                    (r.thread_id, r.generation, r.episode_id),
-                )
-                conn.execute(
-                    "UPDATE episodes SET topic_label = %s WHERE episode_id = %s AND generation = %s",
-                    (r.content.get("topic_label"), r.episode_id, r.generation),
-                )
-            return True
-
-    def embed_summaries(self, thread_id: str, embedder, limit: int = 100) -> int:  # noqa: ANN001
-        """Embed this thread's summaries that have no vector yet (the model call outside any
-        transaction; a summary embedded meanwhile by another worker keeps its vector)."""
-        with self.pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT id, text FROM summaries WHERE thread_id = %s AND embedding IS NULL ORDER BY id LIMIT %s",
-                (thread_id, limit),
-            ).fetchall()
-        if not rows:
-            return 0
-        vectors = embedder.embed([r[1] for r in rows])
-        with self.pool.connection() as conn, conn.cursor() as cur:
-            cur.executemany(
-                "UPDATE summaries SET embedding = %s WHERE id = %s AND embedding IS NULL",
-                [(v, r[0]) for r, v in zip(rows, vectors, strict=True)],
-            )
-        return len(rows)
-
-    def level_items(self, thread_id: str, generation: int, level: int) -> list[LevelItem]:
-        with self.pool.connection() as conn:
-            if level == 1:
-                rows = conn.execute(
-                    """SELECT s.summary_key, e.ordinal - 1, s.from_seq, s.upto_seq, s.text, s.is_active
-                       FROM summaries s JOIN episodes e ON e.episode_id = s.episode_id AND e.generation = s.generation
-                       WHERE s.thread_id = %s AND s.generation = %s AND s.kind = 'final'""",
-                    (thread_id, generation),
-                ).fetchall()
-            else:
-                rows = conn.execute(
-                    """SELECT summary_key, (content->>'group')::int, from_seq, upto_seq, text, is_active
-                       FROM summaries WHERE thread_id = %s AND generation = %s AND kind = 'rollup' AND level = %s""",
-                    (thread_id, generation, level),
-                ).fetchall()
-        return [LevelItem(*r) for r in rows]

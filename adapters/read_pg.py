@@ -1,42 +1,26 @@
-"""The read path's queries: candidates for recall (full text over GIN, vectors over HNSW with
-iterative scan), the sections of a context, thread membership. Every query takes the thread
-list or user id the domain resolved from the caller; nothing from a request is spliced into
-SQL (the vector size is an int from settings)."""
+"""What every read adapter shares: one pinned connection per read, and thread membership.
+
+The read path's queries are split by consumer: recall candidates (adapters/recall_pg.py), the
+sections of a context (adapters/context_pg.py) and browsing (adapters/browse_pg.py). They all
+take one `ReadConnections`, so a read that spans them (build_context runs recall inside its own
+session) runs on one connection. Every query takes the thread list or user id the domain
+resolved from the caller; nothing from a request is spliced into SQL."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 
-import numpy as np
 import psycopg
-from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from chatmem.memory.context import ContextTurn, ThreadSnapshot
-from chatmem.memory.recall import ArtifactCandidate, FactCandidate, SummaryCandidate, TermStats, TurnCandidate
-from chatmem.schemas.read import Citation
 
-# A query's lexemes as an OR query. Lexemes come from to_tsvector, so quoting is all they need;
-# quote_literal would switch to E'' syntax for a backslash, which tsquery does not read.
-_OR_QUERY = """(SELECT coalesce(string_agg(quote_literal(l), ' | '), '')::tsquery
-                FROM unnest(%(lex)s::text[]) l WHERE position(E'\\\\' IN l) = 0)"""
+class ReadConnections:
+    """The pool, and the connection pinned by the current thread's open session (if any)."""
 
-# How often each query lexeme occurs in a row's text vector (only computed for rows that match).
-_TERM_FREQUENCIES = """ARRAY(SELECT coalesce((SELECT coalesce(array_length(u.positions, 1), 1)
-                                    FROM unnest({t}.tsv) u WHERE u.lexeme = l), 0)
-                   FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS x(l, i) ORDER BY i)"""
-
-
-# Up to this many messages in scope, vector search is exact (thread index + sort); above, HNSW.
-EXACT_SCAN_MAX = 20_000
-
-
-class PostgresReader:
-    def __init__(self, pool: ConnectionPool, vector_dim: int):
+    def __init__(self, pool: ConnectionPool):
         self.pool = pool
-        self.dim = int(vector_dim)
         self._local = threading.local()
 
     @contextmanager
@@ -53,7 +37,8 @@ class PostgresReader:
                 self._local.conn = None
 
     @contextmanager
-    def _conn(self) -> Iterator[psycopg.Connection]:
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """The pinned connection inside a session; a pooled one for a query on its own."""
         pinned = getattr(self._local, "conn", None)
         if pinned is not None:
             yield pinned
@@ -61,7 +46,20 @@ class PostgresReader:
             with self.pool.connection() as conn:
                 yield conn
 
-    # --- scope ---------------------------------------------------------------------------
+
+class PostgresReader:
+    """Base of the read adapters: the shared session and the membership check reads start with."""
+
+    def __init__(self, connections: ReadConnections):
+        self.connections = connections
+
+    def session(self) -> AbstractContextManager[None]:
+        """Group the queries of one read (one connection), across every reader sharing it."""
+        return self.connections.session()
+
+    def _conn(self) -> AbstractContextManager[psycopg.Connection]:
+        return self.connections.connection()
+
     def readable_threads(self, user_id: str, thread_id: str | None) -> list[str]:
         with self._conn() as conn:
             if thread_id is not None:
@@ -73,343 +71,3 @@ class PostgresReader:
                     "SELECT thread_id FROM thread_members WHERE user_id = %s ORDER BY thread_id", (user_id,)
                 ).fetchall()
         return [r[0] for r in rows]
-
-    def threads_of(self, user_id: str) -> list[dict]:
-        with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(
-                """SELECT t.thread_id, t.generation, t.message_count, t.episode_count, t.updated_at,
-                          (SELECT max(occurred_at) FROM messages m WHERE m.thread_id = t.thread_id
-                           AND m.generation = t.generation) AS last_message_at
-                   FROM thread_members tm JOIN threads t USING (thread_id)
-                   WHERE tm.user_id = %s ORDER BY last_message_at DESC NULLS LAST, t.thread_id""",
-                (user_id,),
-            ).fetchall()
-
-    def lexemes(self, text: str) -> list[str]:
-        with self._conn() as conn:
-            row = conn.execute("SELECT tsvector_to_array(to_tsvector('english', %s))", (text,)).fetchone()
-        return list(row[0]) if row else []
-
-    # --- recall candidates ------------------------------------------------------------------
-    def turn_candidates(
-        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, episodes: Sequence[str]
-    ) -> tuple[list[TurnCandidate], TermStats]:
-        d = self.dim
-        params = {"threads": list(threads), "lex": list(lexemes), "q": qvec, "n": limit, "eps": list(episodes)}
-        sql = f"""
-        WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
-        q AS (SELECT {_OR_QUERY} AS tsq),
-        lex AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation), q
-                WHERE m.tsv @@ q.tsq ORDER BY ts_rank(m.tsv, q.tsq) DESC LIMIT %(n)s),
-        dense AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
-                  WHERE vector_dims(m.embedding) = {d}
-                  ORDER BY (m.embedding::vector({d}) <=> %(q)s::vector({d})){{exact}} LIMIT %(n)s),
-        episode_best AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
-                         WHERE m.episode_id = ANY(%(eps)s) AND vector_dims(m.embedding) = {d}
-                         ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
-        pool AS (SELECT * FROM lex UNION SELECT * FROM dense UNION SELECT * FROM episode_best),
-        -- BM25's collection figures over the whole scope: size, mean length, document frequencies.
-        stats AS (SELECT (SELECT count(*) FROM messages m JOIN scope USING (thread_id, generation)) AS docs,
-                         (SELECT avg(length(m.tsv))
-                          FROM messages m JOIN scope USING (thread_id, generation)) AS avg_len,
-                         ARRAY(SELECT coalesce(df.n, 0) FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS x(l, i)
-                               LEFT JOIN (SELECT u.lexeme, count(*) AS n
-                                          FROM messages m JOIN scope USING (thread_id, generation), q, unnest(m.tsv) u
-                                          WHERE m.tsv @@ q.tsq AND u.lexeme = ANY(%(lex)s) GROUP BY u.lexeme) df
-                               ON df.lexeme = x.l ORDER BY x.i) AS df)
-        SELECT m.thread_id, m.seq, m.episode_id, m.event_id, m.platform_message_id, m.user_id, m.role, m.text,
-               m.occurred_at, m.is_active,
-               CASE WHEN vector_dims(m.embedding) = {d}
-                    THEN 1 - (m.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
-               CASE WHEN m.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="m")} END,
-               length(m.tsv), stats.docs, stats.avg_len, stats.df
-        FROM pool JOIN scope s USING (thread_id)
-        JOIN messages m ON m.thread_id = pool.thread_id AND m.generation = s.generation AND m.seq = pool.seq,
-        q, stats"""
-        with self._conn() as conn, conn.transaction():
-            size = conn.execute(
-                "SELECT coalesce(sum(message_count), 0) FROM threads WHERE thread_id = ANY(%s)", (list(threads),)
-            ).fetchone()[0]
-            if size > EXACT_SCAN_MAX:
-                # Filtered vector queries keep scanning the HNSW graph until they have `limit` rows.
-                conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-                conn.execute("SET LOCAL hnsw.ef_search = 100")
-            # A small scope is read through its thread index and sorted exactly ("+ 0" keeps the
-            # planner off the HNSW index, which would walk the whole graph to find a few rows).
-            sql = sql.replace("{exact}", "" if size > EXACT_SCAN_MAX else " + 0")
-            rows = conn.execute(sql, params).fetchall()
-        if not rows:
-            return [], TermStats(0, 0.0, (0,) * len(lexemes))
-        docs, avg_len, df = rows[0][13:16]
-        zero = (0,) * len(lexemes)
-        turns = [
-            TurnCandidate(*r[:10], sim=float(r[10]), tf=tuple(r[11]) if r[11] else zero, length=int(r[12]))
-            for r in rows
-        ]
-        return turns, TermStats(int(docs or 0), float(avg_len or 0.0), tuple(int(x) for x in df))
-
-    def neighbours(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
-        if not keys:
-            return {}
-        with self._conn() as conn:
-            rows = conn.execute(
-                """SELECT m.thread_id, m.seq,
-                          CASE WHEN m.role = 'user' THEN m.user_id ELSE m.role END || ': ' || m.text
-                   FROM unnest(%s::text[], %s::int[]) k(thread_id, seq)
-                   JOIN threads t ON t.thread_id = k.thread_id
-                   JOIN messages m ON m.thread_id = k.thread_id AND m.generation = t.generation AND m.seq = k.seq""",
-                ([k[0] for k in keys], [k[1] for k in keys]),
-            ).fetchall()
-        return {(r[0], r[1]): r[2] for r in rows}
-
-    def summary_candidates(
-        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int
-    ) -> tuple[list[SummaryCandidate], TermStats]:
-        d = self.dim
-        params = {"threads": list(threads), "lex": list(lexemes), "q": qvec, "n": limit}
-        sql = f"""
-        WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
-        q AS (SELECT {_OR_QUERY} AS tsq),
-        lex AS (SELECT s.id FROM summaries s JOIN scope USING (thread_id, generation), q
-                WHERE s.tsv @@ q.tsq ORDER BY ts_rank(s.tsv, q.tsq) DESC LIMIT %(n)s),
-        dense AS (SELECT s.id FROM summaries s JOIN scope USING (thread_id, generation)
-                  WHERE vector_dims(s.embedding) = {d}
-                  ORDER BY (s.embedding::vector({d}) <=> %(q)s::vector({d})) + 0 LIMIT %(n)s),
-        pool AS (SELECT id FROM lex UNION SELECT id FROM dense)
-        SELECT s.id, s.thread_id, s.episode_id, s.kind, s.level, s.from_seq, s.upto_seq, s.text, s.is_active,
-               CASE WHEN vector_dims(s.embedding) = {d}
-                    THEN 1 - (s.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
-               CASE WHEN s.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="s")} END,
-               length(s.tsv)
-        FROM pool JOIN summaries s USING (id), q"""
-        with self._conn() as conn, conn.transaction():
-            # Summaries are about a tenth of the messages: read through the thread index, exactly.
-            rows = conn.execute(sql, params).fetchall()
-            # Summaries are few per thread: document frequencies straight from the rows.
-            stat_rows = conn.execute(
-                """WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s))
-                   SELECT tsvector_to_array(s.tsv) FROM summaries s JOIN scope USING (thread_id, generation)""",
-                params,
-            ).fetchall()
-        stats = _term_stats(list(lexemes), [r[0] for r in stat_rows])
-        zero = (0,) * len(lexemes)
-        summaries = [
-            SummaryCandidate(*r[:9], sim=float(r[9]), tf=tuple(r[10]) if r[10] else zero, length=int(r[11]))
-            for r in rows
-        ]
-        return summaries, stats
-
-    def summary_sources(self, summary: SummaryCandidate) -> list[str]:
-        with self._conn() as conn:
-            rows = conn.execute(
-                """SELECT m.platform_message_id FROM messages m JOIN threads t USING (thread_id)
-                   WHERE m.thread_id = %s AND m.generation = t.generation AND m.seq BETWEEN %s AND %s
-                   AND m.platform_message_id IS NOT NULL ORDER BY m.seq""",
-                (summary.thread_id, summary.from_seq, summary.upto_seq),
-            ).fetchall()
-        return [r[0] for r in rows]
-
-    # --- attachments ----------------------------------------------------------------------------
-    def artifact_candidates(
-        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int
-    ) -> tuple[list[ArtifactCandidate], TermStats]:
-        d = self.dim
-        params = {"threads": list(threads), "lex": list(lexemes), "q": qvec, "n": limit}
-        # Visible texts: what was derived from files linked in these threads, and their captions.
-        visible = """
-        refs AS (SELECT event_id, position, sha256, thread_id, created_at FROM attachments
-                 WHERE thread_id = ANY(%(threads)s) AND status = 'linked'),
-        visible AS (SELECT t.id FROM artifact_text t WHERE t.sha256 IN (SELECT sha256 FROM refs)
-                    UNION ALL
-                    SELECT t.id FROM artifact_text t
-                    JOIN refs r ON t.event_id = r.event_id AND t.position = r.position)"""
-        sql = f"""
-        WITH {visible},
-        q AS (SELECT {_OR_QUERY} AS tsq),
-        lex AS (SELECT t.id FROM artifact_text t JOIN visible USING (id), q
-                WHERE t.tsv @@ q.tsq ORDER BY ts_rank(t.tsv, q.tsq) DESC LIMIT %(n)s),
-        dense AS (SELECT t.id FROM artifact_text t JOIN visible USING (id)
-                  WHERE vector_dims(t.embedding) = {d}
-                  ORDER BY (t.embedding::vector({d}) <=> %(q)s::vector({d})) + 0 LIMIT %(n)s),
-        pool AS (SELECT id FROM lex UNION SELECT id FROM dense)
-        SELECT t.id, ref.sha256, ar.kind, t.kind, t.text, t.meta,
-               m.thread_id, m.episode_id, m.seq, m.event_id, ref.position, m.platform_message_id, m.user_id,
-               m.role, m.occurred_at, e.payload -> 'attachments' -> ref.position ->> 'filename',
-               CASE WHEN vector_dims(t.embedding) = {d}
-                    THEN 1 - (t.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
-               CASE WHEN t.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="t")} END,
-               length(t.tsv)
-        FROM pool JOIN artifact_text t USING (id) CROSS JOIN q
-        CROSS JOIN LATERAL (
-            SELECT r.event_id, r.position, r.sha256, r.thread_id FROM refs r
-            WHERE r.sha256 = t.sha256 OR (r.event_id = t.event_id AND r.position = t.position)
-            ORDER BY r.created_at DESC LIMIT 1) ref
-        JOIN threads th ON th.thread_id = ref.thread_id
-        JOIN messages m ON m.thread_id = ref.thread_id AND m.generation = th.generation AND m.event_id = ref.event_id
-        JOIN events e ON e.event_id = ref.event_id
-        LEFT JOIN artifacts ar ON ar.sha256 = ref.sha256"""
-        with self._conn() as conn, conn.transaction():
-            rows = conn.execute(sql, params).fetchall()
-            stat_rows = conn.execute(
-                f"WITH {visible} SELECT tsvector_to_array(t.tsv) FROM artifact_text t JOIN visible USING (id)", params
-            ).fetchall()
-        stats = _term_stats(list(lexemes), [r[0] for r in stat_rows])
-        zero = (0,) * len(lexemes)
-        items = [
-            ArtifactCandidate(*r[:16], sim=float(r[16]), tf=tuple(r[17]) if r[17] else zero, length=int(r[18]))
-            for r in rows
-        ]
-        return items, stats
-
-    # --- facts ------------------------------------------------------------------------------
-    # Citations of the facts in `hits` (id, rank): their first source event, its message, and the
-    # platform ids of every source message. The facts are chosen first, then joined.
-    _FACT_CITED = """
-        SELECT f.id, f.thread_id, f.episode_id, f.text, f.category, hits.rank,
-               m.seq, m.episode_id, m.platform_message_id, e.event_id, e.occurred_at,
-               ARRAY(SELECT m2.platform_message_id FROM messages m2 JOIN threads t2 USING (thread_id)
-                     WHERE m2.event_id = ANY(f.source_event_ids) AND m2.generation = t2.generation
-                     AND m2.platform_message_id IS NOT NULL ORDER BY m2.seq)
-        FROM hits JOIN facts f ON f.id = hits.id
-        LEFT JOIN events e ON e.event_id = f.source_event_ids[1]
-        LEFT JOIN threads t ON t.thread_id = e.thread_id
-        LEFT JOIN messages m ON m.event_id = e.event_id AND m.thread_id = e.thread_id AND m.generation = t.generation
-        ORDER BY hits.rank DESC, f.id
-    """
-
-    def _cited_facts(self, hits_sql: str, params: object) -> list[FactCandidate]:
-        with self._conn() as conn:
-            rows = conn.execute(f"WITH {hits_sql} {self._FACT_CITED}", params).fetchall()
-        return [_fact(r) for r in rows]
-
-    def fact_candidates(self, user_id: str, lexemes: Sequence[str], limit: int) -> list[FactCandidate]:
-        hits = f"""q AS (SELECT {_OR_QUERY} AS tsq),
-            hits AS (SELECT f.id, ts_rank(f.tsv, q.tsq) AS rank FROM facts f, q
-                     WHERE f.user_id = %(user)s AND f.is_active AND f.tsv @@ q.tsq
-                     ORDER BY rank DESC, f.id LIMIT %(n)s)"""
-        return self._cited_facts(hits, {"lex": list(lexemes), "user": user_id, "n": limit})
-
-    def facts_by_id(self, user_id: str, fact_ids: Sequence[int]) -> list[FactCandidate]:
-        if not fact_ids:
-            return []
-        hits = """hits AS (SELECT id, 0.0::real AS rank FROM facts
-                           WHERE user_id = %(user)s AND is_active AND id = ANY(%(ids)s))"""
-        return self._cited_facts(hits, {"user": user_id, "ids": list(fact_ids)})
-
-    def user_facts(self, user_id: str, limit: int) -> list[FactCandidate]:
-        hits = """hits AS (SELECT id, importance * confidence AS rank FROM facts
-                           WHERE user_id = %(user)s AND is_active ORDER BY rank DESC, id DESC LIMIT %(n)s)"""
-        return self._cited_facts(hits, {"user": user_id, "n": limit})
-
-    # --- context ------------------------------------------------------------------------------
-    def snapshot(self, thread_id: str, recent_limit: int) -> ThreadSnapshot:
-        with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
-            gen = cur.execute("SELECT generation FROM threads WHERE thread_id = %s", (thread_id,)).fetchone()
-            if gen is None:
-                return ThreadSnapshot(thread_id, None, None, [], [])
-            g = gen["generation"]
-            running = cur.execute(
-                """SELECT s.text, s.content, s.episode_id, s.from_seq, s.upto_seq FROM summaries s
-                   JOIN threads t ON t.thread_id = s.thread_id AND t.generation = s.generation
-                   WHERE s.thread_id = %s AND s.kind = 'running' AND s.is_active
-                   AND s.episode_id = (t.current_episode->>'episode_id')
-                   ORDER BY s.upto_seq DESC LIMIT 1""",
-                (thread_id,),
-            ).fetchone()
-            summaries = cur.execute(
-                """SELECT text, episode_id, from_seq, upto_seq, level, kind FROM summaries
-                   WHERE thread_id = %s AND generation = %s AND is_active AND kind IN ('final', 'rollup', 'chunk')
-                   ORDER BY level DESC, upto_seq DESC""",
-                (thread_id, g),
-            ).fetchall()
-            recent = cur.execute(
-                """SELECT seq, episode_id, user_id, role, text, platform_message_id, event_id, occurred_at
-                   FROM messages WHERE thread_id = %s AND generation = %s ORDER BY seq DESC LIMIT %s""",
-                (thread_id, g, recent_limit),
-            ).fetchall()
-        turns = [
-            ContextTurn(
-                text=r["text"],
-                role=r["role"],
-                author=r["user_id"],
-                citation=Citation(
-                    source="message",
-                    thread_id=thread_id,
-                    episode_id=r["episode_id"],
-                    seq=r["seq"],
-                    platform_message_id=r["platform_message_id"],
-                    event_id=r["event_id"],
-                    occurred_at=r["occurred_at"],
-                ),
-            )
-            for r in recent
-        ]
-        return ThreadSnapshot(thread_id, g, running, summaries, turns)
-
-    # --- browsing -----------------------------------------------------------------------------
-    def episodes(self, thread_id: str) -> list[dict]:
-        with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(
-                """SELECT e.episode_id, e.ordinal, e.status, e.start_seq, e.end_seq, e.opened_by, e.closed_by,
-                          e.started_at, e.ended_at, e.topic_label,
-                          (SELECT count(*) FROM messages m WHERE m.episode_id = e.episode_id
-                           AND m.generation = e.generation) AS messages
-                   FROM episodes e JOIN threads t ON t.thread_id = e.thread_id AND t.generation = e.generation
-                   WHERE e.thread_id = %s ORDER BY e.ordinal""",
-                (thread_id,),
-            ).fetchall()
-
-    def episode(self, episode_id: str) -> dict | None:
-        with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
-            ep = cur.execute(
-                """SELECT e.episode_id, e.thread_id, e.ordinal, e.status, e.start_seq, e.end_seq, e.opened_by,
-                          e.closed_by, e.started_at, e.ended_at, e.topic_label
-                   FROM episodes e JOIN threads t ON t.thread_id = e.thread_id AND t.generation = e.generation
-                   WHERE e.episode_id = %s""",
-                (episode_id,),
-            ).fetchone()
-            if ep is None:
-                return None
-            ep["summaries"] = cur.execute(
-                """SELECT kind, level, from_seq, upto_seq, text, content, is_active, created_at FROM summaries
-                   WHERE episode_id = %s AND generation = (SELECT generation FROM threads WHERE thread_id = %s)
-                   ORDER BY kind = 'final' DESC, upto_seq DESC""",
-                (episode_id, ep["thread_id"]),
-            ).fetchall()
-            ep["messages"] = cur.execute(
-                """SELECT seq, user_id, role, text, platform_message_id, occurred_at, is_active FROM messages
-                   WHERE episode_id = %s AND generation = (SELECT generation FROM threads WHERE thread_id = %s)
-                   ORDER BY seq""",
-                (episode_id, ep["thread_id"]),
-            ).fetchall()
-        return ep
-
-
-def _fact(r: tuple) -> FactCandidate:
-    fid, thread_id, episode_id, text, category, rank, seq, m_episode, platform_id, event_id, at, ids = r
-    return FactCandidate(
-        fact_id=int(fid),
-        thread_id=thread_id,
-        episode_id=episode_id,
-        text=text,
-        category=category,
-        rank=float(rank),
-        citation=Citation(
-            source="fact",
-            thread_id=thread_id,
-            episode_id=m_episode or episode_id,
-            seq=seq,
-            platform_message_id=platform_id,
-            event_id=event_id,
-            occurred_at=at,
-            source_ids=list(ids or []),
-        ),
-    )
-
-
-def _term_stats(lexemes: list[str], vectors: list[list[str]]) -> TermStats:
-    """Document frequencies straight from the rows' lexeme arrays (for small document sets)."""
-    docs = len(vectors)
-    sets = [set(v) for v in vectors]
-    df = tuple(sum(1 for s in sets if term in s) for term in lexemes)
-    return TermStats(docs, (sum(len(v) for v in vectors) / docs) if docs else 0.0, df)

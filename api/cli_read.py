@@ -98,7 +98,7 @@ def recall(
 
 def threads(user: str = typer.Option(..., "--user", help="the user whose threads to list")) -> None:
     """Threads a user wrote in, newest first."""
-    rows = _container(_settings()).reader.threads_of(_checked_id(user, "user_id"))
+    rows = _container(_settings()).browser.threads_of(_checked_id(user, "user_id"))
     table = Table(title=f"threads of {user}")
     for col in ("thread", "messages", "episodes", "last message", "generation"):
         table.add_column(col)
@@ -120,13 +120,13 @@ def episodes(
     """A thread's episodes with how they opened and closed."""
     c = _container(_settings())
     thread = _checked_id(thread, "thread_id")
-    if not c.reader.readable_threads(_checked_id(user, "user_id"), thread):
+    if not c.browser.readable_threads(_checked_id(user, "user_id"), thread):
         console.print(f"[red]no thread {thread!r} for user {user!r}[/red]")
         raise typer.Exit(1)
     table = Table(title=f"episodes of {thread}")
     for col in ("episode", "status", "seq", "messages", "opened by", "closed by", "topic"):
         table.add_column(col)
-    for e in c.reader.episodes(thread):
+    for e in c.browser.episodes(thread):
         table.add_row(
             e["episode_id"],
             e["status"],

@@ -149,9 +149,9 @@ def create_app(container: Container) -> FastAPI:
         user_id = _path_id(user_id, "user_id")
         allowed(key, user_id)
         thread_id = _path_id(thread_id)
-        if not container.reader.readable_threads(user_id, thread_id):
+        if not container.browser.readable_threads(user_id, thread_id):
             raise not_found(f"thread {thread_id!r}")
-        return container.reader.episodes(thread_id)
+        return container.browser.episodes(thread_id)
 
     @app.get("/v1/episodes/{episode_id}", tags=["browse"])
     def episode(
@@ -162,8 +162,8 @@ def create_app(container: Container) -> FastAPI:
         """One episode with its summaries and messages."""
         user_id = _path_id(user_id, "user_id")
         allowed(key, user_id)
-        ep = container.reader.episode(_path_id(episode_id, "episode_id"))
-        if ep is None or not container.reader.readable_threads(user_id, ep["thread_id"]):
+        ep = container.browser.episode(_path_id(episode_id, "episode_id"))
+        if ep is None or not container.browser.readable_threads(user_id, ep["thread_id"]):
             raise not_found(f"episode {episode_id!r}")
         return ep
 

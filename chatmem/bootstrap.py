@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.adapters.api_keys import ApiKeys
     from chatmem.adapters.attachments_pg import PostgresAttachmentStore
     from chatmem.adapters.blobs import LocalBlobStore
+    from chatmem.adapters.browse_pg import PostgresBrowser
+    from chatmem.adapters.context_pg import PostgresContextReader
     from chatmem.adapters.embedders import CachedEmbedder, QueryEmbedder
     from chatmem.adapters.facts_pg import PostgresFactStore
     from chatmem.adapters.fetch import UrlFetcher
@@ -36,12 +38,15 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.adapters.llm import CachedLLM, OpenAIVision, RateLimiter
     from chatmem.adapters.mem0_store import Mem0Store
     from chatmem.adapters.projections import PostgresProjections
-    from chatmem.adapters.read_pg import PostgresReader
+    from chatmem.adapters.read_pg import ReadConnections
+    from chatmem.adapters.recall_pg import PostgresRecallReader
+    from chatmem.adapters.summaries_pg import PostgresSummaryStore
     from chatmem.memory.attachments import AttachmentJob
     from chatmem.memory.episodes import SummaryPolicy
     from chatmem.memory.jobs import Jobs
     from chatmem.memory.offline_llm import OfflineLLM
     from chatmem.memory.pipeline import ThreadProcessor
+    from chatmem.memory.ports import LLM
     from chatmem.memory.recall import Recall
     from chatmem.memory.replay import ReplayResult
     from chatmem.memory.segmentation import SegmenterConfig
@@ -132,10 +137,9 @@ class Container:
         from chatmem.adapters.llm import CachedLLM, OpenAILLM, RateLimiter
 
         s = self.settings
-        if s.llm_api_key and not offline:
-            inner = OpenAILLM(s.llm_model, s.llm_api_key, s.llm_base_url)
-        else:
-            inner = self.offline_llm
+        inner: LLM = (
+            OpenAILLM(s.llm_model, s.llm_api_key, s.llm_base_url) if s.llm_api_key and not offline else self.offline_llm
+        )
         return CachedLLM(
             inner,
             self.pool,
@@ -152,6 +156,12 @@ class Container:
         from chatmem.adapters.projections import PostgresProjections
 
         return PostgresProjections(self.pool)
+
+    @cached_property
+    def summary_store(self) -> PostgresSummaryStore:
+        from chatmem.adapters.summaries_pg import PostgresSummaryStore
+
+        return PostgresSummaryStore(self.pool)
 
     @cached_property
     def seg_config(self) -> SegmenterConfig:
@@ -271,18 +281,39 @@ class Container:
             query_embedder=self.query_embedder,
         )
 
+    # --- read path ------------------------------------------------------------------------------
     @cached_property
-    def reader(self) -> PostgresReader:
-        from chatmem.adapters.read_pg import PostgresReader
+    def read_connections(self) -> ReadConnections:
+        """Shared by the readers below: a read's session pins one connection for all of them."""
+        from chatmem.adapters.read_pg import ReadConnections
 
-        return PostgresReader(self.pool, self.settings.vector_dim)
+        return ReadConnections(self.pool)
+
+    @cached_property
+    def recall_reader(self) -> PostgresRecallReader:
+        from chatmem.adapters.recall_pg import PostgresRecallReader
+
+        return PostgresRecallReader(self.read_connections, self.settings.vector_dim)
+
+    @cached_property
+    def context_reader(self) -> PostgresContextReader:
+        from chatmem.adapters.context_pg import PostgresContextReader
+
+        return PostgresContextReader(self.read_connections)
+
+    @cached_property
+    def browser(self) -> PostgresBrowser:
+        """Threads and episodes listings (CLI, HTTP browse routes)."""
+        from chatmem.adapters.browse_pg import PostgresBrowser
+
+        return PostgresBrowser(self.read_connections)
 
     @cached_property
     def recall(self) -> Recall:
         """recall(user_id, query, scope=, limit=, thread_id=) -> RecallResult."""
         from chatmem.memory.recall import Recall
 
-        return Recall(self.reader, self.query_embedder, self.mem0 if self.settings.recall_mem0 else None)
+        return Recall(self.recall_reader, self.query_embedder, self.mem0 if self.settings.recall_mem0 else None)
 
     @cached_property
     def api_keys(self) -> ApiKeys:
@@ -313,7 +344,13 @@ class Container:
             ),
         )
         return build_context(
-            self.reader, self.recall, self.token_counter, thread_id=thread_id, user_id=user_id, query=query, **kw
+            self.context_reader,
+            self.recall,
+            self.token_counter,
+            thread_id=thread_id,
+            user_id=user_id,
+            query=query,
+            **kw,
         )
 
     # --- jobs -----------------------------------------------------------------------------------
@@ -322,7 +359,7 @@ class Container:
         from chatmem.memory.jobs import Jobs
 
         s = self.settings
-        return Jobs(self.projections, self.embedder, self.fact_store, self.mem0, s.rollup_fanin, s.rollup_keep)
+        return Jobs(self.summary_store, self.embedder, self.fact_store, self.mem0, s.rollup_fanin, s.rollup_keep)
 
     def queue_episode_facts(self, thread_id: str, generation: int, episode_id: str) -> None:
         enqueue_episode_facts(self.celery, thread_id, generation, episode_id)
@@ -335,7 +372,7 @@ class Container:
         return Sweeper(
             self.thread_log,
             self.doorbell,
-            self.projections,
+            self.summary_store,
             self.attachment_store,
             queue_depth=lambda queue: queue_depths(app)[queue],
             enqueue_summary=lambda t, g, job: enqueue_summary(app, t, g, job),

@@ -14,8 +14,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from chatmem.memory.attachments import about_attachment
-from chatmem.memory.recall import FactCandidate, NotReadable, Recall
+from chatmem.memory.attachments.queries import about_attachment
+from chatmem.memory.recall import FoundFact, NotReadable, Recall
 from chatmem.memory.tokens import TokenCounter
 from chatmem.schemas.events import validate_identifier
 from chatmem.schemas.read import Budgets, Citation, ContextBundle, ContextItem, Scope, Section, SectionName
@@ -67,7 +67,7 @@ class ContextStore(Protocol):
 
     def snapshot(self, thread_id: str, recent_limit: int) -> ThreadSnapshot: ...
 
-    def user_facts(self, user_id: str, limit: int) -> list[FactCandidate]: ...
+    def user_facts(self, user_id: str, limit: int) -> list[FoundFact]: ...
 
 
 @dataclass
@@ -98,6 +98,21 @@ def build_context(
         return _build(store, recall, counter, thread_id, user_id, query, max_tokens, budgets, system)
 
 
+@dataclass(frozen=True)
+class _Request:
+    """A checked request and what answers it: the store, recall (optional) and the counter."""
+
+    store: ContextStore
+    recall: Recall | None
+    count: Callable[[str], int]
+    user_id: str
+    thread_id: str
+    query: str | None  # stripped; None when blank
+
+    def item(self, text: str, **kw: Any) -> ContextItem:
+        return ContextItem(text=text, tokens=self.count(text) + 1, **kw)  # +1: the line break
+
+
 def _build(
     store: ContextStore,
     recall: Recall | None,
@@ -109,20 +124,49 @@ def _build(
     budgets: Budgets | None,
     system: str | None,
 ) -> ContextBundle:
-    user_id = validate_identifier(user_id, "user_id")
-    thread_id = validate_identifier(thread_id)
-    if not store.readable_threads(user_id, thread_id):
-        raise NotReadable(thread_id)
+    user_id, thread_id = _validate(user_id, thread_id)
+    _check_readable(store, user_id, thread_id)
     b = budgets or Budgets()
     total = max_tokens if max_tokens is not None else b.total
-    count = counter.count
     snap = store.snapshot(thread_id, RECENT_LIMIT)
-    query = (query or "").strip() or None
+    req = _Request(store, recall, counter.count, user_id, thread_id, (query or "").strip() or None)
 
-    def item(text: str, **kw: Any) -> ContextItem:
-        return ContextItem(text=text, tokens=count(text) + 1, **kw)  # +1: the line break
+    drafts = _drafts(b)
+    _fill_system(drafts["system"], req, system)
+    summary_room = _fill_running(drafts["running"], req, snap.running)
+    _fill_summaries(drafts["summaries"], req, snap.summaries, summary_room)
+    shown = _fill_recent(drafts["recent_turns"], req, snap.recent)
+    # Facts, then artifact snippets, then retrieved snippets share the snippet budget.
+    seen_text = {_norm(i.text) for d in drafts.values() for i in d.items}
+    room = _fill_facts(drafts["facts"], req, seen_text, b.snippets)
+    room = _fill_artifacts(drafts["artifacts"], req, seen_text, room)
+    _fill_retrieved(drafts["retrieved"], req, seen_text, shown, room)
 
-    drafts: dict[SectionName, _Draft] = {
+    messages, used = _fit(drafts, total, req.count)
+    return ContextBundle(
+        thread_id=thread_id,
+        user_id=user_id,
+        query=req.query,
+        max_tokens=total,
+        tokens=used,
+        counter=counter.name,
+        sections=_sections(drafts),
+        messages=messages,
+    )
+
+
+def _validate(user_id: str, thread_id: str) -> tuple[str, str]:
+    """The identifiers, checked (ValueError when malformed)."""
+    return validate_identifier(user_id, "user_id"), validate_identifier(thread_id)
+
+
+def _check_readable(store: ContextStore, user_id: str, thread_id: str) -> None:
+    if not store.readable_threads(user_id, thread_id):
+        raise NotReadable(thread_id)
+
+
+def _drafts(b: Budgets) -> dict[SectionName, _Draft]:
+    return {
         "system": _Draft("system", b.system),
         "running": _Draft("running", b.summaries),
         "summaries": _Draft("summaries", b.summaries),
@@ -131,75 +175,102 @@ def _build(
         "artifacts": _Draft("artifacts", b.snippets),
         "retrieved": _Draft("retrieved", b.snippets),
     }
-    system_text = _cut(system if system is not None else DEFAULT_SYSTEM, b.system, count)
-    if system_text:
-        drafts["system"].items.append(item(system_text))
 
-    # Summaries: the running summary and its open loops first, then the highest levels.
-    summary_room = b.summaries
-    if snap.running:
-        lines = [snap.running["text"]] + [f"Open: {o}" for o in (snap.running["content"] or {}).get("open_loops", [])]
-        summary_room = _fill(drafts["running"], [item(t) for t in lines if t.strip()], summary_room)
-    summary_items = [
-        item(
+
+def _fill_system(draft: _Draft, req: _Request, system: str | None) -> None:
+    text = _cut(system if system is not None else DEFAULT_SYSTEM, draft.budget, req.count)
+    if text:
+        draft.items.append(req.item(text))
+
+
+def _fill_running(draft: _Draft, req: _Request, running: dict | None) -> int:
+    """The running summary and its open loops, first in the summary budget; return the room
+    left for the other summaries."""
+    if not running:
+        return draft.budget
+    lines = [running["text"]] + [f"Open: {o}" for o in (running["content"] or {}).get("open_loops", [])]
+    return _fill(draft, [req.item(t) for t in lines if t.strip()], draft.budget)
+
+
+def _fill_summaries(draft: _Draft, req: _Request, summaries: list[dict], room: int) -> None:
+    """The highest-level summaries, in the room the running summary left."""
+    items = [
+        req.item(
             s["text"],
             citation=Citation(
                 source="summary",
-                thread_id=thread_id,
+                thread_id=req.thread_id,
                 episode_id=s["episode_id"],
                 seq=s["from_seq"],
                 upto_seq=s["upto_seq"],
             ),
         )
-        for s in snap.summaries
+        for s in summaries
         if s["text"].strip()
     ]
-    _fill(drafts["summaries"], summary_items, summary_room)
+    _fill(draft, items, room)
 
-    # Recent turns, newest first into the budget (counted only until it is full), shown oldest first.
-    recent = drafts["recent_turns"]
+
+def _fill_recent(draft: _Draft, req: _Request, recent: list[ContextTurn]) -> set[tuple[str, int | None]]:
+    """Recent turns, newest first into the budget (counted only until it is full), shown oldest
+    first; return the (thread, seq) of the turns shown."""
     _fill(
-        recent,
-        (item(t.text, role=_role(t.role), author=t.author, citation=t.citation) for t in snap.recent),
-        b.recent_turns,
-        contiguous=len(snap.recent),
+        draft,
+        (req.item(t.text, role=_role(t.role), author=t.author, citation=t.citation) for t in recent),
+        draft.budget,
+        contiguous=len(recent),
     )
-    recent.items.reverse()
-    shown = {(i.citation.thread_id, i.citation.seq) for i in recent.items if i.citation}
+    draft.items.reverse()
+    return {(i.citation.thread_id, i.citation.seq) for i in draft.items if i.citation}
 
-    # Facts, then artifact snippets, then retrieved snippets share the snippet budget.
-    room = b.snippets
-    seen_text = {_norm(i.text) for d in drafts.values() for i in d.items}
-    # Facts that match the query first, then the user's most important ones.
+
+def _fill_facts(draft: _Draft, req: _Request, seen_text: set[str], room: int) -> int:
+    """Facts that match the query first, then the user's most important ones, each once and none
+    already said; adds them to `seen_text` and returns the snippet room left."""
     facts: list[tuple[str, Citation | None]] = []
-    if recall is not None and query:
-        facts += [(h.snippet, h.citation) for h in recall(user_id, query, scope=Scope.FACTS, limit=FACTS_LIMIT).hits]
-    facts += [(f.text, f.citation) for f in store.user_facts(user_id, FACTS_LIMIT)]
-    unique = []
+    if req.recall is not None and req.query:
+        hits = req.recall(req.user_id, req.query, scope=Scope.FACTS, limit=FACTS_LIMIT).hits
+        facts += [(h.snippet, h.citation) for h in hits]
+    facts += [(f.text, f.citation) for f in req.store.user_facts(req.user_id, FACTS_LIMIT)]
+    unique: list[tuple[str, Citation | None]] = []
     for text, citation in facts:
         if _norm(text) not in seen_text:
             seen_text.add(_norm(text))
             unique.append((text, citation))
-    facts = unique
-    room = _fill(drafts["facts"], [item(f"- {t}", citation=c) for t, c in facts], room)
-    # Attachment texts, when the question is about something shared (a photo, a file, image#id).
-    if recall is not None and query and room > 0 and about_attachment(query):
-        found = recall(user_id, query, scope=Scope.ARTIFACTS, limit=ARTIFACTS_LIMIT).hits
-        lines = [item(f"- {h.snippet}", citation=h.citation) for h in found if _norm(h.snippet) not in seen_text]
-        room = _fill(drafts["artifacts"], lines, room)
-    if recall is not None and query and room > 0:
-        hits = recall(user_id, query, scope=Scope.MESSAGES, limit=RETRIEVE_LIMIT, thread_id=thread_id).hits
-        fresh = [
-            h for h in hits if (h.citation.thread_id, h.citation.seq) not in shown and _norm(h.snippet) not in seen_text
-        ]
-        lines = [
-            item(f"- [{_when(h.citation)}] {h.author}: {h.snippet}", citation=h.citation, author=h.author)
-            for h in fresh
-        ]
-        _fill(drafts["retrieved"], lines, room)
+    return _fill(draft, [req.item(f"- {t}", citation=c) for t, c in unique], room)
 
-    # The whole must fit: drop the most expendable items until the rendered count does. Each
-    # drop lowers a running figure; the rendered messages are recounted only when it says "fits".
+
+def _fill_artifacts(draft: _Draft, req: _Request, seen_text: set[str], room: int) -> int:
+    """Attachment texts, when the question is about something shared (a photo, a file, image#id);
+    returns the snippet room left."""
+    if req.recall is None or not req.query or room <= 0 or not about_attachment(req.query):
+        return room
+    found = req.recall(req.user_id, req.query, scope=Scope.ARTIFACTS, limit=ARTIFACTS_LIMIT).hits
+    lines = [req.item(f"- {h.snippet}", citation=h.citation) for h in found if _norm(h.snippet) not in seen_text]
+    return _fill(draft, lines, room)
+
+
+def _fill_retrieved(
+    draft: _Draft, req: _Request, seen_text: set[str], shown: set[tuple[str, int | None]], room: int
+) -> None:
+    """Earlier messages of the thread that match the query, unless shown or said already."""
+    if req.recall is None or not req.query or room <= 0:
+        return
+    hits = req.recall(req.user_id, req.query, scope=Scope.MESSAGES, limit=RETRIEVE_LIMIT, thread_id=req.thread_id).hits
+    fresh = [
+        h for h in hits if (h.citation.thread_id, h.citation.seq) not in shown and _norm(h.snippet) not in seen_text
+    ]
+    lines = [
+        req.item(f"- [{_when(h.citation)}] {h.author}: {h.snippet}", citation=h.citation, author=h.author)
+        for h in fresh
+    ]
+    _fill(draft, lines, room)
+
+
+def _fit(drafts: dict[SectionName, _Draft], total: int, count: Callable[[str], int]) -> tuple[list[dict], int]:
+    """The whole must fit: drop the most expendable items until the rendered count does. Each
+    drop lowers a running figure; the rendered messages are recounted only when it says "fits".
+    Return the rendered messages and their count."""
     messages = _render(drafts)
     used = _count_messages(messages, count)
     while used > total:
@@ -210,20 +281,14 @@ def _build(
             used = _count_messages(messages, count)
         if freed is None:
             break
-    sections = [
+    return messages, used
+
+
+def _sections(drafts: dict[SectionName, _Draft]) -> list[Section]:
+    return [
         Section(name=d.name, items=d.items, tokens=d.tokens, budget=d.budget, trimmed=d.trimmed)
         for d in drafts.values()
     ]
-    return ContextBundle(
-        thread_id=thread_id,
-        user_id=user_id,
-        query=query,
-        max_tokens=total,
-        tokens=used,
-        counter=counter.name,
-        sections=sections,
-        messages=messages,
-    )
 
 
 def _fill(draft: _Draft, items: Iterable[ContextItem], room: int, *, contiguous: int | None = None) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from chatmem.memory.attachments import RefState, attachment_lines
+from chatmem.memory.attachments.surrogates import RefState, attachment_lines
 from chatmem.memory.segmentation import SegmenterConfig, SegmenterState, SegTurn, feed
 from chatmem.schemas.records import LoggedEvent
 
@@ -145,7 +145,7 @@ def estimate_tokens(text: str) -> int:
 
 def message_text(payload: dict, attachments: dict[int, RefState] | None = None) -> str:
     """A message's history text: what was said, then one surrogate line per attachment (a
-    placeholder until the attachment is analysed, see memory/attachments.py)."""
+    placeholder until the attachment is analysed, see memory/attachments/)."""
     text = payload.get("text") or ""
     return "\n".join([text, *attachment_lines(payload, attachments)]).strip()
 

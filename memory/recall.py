@@ -1,6 +1,6 @@
 """Hybrid recall: full-text (scored as BM25) and vector similarity, fused, over messages
 (active and archived), summaries of every level and facts. Pure ranking over a read port; the
-SQL lives in adapters/read_pg.py.
+SQL lives in adapters/recall_pg.py.
 
 Why this shape (tuned on the LoCoMo dev split, see docs/read-path.md):
 - both signals are z-normalised over the candidate pool and averaged; on dialogue this beats
@@ -22,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from chatmem.memory.attachments import label, short_id
+from chatmem.memory.attachments.surrogates import label, short_id
 from chatmem.memory.ports import Embedder
 from chatmem.schemas.events import validate_identifier
 from chatmem.schemas.read import CONTEXT_CHARS, SNIPPET_CHARS, Citation, RecallHit, RecallResult, Scope, SourceKind
@@ -73,7 +73,9 @@ class SummaryCandidate:
 
 
 @dataclass(frozen=True, slots=True)
-class FactCandidate:
+class FoundFact:
+    """A stored fact that a search found (memory/facts.py FactCandidate is one not stored yet)."""
+
     fact_id: int
     thread_id: str
     episode_id: str | None
@@ -133,7 +135,7 @@ class RecallStore(Protocol):
         """Platform message ids of the turns a summary covers."""
         ...
 
-    def fact_candidates(self, user_id: str, lexemes: Sequence[str], limit: int) -> list[FactCandidate]: ...
+    def fact_candidates(self, user_id: str, lexemes: Sequence[str], limit: int) -> list[FoundFact]: ...
 
     def artifact_candidates(
         self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int
@@ -141,7 +143,7 @@ class RecallStore(Protocol):
         """Attachment texts shared in these threads (derived text of linked files, captions)."""
         ...
 
-    def facts_by_id(self, user_id: str, fact_ids: Sequence[int]) -> list[FactCandidate]: ...
+    def facts_by_id(self, user_id: str, fact_ids: Sequence[int]) -> list[FoundFact]: ...
 
 
 class FactSearch(Protocol):
@@ -412,7 +414,7 @@ class Recall:
 
     def _fact_hits(self, user_id: str, query: str, lexemes: list[str], limit: int) -> list[RecallHit]:
         lexical = self.store.fact_candidates(user_id, lexemes, limit)
-        semantic: list[FactCandidate] = []
+        semantic: list[FoundFact] = []
         if self.facts is not None:
             found = self.facts.search(query, user_id=user_id, limit=limit)
             ids = [
@@ -421,7 +423,7 @@ class Recall:
             by_id = {f.fact_id: f for f in self.store.facts_by_id(user_id, ids)}
             semantic = [by_id[i] for i in ids if i in by_id]  # only active facts of this user
         scores: dict[int, float] = defaultdict(float)
-        facts: dict[int, FactCandidate] = {}
+        facts: dict[int, FoundFact] = {}
         for ranking in (lexical, semantic):
             for rank, f in enumerate(ranking):
                 scores[f.fact_id] += 1.0 / (self.params.rrf_k + rank + 1)
@@ -461,7 +463,7 @@ def _interleave(
     before: dict[int, list[RecallHit]] = defaultdict(list)
     loose: list[RecallHit] = []
     for f in facts:
-        n = at.get(f.citation.event_id)
+        n = at.get(f.citation.event_id) if f.citation.event_id else None
         if n is None:
             loose.append(f)
         else:

@@ -6,15 +6,27 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
+import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import numpy as np
+from pydantic import BaseModel
 
 from chatmem.memory.attachments import Analysis, BadFile, Reference, RefState, Sniffed
-from chatmem.memory.episodes import message_text
-from chatmem.memory.ports import LeaseLost, TransientError, UnknownThread
+from chatmem.memory.episodes import Job, Plan, SummaryPolicy, ThreadContext, message_text
+from chatmem.memory.fact_jobs import FactWrite, UserLine
+from chatmem.memory.facts import FactCandidate, resolve
+from chatmem.memory.jobs import Jobs
+from chatmem.memory.offline_llm import OfflineLLM
+from chatmem.memory.pipeline import ThreadProcessor
+from chatmem.memory.ports import Embedder, LeaseLost, TransientError, UnknownThread
+from chatmem.memory.prompts import Line, Prompt
+from chatmem.memory.segmentation import SegmenterConfig, SegmenterState
+from chatmem.memory.sequencer import advance_thread
+from chatmem.memory.summaries import LevelItem, StaleGeneration, SummaryRecord
 from chatmem.schemas.records import (
     AcceptedEvent,
     DeadLetter,
@@ -128,6 +140,16 @@ class FakeEventStore:
         self.watermarks[stream_key] = watermark
         return sorted({a.event.thread_id for a in self.events.values() if old <= a.stream_pos < watermark})
 
+    def commit(self, events: Sequence[Any], stream_key: str = "chatmem:events") -> list[str]:
+        """Store published events (schemas.events models) as ingest would, and move the watermark
+        past them: the threads they touch are returned, as advance_watermark returns them."""
+        start = max((a.stream_pos for a in self.events.values()), default=0)
+        accepted = [
+            AcceptedEvent(f"{start + i}-0", start + i, e, e.model_dump_json()) for i, e in enumerate(events, start=1)
+        ]
+        self.store_batch(accepted, [])
+        return self.advance_watermark(stream_key, start + len(events) + 1)
+
     # The thread log reads the same events.
     def logged(self, thread_id: str) -> list[LoggedEvent]:
         rows = sorted((a for a in self.events.values() if a.event.thread_id == thread_id), key=lambda a: a.stream_pos)
@@ -229,7 +251,7 @@ class FakeContextStore:
 
     members: dict[str, set[str]] = field(default_factory=dict)  # thread_id -> user ids
     snapshots: dict = field(default_factory=dict)  # thread_id -> memory.context.ThreadSnapshot
-    facts: dict[str, list] = field(default_factory=dict)  # user_id -> [memory.recall.FactCandidate]
+    facts: dict[str, list] = field(default_factory=dict)  # user_id -> [memory.recall.FoundFact]
 
     def session(self):  # noqa: ANN201
         return contextlib.nullcontext()
@@ -289,11 +311,14 @@ class FakeAttachmentStore:
         self.refs: dict[tuple[str, int], Reference] = {}
         self.artifacts: dict[str, dict] = {}
         self.captions: dict[tuple[str, int], str] = {}
+        self.clock = 0.0  # seconds; tests move it forward to age the references
+        self.updated: dict[tuple[str, int], float] = {}
 
     def add_message(self, event_id: str, thread_id: str, user_id: str, payload: dict) -> None:
         self.payloads[event_id] = payload
         for i, att in enumerate(payload.get("attachments") or []):
             self.refs[(event_id, i)] = Reference(event_id, i, thread_id, user_id, "pending", att)
+            self.updated[(event_id, i)] = self.clock
 
     def reference(self, event_id: str, position: int) -> Reference | None:
         ref = self.refs.get((event_id, position))
@@ -304,12 +329,14 @@ class FakeAttachmentStore:
 
     def fail_reference(self, event_id: str, position: int, reason: str) -> None:
         self.refs[(event_id, position)] = replace(self.refs[(event_id, position)], status="failed", reason=reason)
+        self.updated[(event_id, position)] = self.clock
 
     def link(self, ref: Reference, sha256: str, sniffed: Sniffed, size: int) -> str:
         art = self.artifacts.setdefault(
             sha256, {"status": "pending", "mime": sniffed.mime, "kind": sniffed.kind, "size": size, "claims": 0}
         )
         self.refs[(ref.event_id, ref.position)] = replace(ref, status="linked", sha256=sha256)
+        self.updated[(ref.event_id, ref.position)] = self.clock
         return art["status"]
 
     def save_caption(self, ref: Reference, text: str, vector: np.ndarray) -> None:
@@ -334,6 +361,20 @@ class FakeAttachmentStore:
     def fail_artifact(self, sha256: str, reason: str) -> None:
         self.artifacts[sha256].update(status="failed", reason=reason)
 
+    def stale_references(self, older_than_s: int) -> list[tuple[str, int]]:
+        """The sweeper's LostAttachments port: references still pending, or linked to an artifact
+        not yet analysed, untouched for `older_than_s` seconds (oldest first)."""
+        stale = [
+            (self.updated.get(key, 0.0), key)
+            for key, ref in self.refs.items()
+            if (ref.status == "pending" or (ref.status == "linked" and self._unfinished(ref.sha256)))
+            and self.updated.get(key, 0.0) < self.clock - older_than_s
+        ]
+        return [key for _, key in sorted(stale)]
+
+    def _unfinished(self, sha256: str | None) -> bool:
+        return self.artifacts.get(sha256 or "", {}).get("status") in ("pending", "processing")
+
     def message_text(self, event_id: str) -> str:
         """What the message's history text would be now."""
         states = {}
@@ -350,3 +391,580 @@ class FakeAttachmentStore:
             else:
                 states[pos] = RefState(pos, "pending", art.get("kind"), ref.sha256)
         return message_text(self.payloads[event_id], states)
+
+
+# --- models --------------------------------------------------------------------------------------
+
+_WORDS = re.compile(r"[^\W_]+", re.UNICODE)
+M = TypeVar("M", bound=BaseModel)
+
+
+class FakeEmbedder:
+    """Deterministic bag-of-words vectors: each lowercase word hashes to one signed dimension, so
+    texts sharing words are similar and the same text always gets the same unit vector."""
+
+    model = "fake-bag-of-words"
+
+    def __init__(self, dim: int = 64) -> None:
+        self.dim = dim
+        self.calls: list[list[str]] = []
+
+    def _vector(self, text: str) -> np.ndarray:
+        v = np.zeros(self.dim, dtype=np.float32)
+        for word in _WORDS.findall(text.lower()):
+            h = int.from_bytes(hashlib.sha1(word.encode()).digest()[:4], "big")
+            v[h % self.dim] += 1.0 if (h >> 16) & 1 else -1.0
+        norm = float(np.linalg.norm(v))
+        if norm == 0.0:
+            v[0] = 1.0
+            return v
+        return v / norm
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        return np.array([self._vector(t) for t in texts], dtype=np.float32).reshape(len(texts), self.dim)
+
+
+class FakeLLM:
+    """The LLM port: answers from `answers` (prompt name -> a response, or a function of the
+    prompt's input), else as the offline extractive LLM would. Records every prompt; while `fail`
+    is set, every call raises it (a provider outage)."""
+
+    def __init__(self, answers: dict[str, BaseModel | Callable[[dict], BaseModel]] | None = None) -> None:
+        self.model = "fake-llm"
+        self.answers = dict(answers or {})
+        self.calls: list[Prompt] = []
+        self.fail: Exception | None = None
+        self._offline = OfflineLLM(FakeEmbedder())
+
+    def complete(self, prompt: Prompt, response_model: type[M]) -> M:
+        self.calls.append(prompt)
+        if self.fail is not None:
+            raise self.fail
+        answer = self.answers.get(prompt.name)
+        if answer is None:
+            return self._offline.complete(prompt, response_model)
+        result = answer if isinstance(answer, BaseModel) else answer(prompt.input)
+        return response_model.model_validate(result.model_dump())
+
+    def called(self, name: str) -> int:
+        return sum(1 for p in self.calls if p.name == name)
+
+
+class FakeTokenCounter:
+    """One token per whitespace-separated word (and at least one per non-empty text)."""
+
+    name = "fake-words"
+
+    def count(self, text: str) -> int:
+        words = len(text.split())
+        return words if words or not text else 1
+
+
+# --- projections and summaries -------------------------------------------------------------------
+
+
+@dataclass
+class FakeSummary:
+    id: int
+    record: SummaryRecord
+    is_active: bool = True
+    embedding: np.ndarray | None = None
+
+
+class FakeProjections:
+    """Per-generation messages, episodes, summaries and commands of each thread, with the thread's
+    processing state: the Projections port of the doorbell, what replay needs (next_generation,
+    switch_generation), the SummaryStore / SummaryVectors of the summary jobs and the sweeper's
+    LostFinals, with PostgresProjections' rules.
+
+    Leases and cursors live in `log` (a FakeThreadLog); the live `advance` is called as
+    `advance(None, lease, events)` where the real one gets the open connection. A thread exists
+    (generation 1, memory on) from its first load_context or `add_thread`."""
+
+    def __init__(self, log: FakeThreadLog | None = None) -> None:
+        self.log = log
+        self.contexts: dict[str, ThreadContext] = {}
+        self.episodes: dict[tuple[int, str], dict] = {}  # (generation, episode_id) -> row
+        self.messages: dict[tuple[str, int, int], dict] = {}  # (thread_id, generation, seq) -> row
+        self.commands: dict[tuple[str, int], dict] = {}  # (event_id, generation) -> row
+        self.references: dict[tuple[str, int], tuple[str, str]] = {}  # (event_id, position) -> (thread, user)
+        self.summaries: dict[tuple[int, str], FakeSummary] = {}  # (generation, summary_key) -> row
+        self._ids = itertools.count(1)
+        self.fail_next: Exception | None = None  # the next apply / save_summary raises it, writing nothing
+
+    def _fail(self) -> None:
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+
+    # --- thread state ---------------------------------------------------------------------
+    def add_thread(self, thread_id: str) -> ThreadContext:
+        return self.contexts.setdefault(thread_id, ThreadContext(thread_id, 1, True, {}, SegmenterState(), None, 0, 0))
+
+    def load_context(self, thread_id: str) -> ThreadContext:
+        return self.add_thread(thread_id)
+
+    def memory_on_ahead(self, thread_id: str, after_pos: int, watermark_key: str) -> bool:
+        if self.log is None:
+            return False
+        watermark = self.log.store.watermarks.get(watermark_key, 0)
+        return any(
+            e.type == "command" and e.payload.get("command") == "memory_on" and after_pos < e.stream_pos < watermark
+            for e in self.log.store.logged(thread_id)
+        )
+
+    def _lease_held(self, lease: ThreadLease) -> bool:
+        return self.log is None or self.log.leases.get(lease.thread_id) == lease.owner
+
+    def apply(self, plan: Plan, *, lease: ThreadLease | None, advance) -> ThreadLease | None:  # noqa: ANN001
+        """Live (lease given): the cursor move, the rows and the thread's state, all or nothing.
+        Replay (lease None): the rows of the new generation only."""
+        ctx = plan.context
+        assert ctx is not None
+        self._fail()
+        if lease is not None:
+            if plan.consumed:
+                lease = advance(None, lease, plan.consumed)  # raises LeaseLost before anything is written
+            elif not self._lease_held(lease):
+                raise LeaseLost(lease.thread_id)
+        self._write(plan, ctx.generation)
+        if lease is not None:
+            self.contexts[ctx.thread_id] = ctx
+        return lease
+
+    def _write(self, plan: Plan, gen: int) -> None:
+        tid = plan.context.thread_id  # type: ignore[union-attr]
+        for ep in plan.opened:
+            self.episodes.setdefault(
+                (gen, ep.episode_id),
+                {
+                    "episode_id": ep.episode_id,
+                    "thread_id": tid,
+                    "ordinal": ep.ordinal,
+                    "start_seq": ep.start_seq,
+                    "end_seq": None,
+                    "status": "open",
+                    "opened_by": ep.opened_by,
+                    "closed_by": None,
+                    "topic_label": None,
+                },
+            )
+        for m in plan.messages:
+            if (tid, gen, m.seq) in self.messages:
+                raise ValueError(f"duplicate message {tid}/{gen}/{m.seq}")  # the primary key
+        for m in plan.messages:
+            self.messages[(tid, gen, m.seq)] = {
+                "seq": m.seq,
+                "event_id": m.event_id,
+                "stream_pos": m.stream_pos,
+                "episode_id": m.episode_id,
+                "user_id": m.user_id,
+                "role": m.role,
+                "text": m.text,
+                "platform_message_id": m.platform_message_id,
+                "occurred_at": m.occurred_at,
+                "embedding": m.embedding,
+                "is_active": True,
+            }
+        for mv in plan.moves:
+            for (t, g, seq), row in self.messages.items():
+                if t == tid and g == gen and seq >= mv.from_seq and row["episode_id"] == mv.from_episode:
+                    row["episode_id"] = mv.to_episode
+        for c in plan.closed:
+            self.episodes[(gen, c.episode_id)].update(status="closed", end_seq=c.end_seq, closed_by=c.closed_by)
+        for platform_id, text in plan.edits:
+            for (t, g, _), row in self.messages.items():
+                if t == tid and g == gen and row["platform_message_id"] == platform_id:
+                    row["text"] = text
+        for event_id, position, user_id in plan.attachments:
+            self.references.setdefault((event_id, position), (tid, user_id))
+        for ack in plan.commands:
+            self.commands.setdefault(
+                (ack.event_id, gen),
+                {"thread_id": tid, "command": ack.command, "status": ack.status, "detail": ack.detail},
+            )
+
+    def next_generation(self, thread_id: str) -> int:
+        gens = [self.add_thread(thread_id).generation]
+        gens += [g for (g, _), e in self.episodes.items() if e["thread_id"] == thread_id]
+        gens += [g for (t, g, _) in self.messages if t == thread_id]
+        return max(gens) + 1
+
+    def switch_generation(self, lease: ThreadLease, ctx: ThreadContext) -> bool:
+        if not self._lease_held(lease):
+            return False
+        self.contexts[ctx.thread_id] = ctx
+        if self.log is not None:
+            self.log.cursors[ctx.thread_id] = lease.cursor_pos
+        return True
+
+    def missing_finals(self) -> list[tuple[str, int, Job]]:
+        out = []
+        for (gen, eid), e in sorted(self.episodes.items()):
+            ctx = self.contexts.get(e["thread_id"])
+            if ctx is None or ctx.generation != gen or e["status"] != "closed":
+                continue
+            if (gen, f"{eid}:final") not in self.summaries:
+                out.append((e["thread_id"], gen, Job("final", eid, e["start_seq"], e["end_seq"])))
+        return out
+
+    # --- reading back (for assertions) ------------------------------------------------------
+    def thread_messages(self, thread_id: str, generation: int | None = None) -> list[dict]:
+        gen = self.contexts[thread_id].generation if generation is None else generation
+        return [row for (t, g, _), row in sorted(self.messages.items()) if t == thread_id and g == gen]
+
+    def thread_episodes(self, thread_id: str, generation: int | None = None) -> list[dict]:
+        gen = self.contexts[thread_id].generation if generation is None else generation
+        rows = [e for (g, _), e in self.episodes.items() if e["thread_id"] == thread_id and g == gen]
+        return sorted(rows, key=lambda e: e["ordinal"])
+
+    def thread_summaries(self, thread_id: str, generation: int | None = None) -> list[FakeSummary]:
+        gen = self.contexts[thread_id].generation if generation is None else generation
+        rows = [s for (g, _), s in self.summaries.items() if s.record.thread_id == thread_id and g == gen]
+        return sorted(rows, key=lambda s: s.record.summary_key)
+
+    # --- summary store --------------------------------------------------------------------
+    def has_summary(self, generation: int, summary_key: str) -> bool:
+        return (generation, summary_key) in self.summaries
+
+    def generation_active(self, thread_id: str, generation: int) -> bool:
+        ctx = self.contexts.get(thread_id)
+        # A replay writes its generation before switching to it: both are "current" for jobs.
+        return ctx is not None and generation >= ctx.generation
+
+    def episode_lines(
+        self, thread_id: str, generation: int, episode_id: str, from_seq: int, upto_seq: int
+    ) -> list[Line]:
+        return [
+            Line(seq=seq, role=row["role"], text=row["text"])
+            for (t, g, seq), row in sorted(self.messages.items())
+            if t == thread_id and g == generation and row["episode_id"] == episode_id and from_seq <= seq <= upto_seq
+        ]
+
+    def save_summary(self, record: SummaryRecord, *, archive_episode: bool) -> bool:
+        r = record
+        self._fail()
+        ctx = self.contexts.get(r.thread_id)
+        if ctx is None or r.generation < ctx.generation:
+            raise StaleGeneration(r.thread_id)
+        if (r.generation, r.summary_key) in self.summaries:
+            return False
+        self.summaries[(r.generation, r.summary_key)] = FakeSummary(next(self._ids), r)
+        same_episode = [
+            s
+            for (g, _), s in self.summaries.items()
+            if g == r.generation and s.record.episode_id == r.episode_id and s.record.kind in ("running", "chunk")
+        ]
+        if r.kind in ("running", "chunk"):
+            # Whatever order jobs finish in: only the newest running summary is active, and nothing
+            # of an episode whose final summary exists.
+            final_exists = (r.generation, f"{r.episode_id}:final") in self.summaries
+            newest = max((s.record.upto_seq for s in same_episode if s.record.kind == "running"), default=0)
+            for s in same_episode:
+                if s.is_active and (final_exists or (s.record.kind == "running" and s.record.upto_seq < newest)):
+                    s.is_active = False
+        for key in r.source_keys:
+            if (r.generation, key) in self.summaries:
+                self.summaries[(r.generation, key)].is_active = False
+        if archive_episode:
+            for s in same_episode:
+                s.is_active = False
+            for (t, g, _), row in self.messages.items():
+                if t == r.thread_id and g == r.generation and row["episode_id"] == r.episode_id:
+                    row["is_active"] = False
+            episode = self.episodes.get((r.generation, r.episode_id or ""))
+            if episode is not None:
+                episode["topic_label"] = r.content.get("topic_label")
+        return True
+
+    def embed_summaries(self, thread_id: str, embedder: Embedder, limit: int = 100) -> int:
+        rows = sorted(
+            (s for s in self.summaries.values() if s.record.thread_id == thread_id and s.embedding is None),
+            key=lambda s: s.id,
+        )[:limit]
+        if not rows:
+            return 0
+        for s, v in zip(rows, embedder.embed([s.record.text for s in rows]), strict=True):
+            s.embedding = v
+        return len(rows)
+
+    def level_items(self, thread_id: str, generation: int, level: int) -> list[LevelItem]:
+        out = []
+        for (g, key), s in self.summaries.items():
+            r = s.record
+            if r.thread_id != thread_id or g != generation:
+                continue
+            if level == 1 and r.kind == "final":
+                episode = self.episodes.get((g, r.episode_id or ""))
+                if episode is None:
+                    continue  # the real query joins the episode
+                index = episode["ordinal"] - 1
+            elif level > 1 and r.kind == "rollup" and r.level == level:
+                index = int(r.content["group"])
+            else:
+                continue
+            out.append(LevelItem(key, index, r.from_seq, r.upto_seq, r.text, s.is_active))
+        return out
+
+
+# --- facts ---------------------------------------------------------------------------------------
+
+
+class FakeFactStore:
+    """Facts with one active value per (user, category, key) and their history, and the ledger:
+    the FactStore / CommandFacts ports with PostgresFactStore's rules. Messages, generations and
+    command acks are read from `db`; command events from `events`."""
+
+    def __init__(self, db: FakeProjections, events: FakeEventStore | None = None) -> None:
+        self.db = db
+        self.events = events
+        self.ledger: dict[str, dict] = {}
+        self.facts: list[dict] = []
+        self._ids = itertools.count(1)
+
+    def ledger_get(self, op_key: str) -> dict | None:
+        return self.ledger.get(op_key)
+
+    def ledger_put(self, op_key: str, result: dict) -> None:
+        self.ledger.setdefault(op_key, dict(result))
+
+    def generation_active(self, thread_id: str, generation: int) -> bool:
+        return self.db.generation_active(thread_id, generation)
+
+    def episode_user_lines(self, thread_id: str, generation: int, episode_id: str) -> list[UserLine]:
+        return [
+            UserLine(row["seq"], row["event_id"], row["user_id"], row["text"])
+            for row in self.db.thread_messages(thread_id, generation)
+            if row["episode_id"] == episode_id and row["role"] == "user"
+        ]
+
+    def _active(self, user_id: str, category: str, key: str) -> dict | None:
+        return next(
+            (
+                f
+                for f in self.facts
+                if f["user_id"] == user_id and f["category"] == category and f["key"] == key and f["is_active"]
+            ),
+            None,
+        )
+
+    def apply_fact(
+        self,
+        *,
+        user_id: str,
+        thread_id: str,
+        generation: int,
+        episode_id: str | None,
+        fact: FactCandidate,
+        event_ids: list[str],
+        source: str,
+    ) -> FactWrite:
+        active = self._active(user_id, fact.category, fact.key)
+        same_value = active is not None and active["value"].lower() == fact.value.lower()
+        rebuilt = active is not None and active["thread_id"] == thread_id and active["generation"] < generation
+        if active is not None and rebuilt and same_value:
+            # Re-derived unchanged by a rebuild: the row (and its mem0 entry) moves to the new generation.
+            active.update(generation=generation, episode_id=episode_id, text=fact.text)
+            active["source_event_ids"] = list(event_ids)
+            return FactWrite("same", active["id"], [])
+        if rebuilt:
+            action = "replace"  # a rebuild of this thread supersedes its old generation
+        else:
+            action = resolve(fact.confidence, active["confidence"] if active else None, same_value).action
+        if action in ("same", "keep_old"):
+            return FactWrite(action, active["id"] if active else None, [])
+        new_id = next(self._ids)
+        replaced: list[tuple[int, str | None]] = []
+        if active is not None:
+            active.update(is_active=False, archived_reason="replaced", archived_by=str(new_id))
+            replaced.append((active["id"], active["mem0_id"]))
+        self.facts.append(
+            {
+                "id": new_id,
+                "user_id": user_id,
+                "thread_id": thread_id,
+                "generation": generation,
+                "episode_id": episode_id,
+                "category": fact.category,
+                "key": fact.key,
+                "value": fact.value,
+                "text": fact.text,
+                "confidence": fact.confidence,
+                "importance": fact.importance,
+                "source": source,
+                "source_event_ids": list(event_ids),
+                "mem0_id": None,
+                "is_active": True,
+                "archived_reason": None,
+                "archived_by": None,
+            }
+        )
+        return FactWrite("insert" if active is None else "replace", new_id, replaced)
+
+    def _by_id(self, fact_id: int) -> dict | None:
+        return next((f for f in self.facts if f["id"] == fact_id), None)
+
+    def set_mem0_id(self, fact_id: int, mem0_id: str) -> None:
+        if (f := self._by_id(fact_id)) is not None:
+            f["mem0_id"] = mem0_id
+
+    def mem0_id_of(self, fact_id: int) -> str | None:
+        f = self._by_id(fact_id)
+        return f["mem0_id"] if f else None
+
+    def forget(self, *, user_id: str, text: str, event_id: str) -> list[tuple[int, str | None]]:
+        t = text.strip().lower()
+        out = []
+        for f in self.facts:
+            value, key = f["value"].lower(), f["key"].lower()
+            if f["user_id"] == user_id and f["is_active"] and (value in t or t in value or (len(key) > 2 and key in t)):
+                f.update(is_active=False, archived_reason="forgotten", archived_by=event_id)
+                out.append((f["id"], f["mem0_id"]))
+        return out
+
+    def command_event(self, event_id: str) -> dict | None:
+        accepted = self.events.events.get(event_id) if self.events is not None else None
+        if accepted is None or accepted.event.type != "command":
+            return None
+        payload = accepted.event.model_dump(mode="json")
+        return {
+            "thread_id": accepted.event.thread_id,
+            "user_id": accepted.event.user_id,
+            "command": payload.get("command"),
+            "args": payload.get("args"),
+        }
+
+    def set_command_detail(self, event_id: str, generation: int, detail: str) -> None:
+        if (event_id, generation) in self.db.commands:
+            self.db.commands[(event_id, generation)]["detail"] = detail
+
+    def archive_rebuilt(self, thread_id: str, generation: int) -> list[tuple[int, str | None]]:
+        out = []
+        for f in self.facts:
+            if f["thread_id"] == thread_id and f["generation"] < generation and f["is_active"]:
+                f.update(is_active=False, archived_reason="rebuilt")
+                out.append((f["id"], f["mem0_id"]))
+        return out
+
+    def user_facts(self, user_id: str, *, include_history: bool = False) -> list[dict]:
+        rows = [f for f in self.facts if f["user_id"] == user_id and (include_history or f["is_active"])]
+        return sorted(rows, key=lambda f: (f["category"], f["key"], f["id"]))
+
+
+class FakeMem0:
+    """mem0 as the fact jobs and recall use it: the MemoryStore port (add / find by our fact id /
+    delete) and FactSearch (word-overlap search within one user). With `crash_after_add`, the next
+    add stores the memory and then raises, as a worker dying before it records the id would."""
+
+    def __init__(self) -> None:
+        self.memories: dict[str, dict[str, Any]] = {}
+        self.deleted: list[str] = []
+        self.adds = 0
+        self.crash_after_add = False
+        self._ids = itertools.count(1)
+
+    def add(self, text: str, *, user_id: str, run_id: str, metadata: dict[str, Any]) -> list[str]:
+        self.adds += 1
+        memory_id = f"mem-{next(self._ids)}"
+        self.memories[memory_id] = {
+            "id": memory_id,
+            "memory": text,
+            "user_id": user_id,
+            "run_id": run_id,
+            "metadata": dict(metadata),
+        }
+        if self.crash_after_add:
+            self.crash_after_add = False
+            raise TransientError("worker lost after the mem0 write")
+        return [memory_id]
+
+    def find(self, *, user_id: str, fact_id: int) -> list[str]:
+        return [
+            m["id"]
+            for m in self.memories.values()
+            if m["user_id"] == user_id and m["metadata"].get("chatmem_fact_id") == str(int(fact_id))
+        ]
+
+    def delete(self, memory_id: str) -> None:
+        if self.memories.pop(memory_id, None) is not None:
+            self.deleted.append(memory_id)
+
+    def search(self, query: str, *, user_id: str, limit: int = 5) -> list[dict]:
+        words = set(_WORDS.findall(query.lower()))
+        scored = []
+        for m in self.memories.values():
+            if m["user_id"] != user_id:
+                continue
+            overlap = len(words & set(_WORDS.findall(m["memory"].lower())))
+            if overlap:
+                scored.append({**m, "score": overlap / max(len(words), 1)})
+        scored.sort(key=lambda m: (-m["score"], m["id"]))
+        return scored[:limit]
+
+    def of_user(self, user_id: str) -> list[str]:
+        return sorted(m["memory"] for m in self.memories.values() if m["user_id"] == user_id)
+
+
+# --- wiring --------------------------------------------------------------------------------------
+
+
+class MemoryRig:
+    """The fakes wired as the container wires the real adapters: the event log, the doorbell's
+    processor, the summary and fact stores, mem0 and the jobs. `publish` commits events; `drain`
+    runs the doorbell for a thread; `run_jobs` runs the queued jobs (inline, as replay does)."""
+
+    def __init__(
+        self,
+        *,
+        policy: SummaryPolicy | None = None,
+        seg_cfg: SegmenterConfig | None = None,
+        fanin: int = 2,
+        keep: int = 1,
+    ) -> None:
+        self.stream_key = "chatmem:events"
+        self.events = FakeEventStore()
+        self.log = FakeThreadLog(self.events, self.stream_key)
+        self.doorbell = FakeDoorbell()
+        self.db = FakeProjections(self.log)
+        self.facts = FakeFactStore(self.db, self.events)
+        self.mem0 = FakeMem0()
+        self.embedder = FakeEmbedder()
+        self.llm = FakeLLM()
+        # No topic-shift splits unless asked: the fake vectors are not a topic model.
+        self.seg_cfg = seg_cfg or SegmenterConfig(shift_threshold=-1.0)
+        self.policy = policy or SummaryPolicy()
+        self.jobs = Jobs(self.db, self.embedder, self.facts, self.mem0, fanin, keep)
+        self.queued: list[tuple[str, int, Job]] = []
+        self.processor = ThreadProcessor(
+            self.db,
+            self.embedder,
+            self.seg_cfg,
+            self.policy,
+            lambda t, g, j: self.queued.append((t, g, j)),
+            lambda _conn, lease, events: self.log.advance_cursor(lease, events),
+            self.stream_key,
+        )
+
+    def publish(self, events: Sequence[Any]) -> list[str]:
+        return self.events.commit(events, self.stream_key)
+
+    def drain(self, thread_id: str, owner: str = "w1", batch_size: int = 100) -> int:
+        result = advance_thread(
+            self.log,
+            self.doorbell,
+            thread_id,
+            owner=owner,
+            lease_s=30,
+            batch_size=batch_size,
+            apply=self.processor.apply,
+        )
+        return result.applied
+
+    def run_jobs(self) -> int:
+        ran = 0
+        while self.queued:
+            thread_id, generation, job = self.queued.pop(0)
+            self.jobs.run_inline(self.llm, thread_id, generation, job)
+            ran += 1
+        return ran

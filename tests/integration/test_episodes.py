@@ -68,7 +68,7 @@ class Driver:
             else:
                 s = self.c.settings
                 outcomes.append(
-                    run_job(self.c.projections, self.llm, job, t, g, fanin=s.rollup_fanin, keep=s.rollup_keep)
+                    run_job(self.c.summary_store, self.llm, job, t, g, fanin=s.rollup_fanin, keep=s.rollup_keep)
                 )
         return outcomes
 

@@ -6,20 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chatmem.memory.attachments import (
-    Analysis,
-    Analyzer,
-    AttachmentJob,
-    BadFile,
-    Block,
-    DerivedText,
-    ImageInfo,
-    Sniffed,
-    about_attachment,
-    chunk_blocks,
-    declared_mismatch,
-    sniff,
-)
+from chatmem.memory.attachments.analysis import Analyzer
+from chatmem.memory.attachments.chunks import Block, DerivedText, chunk_blocks
+from chatmem.memory.attachments.errors import BadFile
+from chatmem.memory.attachments.filetypes import Sniffed, declared_mismatch, sniff
+from chatmem.memory.attachments.job import AttachmentJob
+from chatmem.memory.attachments.ports import Analysis, ImageInfo
+from chatmem.memory.attachments.queries import about_attachment
 from chatmem.memory.episodes import message_text
 from chatmem.memory.ports import TransientError
 from chatmem.memory.prompts import FileSummary, ImageDescription

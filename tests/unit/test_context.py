@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chatmem.memory.context import ContextTurn, ThreadSnapshot, build_context
-from chatmem.memory.recall import FactCandidate, NotReadable
+from chatmem.memory.recall import FoundFact, NotReadable
 from chatmem.memory.tokens import EstimateCounter
 from chatmem.schemas.read import Budgets, Citation, RecallHit, RecallResult, Scope
 from tests.fakes import FakeContextStore
@@ -47,7 +47,7 @@ def make_store(turns: list[str], summaries: list[str], facts: list[str], running
         ],
         recent,
     )
-    fact_rows = [FactCandidate(i, "t", "t#1", f, "preference", 0.0, cite(i)) for i, f in enumerate(facts)]
+    fact_rows = [FoundFact(i, "t", "t#1", f, "preference", 0.0, cite(i)) for i, f in enumerate(facts)]
     return FakeContextStore(members={"t": {"u1", "u0"}}, snapshots={"t": snap}, facts={"u1": fact_rows})
 
 

@@ -1,0 +1,284 @@
+"""Recall's candidate queries: full text over GIN (lexemes scored as BM25 by the domain),
+vectors over HNSW with iterative scan, over messages, summaries, attachment texts and facts,
+with what their citations need. Every query takes the thread list or user id the domain
+resolved from the caller; nothing from a request is spliced into SQL (the vector size is an
+int from settings)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+import psycopg
+
+from chatmem.adapters.read_pg import PostgresReader, ReadConnections
+from chatmem.memory.recall import ArtifactCandidate, FoundFact, SummaryCandidate, TermStats, TurnCandidate
+from chatmem.schemas.read import Citation
+
+C = TypeVar("C", TurnCandidate, SummaryCandidate, ArtifactCandidate)
+
+# A query's lexemes as an OR query. Lexemes come from to_tsvector, so quoting is all they need;
+# quote_literal would switch to E'' syntax for a backslash, which tsquery does not read.
+_OR_QUERY = """(SELECT coalesce(string_agg(quote_literal(l), ' | '), '')::tsquery
+                FROM unnest(%(lex)s::text[]) l WHERE position(E'\\\\' IN l) = 0)"""
+
+# How often each query lexeme occurs in a row's text vector (only computed for rows that match).
+_TERM_FREQUENCIES = """ARRAY(SELECT coalesce((SELECT coalesce(array_length(u.positions, 1), 1)
+                                    FROM unnest({t}.tsv) u WHERE u.lexeme = l), 0)
+                   FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS x(l, i) ORDER BY i)"""
+
+
+# Up to this many messages in scope, vector search is exact (thread index + sort); above, HNSW.
+EXACT_SCAN_MAX = 20_000
+
+# Citations of the facts in `hits` (id, rank): their first source event, its message, and the
+# platform ids of every source message. The facts are chosen first, then joined.
+_FACT_CITED = """
+    SELECT f.id, f.thread_id, f.episode_id, f.text, f.category, hits.rank,
+           m.seq, m.episode_id, m.platform_message_id, e.event_id, e.occurred_at,
+           ARRAY(SELECT m2.platform_message_id FROM messages m2 JOIN threads t2 USING (thread_id)
+                 WHERE m2.event_id = ANY(f.source_event_ids) AND m2.generation = t2.generation
+                 AND m2.platform_message_id IS NOT NULL ORDER BY m2.seq)
+    FROM hits JOIN facts f ON f.id = hits.id
+    LEFT JOIN events e ON e.event_id = f.source_event_ids[1]
+    LEFT JOIN threads t ON t.thread_id = e.thread_id
+    LEFT JOIN messages m ON m.event_id = e.event_id AND m.thread_id = e.thread_id AND m.generation = t.generation
+    ORDER BY hits.rank DESC, f.id
+"""
+
+
+class PostgresRecallReader(PostgresReader):
+    """The `RecallStore` of memory/recall.py."""
+
+    def __init__(self, connections: ReadConnections, vector_dim: int):
+        super().__init__(connections)
+        self.dim = int(vector_dim)
+
+    def lexemes(self, text: str) -> list[str]:
+        with self._conn() as conn:
+            row = conn.execute("SELECT tsvector_to_array(to_tsvector('english', %s))", (text,)).fetchone()
+        return list(row[0]) if row else []
+
+    # --- recall candidates ------------------------------------------------------------------
+    def turn_candidates(
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, episodes: Sequence[str]
+    ) -> tuple[list[TurnCandidate], TermStats]:
+        d = self.dim
+        params = {"threads": list(threads), "lex": list(lexemes), "q": qvec, "n": limit, "eps": list(episodes)}
+        sql = f"""
+        WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
+        q AS (SELECT {_OR_QUERY} AS tsq),
+        lex AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation), q
+                WHERE m.tsv @@ q.tsq ORDER BY ts_rank(m.tsv, q.tsq) DESC LIMIT %(n)s),
+        dense AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
+                  WHERE vector_dims(m.embedding) = {d}
+                  ORDER BY (m.embedding::vector({d}) <=> %(q)s::vector({d})){{exact}} LIMIT %(n)s),
+        episode_best AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
+                         WHERE m.episode_id = ANY(%(eps)s) AND vector_dims(m.embedding) = {d}
+                         ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
+        pool AS (SELECT * FROM lex UNION SELECT * FROM dense UNION SELECT * FROM episode_best),
+        -- BM25's collection figures over the whole scope: size, mean length, document frequencies.
+        stats AS (SELECT (SELECT count(*) FROM messages m JOIN scope USING (thread_id, generation)) AS docs,
+                         (SELECT avg(length(m.tsv))
+                          FROM messages m JOIN scope USING (thread_id, generation)) AS avg_len,
+                         ARRAY(SELECT coalesce(df.n, 0) FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS x(l, i)
+                               LEFT JOIN (SELECT u.lexeme, count(*) AS n
+                                          FROM messages m JOIN scope USING (thread_id, generation), q, unnest(m.tsv) u
+                                          WHERE m.tsv @@ q.tsq AND u.lexeme = ANY(%(lex)s) GROUP BY u.lexeme) df
+                               ON df.lexeme = x.l ORDER BY x.i) AS df)
+        SELECT m.thread_id, m.seq, m.episode_id, m.event_id, m.platform_message_id, m.user_id, m.role, m.text,
+               m.occurred_at, m.is_active,
+               CASE WHEN vector_dims(m.embedding) = {d}
+                    THEN 1 - (m.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
+               CASE WHEN m.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="m")} END,
+               length(m.tsv), stats.docs, stats.avg_len, stats.df
+        FROM pool JOIN scope s USING (thread_id)
+        JOIN messages m ON m.thread_id = pool.thread_id AND m.generation = s.generation AND m.seq = pool.seq,
+        q, stats"""
+        with self._conn() as conn, conn.transaction():
+            row = conn.execute(
+                "SELECT coalesce(sum(message_count), 0) FROM threads WHERE thread_id = ANY(%s)", (list(threads),)
+            ).fetchone()
+            size = row[0] if row else 0  # an aggregate: always one row
+            if size > EXACT_SCAN_MAX:
+                # Filtered vector queries keep scanning the HNSW graph until they have `limit` rows.
+                conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                conn.execute("SET LOCAL hnsw.ef_search = 100")
+            # A small scope is read through its thread index and sorted exactly ("+ 0" keeps the
+            # planner off the HNSW index, which would walk the whole graph to find a few rows).
+            sql = sql.replace("{exact}", "" if size > EXACT_SCAN_MAX else " + 0")
+            rows = conn.execute(sql, params).fetchall()
+        if not rows:
+            return [], TermStats(0, 0.0, (0,) * len(lexemes))
+        docs, avg_len, df = rows[0][13:16]
+        zero = (0,) * len(lexemes)
+        turns = [_candidate(TurnCandidate, r, 10, zero) for r in rows]
+        return turns, TermStats(int(docs or 0), float(avg_len or 0.0), tuple(int(x) for x in df))
+
+    def neighbours(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        if not keys:
+            return {}
+        with self._conn() as conn:
+            rows = conn.execute(
+                """SELECT m.thread_id, m.seq,
+                          CASE WHEN m.role = 'user' THEN m.user_id ELSE m.role END || ': ' || m.text
+                   FROM unnest(%s::text[], %s::int[]) k(thread_id, seq)
+                   JOIN threads t ON t.thread_id = k.thread_id
+                   JOIN messages m ON m.thread_id = k.thread_id AND m.generation = t.generation AND m.seq = k.seq""",
+                ([k[0] for k in keys], [k[1] for k in keys]),
+            ).fetchall()
+        return {(r[0], r[1]): r[2] for r in rows}
+
+    def summary_candidates(
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int
+    ) -> tuple[list[SummaryCandidate], TermStats]:
+        d = self.dim
+        params = {"threads": list(threads), "lex": list(lexemes), "q": qvec, "n": limit}
+        sql = f"""
+        WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
+        q AS (SELECT {_OR_QUERY} AS tsq),
+        lex AS (SELECT s.id FROM summaries s JOIN scope USING (thread_id, generation), q
+                WHERE s.tsv @@ q.tsq ORDER BY ts_rank(s.tsv, q.tsq) DESC LIMIT %(n)s),
+        dense AS (SELECT s.id FROM summaries s JOIN scope USING (thread_id, generation)
+                  WHERE vector_dims(s.embedding) = {d}
+                  ORDER BY (s.embedding::vector({d}) <=> %(q)s::vector({d})) + 0 LIMIT %(n)s),
+        pool AS (SELECT id FROM lex UNION SELECT id FROM dense)
+        SELECT s.id, s.thread_id, s.episode_id, s.kind, s.level, s.from_seq, s.upto_seq, s.text, s.is_active,
+               CASE WHEN vector_dims(s.embedding) = {d}
+                    THEN 1 - (s.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
+               CASE WHEN s.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="s")} END,
+               length(s.tsv)
+        FROM pool JOIN summaries s USING (id), q"""
+        with self._conn() as conn, conn.transaction():
+            # Summaries are about a tenth of the messages: read through the thread index, exactly.
+            rows = conn.execute(sql, params).fetchall()
+            # Summaries are few per thread: document frequencies straight from the rows.
+            stat_rows = conn.execute(
+                """WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s))
+                   SELECT tsvector_to_array(s.tsv) FROM summaries s JOIN scope USING (thread_id, generation)""",
+                params,
+            ).fetchall()
+        stats = _term_stats(list(lexemes), [r[0] for r in stat_rows])
+        zero = (0,) * len(lexemes)
+        summaries = [_candidate(SummaryCandidate, r, 9, zero) for r in rows]
+        return summaries, stats
+
+    def summary_sources(self, summary: SummaryCandidate) -> list[str]:
+        with self._conn() as conn:
+            rows = conn.execute(
+                """SELECT m.platform_message_id FROM messages m JOIN threads t USING (thread_id)
+                   WHERE m.thread_id = %s AND m.generation = t.generation AND m.seq BETWEEN %s AND %s
+                   AND m.platform_message_id IS NOT NULL ORDER BY m.seq""",
+                (summary.thread_id, summary.from_seq, summary.upto_seq),
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    # --- attachments ----------------------------------------------------------------------------
+    def artifact_candidates(
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int
+    ) -> tuple[list[ArtifactCandidate], TermStats]:
+        d = self.dim
+        params = {"threads": list(threads), "lex": list(lexemes), "q": qvec, "n": limit}
+        # Visible texts: what was derived from files linked in these threads, and their captions.
+        visible = """
+        refs AS (SELECT event_id, position, sha256, thread_id, created_at FROM attachments
+                 WHERE thread_id = ANY(%(threads)s) AND status = 'linked'),
+        visible AS (SELECT t.id FROM artifact_text t WHERE t.sha256 IN (SELECT sha256 FROM refs)
+                    UNION ALL
+                    SELECT t.id FROM artifact_text t
+                    JOIN refs r ON t.event_id = r.event_id AND t.position = r.position)"""
+        sql = f"""
+        WITH {visible},
+        q AS (SELECT {_OR_QUERY} AS tsq),
+        lex AS (SELECT t.id FROM artifact_text t JOIN visible USING (id), q
+                WHERE t.tsv @@ q.tsq ORDER BY ts_rank(t.tsv, q.tsq) DESC LIMIT %(n)s),
+        dense AS (SELECT t.id FROM artifact_text t JOIN visible USING (id)
+                  WHERE vector_dims(t.embedding) = {d}
+                  ORDER BY (t.embedding::vector({d}) <=> %(q)s::vector({d})) + 0 LIMIT %(n)s),
+        pool AS (SELECT id FROM lex UNION SELECT id FROM dense)
+        SELECT t.id, ref.sha256, ar.kind, t.kind, t.text, t.meta,
+               m.thread_id, m.episode_id, m.seq, m.event_id, ref.position, m.platform_message_id, m.user_id,
+               m.role, m.occurred_at, e.payload -> 'attachments' -> ref.position ->> 'filename',
+               CASE WHEN vector_dims(t.embedding) = {d}
+                    THEN 1 - (t.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
+               CASE WHEN t.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="t")} END,
+               length(t.tsv)
+        FROM pool JOIN artifact_text t USING (id) CROSS JOIN q
+        CROSS JOIN LATERAL (
+            SELECT r.event_id, r.position, r.sha256, r.thread_id FROM refs r
+            WHERE r.sha256 = t.sha256 OR (r.event_id = t.event_id AND r.position = t.position)
+            ORDER BY r.created_at DESC LIMIT 1) ref
+        JOIN threads th ON th.thread_id = ref.thread_id
+        JOIN messages m ON m.thread_id = ref.thread_id AND m.generation = th.generation AND m.event_id = ref.event_id
+        JOIN events e ON e.event_id = ref.event_id
+        LEFT JOIN artifacts ar ON ar.sha256 = ref.sha256"""
+        with self._conn() as conn, conn.transaction():
+            rows = conn.execute(sql, params).fetchall()
+            stat_rows = conn.execute(
+                f"WITH {visible} SELECT tsvector_to_array(t.tsv) FROM artifact_text t JOIN visible USING (id)", params
+            ).fetchall()
+        stats = _term_stats(list(lexemes), [r[0] for r in stat_rows])
+        zero = (0,) * len(lexemes)
+        items = [_candidate(ArtifactCandidate, r, 16, zero) for r in rows]
+        return items, stats
+
+    # --- facts ------------------------------------------------------------------------------
+    def fact_candidates(self, user_id: str, lexemes: Sequence[str], limit: int) -> list[FoundFact]:
+        hits = f"""q AS (SELECT {_OR_QUERY} AS tsq),
+            hits AS (SELECT f.id, ts_rank(f.tsv, q.tsq) AS rank FROM facts f, q
+                     WHERE f.user_id = %(user)s AND f.is_active AND f.tsv @@ q.tsq
+                     ORDER BY rank DESC, f.id LIMIT %(n)s)"""
+        with self._conn() as conn:
+            return cited_facts(conn, hits, {"lex": list(lexemes), "user": user_id, "n": limit})
+
+    def facts_by_id(self, user_id: str, fact_ids: Sequence[int]) -> list[FoundFact]:
+        if not fact_ids:
+            return []
+        hits = """hits AS (SELECT id, 0.0::real AS rank FROM facts
+                           WHERE user_id = %(user)s AND is_active AND id = ANY(%(ids)s))"""
+        with self._conn() as conn:
+            return cited_facts(conn, hits, {"user": user_id, "ids": list(fact_ids)})
+
+
+def cited_facts(conn: psycopg.Connection, hits_sql: str, params: Mapping[str, Any]) -> list[FoundFact]:
+    """The facts a `hits` CTE (id, rank) chose, best first, each with its citation."""
+    rows = conn.execute(f"WITH {hits_sql} {_FACT_CITED}", params).fetchall()
+    return [_fact(r) for r in rows]
+
+
+def _fact(r: tuple[Any, ...]) -> FoundFact:
+    fid, thread_id, episode_id, text, category, rank, seq, m_episode, platform_id, event_id, at, ids = r
+    return FoundFact(
+        fact_id=int(fid),
+        thread_id=thread_id,
+        episode_id=episode_id,
+        text=text,
+        category=category,
+        rank=float(rank),
+        citation=Citation(
+            source="fact",
+            thread_id=thread_id,
+            episode_id=m_episode or episode_id,
+            seq=seq,
+            platform_message_id=platform_id,
+            event_id=event_id,
+            occurred_at=at,
+            source_ids=list(ids or []),
+        ),
+    )
+
+
+def _candidate(make: Callable[..., C], r: tuple[Any, ...], fields: int, zero: tuple[int, ...]) -> C:
+    """A candidate from its row: `fields` columns as they are, then its vector similarity, term
+    frequencies (NULL when the row did not match the text query) and text length."""
+    sim, tf, length = r[fields : fields + 3]
+    return make(*r[:fields], sim=float(sim), tf=tuple(tf) if tf else zero, length=int(length))
+
+
+def _term_stats(lexemes: list[str], vectors: list[list[str]]) -> TermStats:
+    """Document frequencies straight from the rows' lexeme arrays (for small document sets)."""
+    docs = len(vectors)
+    sets = [set(v) for v in vectors]
+    df = tuple(sum(1 for s in sets if term in s) for term in lexemes)
+    return TermStats(docs, (sum(len(v) for v in vectors) / docs) if docs else 0.0, df)

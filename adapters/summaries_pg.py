@@ -1,0 +1,169 @@
+"""The summary store: summaries per generation (running, chunk, final, rollup) as the summary
+jobs read and write them (memory/summaries.py), their vectors, and the finals a lost job left
+undone (for the sweeper)."""
+
+from __future__ import annotations
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from chatmem.memory.episodes import Job
+from chatmem.memory.ports import Embedder
+from chatmem.memory.prompts import Line
+from chatmem.memory.summaries import LevelItem, StaleGeneration, SummaryRecord
+
+
+class PostgresSummaryStore:
+    """The `SummaryVectors` of memory/jobs.py and the `LostFinals` of memory/sweeper.py."""
+
+    def __init__(self, pool: ConnectionPool):
+        self.pool = pool
+
+    def has_summary(self, generation: int, summary_key: str) -> bool:
+        with self.pool.connection() as conn:
+            return (
+                conn.execute(
+                    "SELECT 1 FROM summaries WHERE generation = %s AND summary_key = %s", (generation, summary_key)
+                ).fetchone()
+                is not None
+            )
+
+    def generation_active(self, thread_id: str, generation: int) -> bool:
+        with self.pool.connection() as conn:
+            row = conn.execute("SELECT generation FROM threads WHERE thread_id = %s", (thread_id,)).fetchone()
+        # A replay writes its generation before switching to it: both are "current" for jobs.
+        return row is not None and generation >= row[0]
+
+    def episode_lines(
+        self, thread_id: str, generation: int, episode_id: str, from_seq: int, upto_seq: int
+    ) -> list[Line]:
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                """SELECT seq, role, text FROM messages WHERE thread_id = %s AND generation = %s
+                   AND episode_id = %s AND seq BETWEEN %s AND %s ORDER BY seq""",
+                (thread_id, generation, episode_id, from_seq, upto_seq),
+            ).fetchall()
+        return [Line(seq=s, role=r, text=t) for s, r, t in rows]
+
+    def save_summary(self, record: SummaryRecord, *, archive_episode: bool) -> bool:
+        r = record
+        with self.pool.connection() as conn, conn.transaction():
+            active = conn.execute(
+                "SELECT generation FROM threads WHERE thread_id = %s FOR SHARE", (r.thread_id,)
+            ).fetchone()
+            if active is None or r.generation < active[0]:
+                raise StaleGeneration(r.thread_id)
+            source_ids = []
+            if r.source_keys:
+                source_ids = [
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT id FROM summaries WHERE generation = %s AND summary_key = ANY(%s) ORDER BY id",
+                        (r.generation, list(r.source_keys)),
+                    )
+                ]
+            row = conn.execute(
+                """INSERT INTO summaries (summary_key, generation, thread_id, episode_id, kind, level, from_seq,
+                                          upto_seq, text, content, source_ids, model, prompt_version)
+                   VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                   ON CONFLICT (generation, summary_key) DO NOTHING RETURNING id""",
+                (
+                    r.summary_key,
+                    r.generation,
+                    r.thread_id,
+                    r.episode_id,
+                    r.kind,
+                    r.level,
+                    r.from_seq,
+                    r.upto_seq,
+                    r.text,
+                    Jsonb(r.content),
+                    source_ids,
+                    r.model,
+                    r.prompt_version,
+                ),
+            ).fetchone()
+            if row is None:
+                return False
+            if r.kind in ("running", "chunk"):
+                # Whatever order jobs finish in, the end state is the same: only the newest running
+                # summary is active, and nothing of an episode whose final summary exists.
+                conn.execute(
+                    """UPDATE summaries s SET is_active = false, archived_at = now()
+                       WHERE s.generation = %s AND s.episode_id = %s AND s.kind IN ('running', 'chunk') AND s.is_active
+                       AND (EXISTS (SELECT 1 FROM summaries f WHERE f.generation = s.generation
+                                    AND f.summary_key = s.episode_id || ':final')
+                            OR (s.kind = 'running' AND s.upto_seq < (
+                                SELECT max(upto_seq) FROM summaries m WHERE m.generation = s.generation
+                                AND m.episode_id = s.episode_id AND m.kind = 'running')))""",
+                    (r.generation, r.episode_id),
+                )
+            if source_ids:
+                conn.execute(
+                    "UPDATE summaries SET is_active = false, archived_at = now() WHERE id = ANY(%s)", (source_ids,)
+                )
+            if archive_episode:
+                conn.execute(
+                    """UPDATE summaries SET is_active = false, archived_at = now()
+                       WHERE generation = %s AND episode_id = %s AND kind IN ('running', 'chunk') AND is_active""",
+                    (r.generation, r.episode_id),
+                )
+                conn.execute(
+                    """UPDATE messages SET is_active = false WHERE thread_id = %s AND generation = %s
+                       AND episode_id = %s""",
+                    (r.thread_id, r.generation, r.episode_id),
+                )
+                conn.execute(
+                    "UPDATE episodes SET topic_label = %s WHERE episode_id = %s AND generation = %s",
+                    (r.content.get("topic_label"), r.episode_id, r.generation),
+                )
+            return True
+
+    def embed_summaries(self, thread_id: str, embedder: Embedder, limit: int = 100) -> int:
+        """Embed this thread's summaries that have no vector yet (the model call outside any
+        transaction; a summary embedded meanwhile by another worker keeps its vector)."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT id, text FROM summaries WHERE thread_id = %s AND embedding IS NULL ORDER BY id LIMIT %s",
+                (thread_id, limit),
+            ).fetchall()
+        if not rows:
+            return 0
+        vectors = embedder.embed([r[1] for r in rows])
+        with self.pool.connection() as conn, conn.cursor() as cur:
+            cur.executemany(
+                "UPDATE summaries SET embedding = %s WHERE id = %s AND embedding IS NULL",
+                [(v, r[0]) for r, v in zip(rows, vectors, strict=True)],
+            )
+        return len(rows)
+
+    def level_items(self, thread_id: str, generation: int, level: int) -> list[LevelItem]:
+        with self.pool.connection() as conn:
+            if level == 1:
+                rows = conn.execute(
+                    """SELECT s.summary_key, e.ordinal - 1, s.from_seq, s.upto_seq, s.text, s.is_active
+                       FROM summaries s JOIN episodes e ON e.episode_id = s.episode_id AND e.generation = s.generation
+                       WHERE s.thread_id = %s AND s.generation = %s AND s.kind = 'final'""",
+                    (thread_id, generation),
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    """SELECT summary_key, (content->>'group')::int, from_seq, upto_seq, text, is_active
+                       FROM summaries WHERE thread_id = %s AND generation = %s AND kind = 'rollup' AND level = %s""",
+                    (thread_id, generation, level),
+                ).fetchall()
+        return [LevelItem(*r) for r in rows]
+
+    def missing_finals(self, limit: int = 500) -> list[tuple[str, int, Job]]:
+        """Closed episodes of active generations with no final summary (a lost job)."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                """SELECT e.thread_id, e.generation, e.episode_id, e.start_seq, e.end_seq
+                   FROM episodes e JOIN threads t ON t.thread_id = e.thread_id AND t.generation = e.generation
+                   WHERE e.status = 'closed' AND NOT EXISTS (
+                       SELECT 1 FROM summaries s WHERE s.generation = e.generation
+                       AND s.summary_key = e.episode_id || ':final')
+                   LIMIT %s""",
+                (limit,),
+            ).fetchall()
+        return [(t, g, Job("final", e, s, end)) for t, g, e, s, end in rows]

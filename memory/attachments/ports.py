@@ -1,0 +1,132 @@
+"""The ports of attachment processing and the records that cross them: readers and models for
+the bytes (ImageReader, OcrEngine, VisionModel, DocumentReader), and where references, artifacts
+and bytes live or come from (AttachmentStore, BlobStore, Fetcher). Adapters raise BadFile for a
+permanent problem with the file and TransientError when a later try may succeed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from chatmem.memory.attachments.chunks import Block, DerivedText
+from chatmem.memory.attachments.filetypes import Sniffed
+from chatmem.memory.prompts import ImageDescription
+
+# --- records ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    format: str  # PNG, JPEG, ...
+    width: int
+    height: int
+    meta: dict = field(default_factory=dict)  # camera, taken_at, ... when the file says
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the bytes of an artifact yield: a short description and the texts to embed."""
+
+    description: str
+    texts: list[DerivedText]
+    meta: dict
+
+
+@dataclass(frozen=True)
+class Reference:
+    event_id: str
+    position: int
+    thread_id: str
+    user_id: str
+    status: str  # pending | linked | failed
+    attachment: dict  # as published: url, kind, mime_type, filename, caption
+    sha256: str | None = None
+    artifact_status: str | None = None  # pending | processing | done | failed, once linked
+    mime: str | None = None
+    kind: str | None = None
+    reason: str | None = None
+
+
+# --- reading the bytes -----------------------------------------------------------------------
+
+
+class ImageReader(Protocol):
+    def inspect(self, data: bytes) -> ImageInfo:
+        """Header and metadata, within the pixel limit; BadFile if the image cannot be decoded."""
+        ...
+
+
+class OcrEngine(Protocol):
+    def read(self, data: bytes) -> list[tuple[str, float]]:
+        """(text line, confidence) in reading order."""
+        ...
+
+
+class VisionModel(Protocol):
+    model: str
+
+    def describe(self, data: bytes, mime: str, ocr_text: str) -> ImageDescription: ...
+
+
+class DocumentReader(Protocol):
+    def read(self, data: bytes, mime: str) -> tuple[list[Block], dict]:
+        """Structure blocks and metadata (pages, title); BadFile if unreadable."""
+        ...
+
+    def page_images(self, data: bytes, limit: int) -> list[tuple[int, bytes]]:
+        """(page number, image bytes) of a PDF's embedded images: a scan's pages."""
+        ...
+
+
+Analyze = Callable[[bytes, Sniffed, "str | None"], Analysis]
+"""Content only, from the bytes, their sniffed type and the file name (an Analyzer is one)."""
+
+
+# --- where things live -----------------------------------------------------------------------
+
+
+class AttachmentStore(Protocol):
+    def reference(self, event_id: str, position: int) -> Reference | None: ...
+
+    def fail_reference(self, event_id: str, position: int, reason: str) -> None:
+        """Mark the reference failed and refresh its message's surrogate."""
+        ...
+
+    def link(self, ref: Reference, sha256: str, sniffed: Sniffed, size: int) -> str:
+        """Create the artifact if new and point the reference at it; return the artifact's
+        status. When that status is final, the message's surrogate is refreshed here."""
+        ...
+
+    def save_caption(self, ref: Reference, text: str, vector: np.ndarray) -> None: ...
+
+    def claim(self, sha256: str, claim_s: int) -> bool:
+        """Take the artifact for processing (pending, or a claim that has expired)."""
+        ...
+
+    def release(self, sha256: str) -> None:
+        """Give a claim back after a transient failure."""
+        ...
+
+    def finish(self, sha256: str, analysis: Analysis, vectors: np.ndarray) -> None:
+        """Save the texts, mark done, refresh the surrogates of every message that sent it."""
+        ...
+
+    def fail_artifact(self, sha256: str, reason: str) -> None: ...
+
+
+class BlobStore(Protocol):
+    def put(self, data: bytes) -> str:
+        """Store once; return the sha256 (hex)."""
+        ...
+
+    def get(self, sha256: str) -> bytes: ...
+
+
+class Fetcher(Protocol):
+    def fetch(self, url: str) -> bytes:
+        """The bytes behind a file://, https:// or data: URL. BadFile when they cannot be had
+        (refused, missing, too large); TransientError when a later try may succeed."""
+        ...
