@@ -14,7 +14,7 @@ from rich.table import Table
 
 from chatmem.api import cli_read
 from chatmem.api.cli_attachments import attachments_app
-from chatmem.api.common import _container, _settings, console
+from chatmem.api.common import cli_container, cli_settings, console
 
 app = typer.Typer(help="chatmem: conversation memory for chat bots.", no_args_is_help=True, add_completion=False)
 services_app = typer.Typer(help="Embedded Postgres and Redis (used when no URL is configured).", no_args_is_help=True)
@@ -30,7 +30,7 @@ def services_up() -> None:
     """Start the embedded Postgres and Redis (the configured external ones are only checked)."""
     from chatmem.adapters import services
 
-    urls = services.resolve(_settings(), start=True)
+    urls = services.resolve(cli_settings(), start=True)
     console.print(f"postgres: {urls.database_url}\nredis:    {urls.redis_url}")
 
 
@@ -39,7 +39,7 @@ def services_down() -> None:
     """Stop the embedded Postgres and Redis."""
     from chatmem.adapters import services
 
-    pg, rd = services.embedded(_settings())
+    pg, rd = services.embedded(cli_settings())
     for name, svc in (("postgres", pg), ("redis", rd)):
         if svc is not None:
             console.print(f"{name}: {'stopped' if svc.stop() else 'was not running'}")
@@ -50,7 +50,7 @@ def services_status() -> None:
     """Show where Postgres and Redis are and whether they answer."""
     from chatmem.adapters import services
 
-    for st in services.status(_settings()):
+    for st in services.status(cli_settings()):
         mark = "[green]up[/green]" if st.running else "[red]down[/red]"
         console.print(f"{st.name:9} {mark}  {st.url or '-'}  ({st.detail})")
 
@@ -60,7 +60,7 @@ def services_dump(file: Path = typer.Argument(..., dir_okay=False, help="output 
     """Dump the whole database to FILE: a backup, or a move to another server or Postgres version."""
     from chatmem.adapters import services
 
-    urls = services.resolve(_settings(), start=True)
+    urls = services.resolve(cli_settings(), start=True)
     services.dump(urls.database_url, file)
     console.print(f"dumped to {file} ({file.stat().st_size:,} bytes)")
 
@@ -73,7 +73,7 @@ def services_restore(
     from chatmem.adapters import migrate as m
     from chatmem.adapters import services
 
-    settings = _settings()
+    settings = cli_settings()
     urls = services.resolve(settings, start=True)
     services.restore(urls.database_url, file)
     applied = m.migrate(urls.database_url, settings.vector_dim)
@@ -86,8 +86,8 @@ def migrate() -> None:
     from chatmem.adapters import migrate as m
     from chatmem.adapters import services
 
-    urls = services.resolve(_settings(), start=True)
-    applied = m.migrate(urls.database_url, _settings().vector_dim)
+    urls = services.resolve(cli_settings(), start=True)
+    applied = m.migrate(urls.database_url, cli_settings().vector_dim)
     console.print(f"applied: {', '.join(applied)}" if applied else "database is up to date")
 
 
@@ -112,7 +112,7 @@ def ingest(consumer: str = typer.Option(None, help="consumer name (default: inge
     """Run one ingest consumer: events stream -> Postgres event log (+ dead letters, doorbells)."""
     from chatmem.workers.ingest import IngestRunner
 
-    c = _container(_settings())
+    c = cli_container(cli_settings())
     IngestRunner(c, consumer).run(_stop_on_signals())
 
 
@@ -124,13 +124,13 @@ def worker(
     """Run a Celery worker for the given queues."""
     from chatmem.schemas.queues import Queue, parse_queues, prefetch_for
 
-    settings = _settings()
+    settings = cli_settings()
     try:
         qs = parse_queues(queues)
     except ValueError as error:
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
-    c = _container(settings)
+    c = cli_container(settings)
     c.celery.conf.chatmem_preload_model = bool(
         {Queue.SEGMENT, Queue.SUMMARIZE, Queue.FACTS, Queue.ATTACHMENTS} & set(qs)
     )
@@ -161,7 +161,7 @@ def worker(
 @app.command()
 def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps")) -> None:
     """Re-ring lagging threads; re-queue lost final summaries and attachments (memory/sweeper.py)."""
-    c = _container(_settings())
+    c = cli_container(cli_settings())
     stop = _stop_on_signals()
     log = logging.getLogger("chatmem.sweeper")
     while not stop.is_set():
@@ -193,7 +193,7 @@ def up() -> None:
     from chatmem.adapters import services
     from chatmem.workers.supervisor import UP_PROCESSES, Supervisor
 
-    settings = _settings()
+    settings = cli_settings()
     with services.running(settings) as urls:
         m.migrate(urls.database_url, settings.vector_dim)
         console.print(
@@ -211,7 +211,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> 
     """Counts, queue depths, stream state and the largest per-thread lag."""
     from chatmem.status import report
 
-    rep = report(_container(_settings(), start=False, require_migrated=False))
+    rep = report(cli_container(cli_settings(), start=False, require_migrated=False))
     if as_json:
         print(rep.model_dump_json(indent=2))
         return
@@ -245,7 +245,7 @@ def demo(timeout: float = typer.Option(120.0, help="seconds to wait for processi
     """Bring the stack up, publish a sample conversation, wait until processed, show memory, stop."""
     from chatmem.api.demo import run_demo
 
-    raise typer.Exit(run_demo(_settings(), console, timeout))
+    raise typer.Exit(run_demo(cli_settings(), console, timeout))
 
 
 @app.command()
@@ -261,7 +261,7 @@ def replay(
     if bool(thread) == all_threads:
         console.print("[red]give --thread T (one or more) or --all[/red]")
         raise typer.Exit(2)
-    c = _container(_settings())
+    c = cli_container(cli_settings())
     try:
         ids = [validate_identifier(t) for t in thread] if thread else c.thread_log.all_threads()
     except InvalidEvent as error:
@@ -279,7 +279,7 @@ def replay(
 @app.command()
 def gc() -> None:
     """Delete the rows of generations that a replay replaced."""
-    removed = _container(_settings()).projections.gc()
+    removed = cli_container(cli_settings()).projections.gc()
     console.print("removed " + ", ".join(f"{n} {t}" for t, n in removed.items()))
 
 
@@ -303,7 +303,7 @@ def bench_ingest(
     """Publish latency, fire-and-forget cost, ingest throughput, next to raw XADD and COPY."""
     from chatmem.bench.ingest import run
 
-    run(_settings(), console, n_events=events, n_threads=threads)
+    run(cli_settings(), console, n_events=events, n_threads=threads)
 
 
 @bench_app.command("topicseg")
@@ -316,7 +316,7 @@ def bench_topicseg(
     from chatmem.bench.topicseg import run
     from chatmem.memory.segmentation import SegmenterConfig
 
-    _settings()
+    cli_settings()
     s = run(data, out, MiniLMEmbedder(), SegmenterConfig())
     console.print(f"{data.name}: Pk {s.pk:.3f} · WD {s.wd:.3f} · F1 {s.f1:.3f} · Score {s.score:.3f}")
 
@@ -329,7 +329,7 @@ def bench_pipeline(
     """End-to-end messages/s next to the raw embedding rate; replay rate next to the live rate."""
     from chatmem.bench.pipeline import run
 
-    run(_settings(), console, n_messages=messages, n_threads=threads)
+    run(cli_settings(), console, n_messages=messages, n_threads=threads)
 
 
 @bench_app.command("attachments")
@@ -343,7 +343,7 @@ def bench_attachments(
     """OCR images/s, document pages/s, and message latency while attachments flood in."""
     from chatmem.bench.attachments import run
 
-    run(_settings(), console, images=images, pages=pages, flood=flood, messages=messages, rate=rate)
+    run(cli_settings(), console, images=images, pages=pages, flood=flood, messages=messages, rate=rate)
 
 
 @bench_app.command("facts")
@@ -354,7 +354,7 @@ def bench_facts(
     """Facts written per second; mem0 search latency next to a direct pgvector query."""
     from chatmem.bench.facts import run
 
-    run(_settings(), console, n_facts=facts, n_users=users)
+    run(cli_settings(), console, n_facts=facts, n_users=users)
 
 
 @bench_app.command("locomo")
@@ -366,7 +366,7 @@ def bench_locomo(
     """Evidence recall@5/10/25 through the whole pipeline, next to the reference retrievers."""
     from chatmem.bench.locomo import run
 
-    run(_settings(), console, data, out, set(sample) if sample else None)
+    run(cli_settings(), console, data, out, set(sample) if sample else None)
 
 
 @bench_app.command("context")
@@ -380,7 +380,15 @@ def bench_context(
     """build_context and recall latency p50/p95 next to mem0's own search, same Postgres, same run."""
     from chatmem.bench.context import run
 
-    run(_settings(), console, n_messages=messages, n_threads=threads, n_users=users, n_queries=queries, with_hnsw=hnsw)
+    run(
+        cli_settings(),
+        console,
+        n_messages=messages,
+        n_threads=threads,
+        n_users=users,
+        n_queries=queries,
+        with_hnsw=hnsw,
+    )
 
 
 @bench_app.command("tokens")
@@ -390,7 +398,7 @@ def bench_tokens(
     """The token estimate next to tiktoken (when its encodings are on this machine)."""
     from chatmem.bench.tokens import run
 
-    _settings()
+    cli_settings()
     run(console, data)
 
 

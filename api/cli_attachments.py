@@ -7,7 +7,7 @@ import json
 import typer
 from rich.table import Table
 
-from chatmem.api.common import _container, _settings, console
+from chatmem.api.common import cli_container, cli_settings, console
 
 attachments_app = typer.Typer(help="Attachments: status, failure reasons, retries.", no_args_is_help=True)
 
@@ -23,7 +23,7 @@ def attachments_list(
     if status not in (None, "pending", "done", "failed"):
         console.print(f"[red]unknown status {status!r}: pending, done or failed[/red]")
         raise typer.Exit(2)
-    rows = _container(_settings()).attachment_store.listing(status, thread, limit)
+    rows = cli_container(cli_settings()).attachment_store.listing(status, thread, limit)
     if as_json:
         print(json.dumps(rows, default=str, ensure_ascii=False))
         return
@@ -43,7 +43,7 @@ def attachments_retry(thread: str = typer.Option(None, help="only this thread"))
     """Queue the failed attachments again (after a URL is back or a limit was raised)."""
     from chatmem.adapters.celery_queue import enqueue_attachment
 
-    c = _container(_settings())
+    c = cli_container(cli_settings())
     refs = c.attachment_store.reset_failed(thread)
     for event_id, position in refs:
         enqueue_attachment(c.celery, event_id, position)

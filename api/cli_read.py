@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from chatmem.api.common import _container, _settings, console
+from chatmem.api.common import cli_container, cli_settings, console
 
 keys_app = typer.Typer(help="API keys for the HTTP API (each scoped to its users).", no_args_is_help=True)
 import_app = typer.Typer(help="Publish conversations from files as events.", no_args_is_help=True)
@@ -34,7 +34,7 @@ def context(
     """The token-budgeted context a bot would send with its next reply."""
     from chatmem.memory.recall import NotReadable
 
-    c = _container(_settings())
+    c = cli_container(cli_settings())
     try:
         bundle = c.build_context(
             _checked_id(thread, "thread_id"), _checked_id(user, "user_id"), query, max_tokens=max_tokens
@@ -71,7 +71,7 @@ def recall(
     except ValueError:
         console.print(f"[red]scope must be one of {', '.join(s.value for s in Scope)}[/red]")
         raise typer.Exit(2) from None
-    c = _container(_settings())
+    c = cli_container(cli_settings())
     try:
         result = c.recall(
             _checked_id(user, "user_id"),
@@ -98,7 +98,7 @@ def recall(
 
 def threads(user: str = typer.Option(..., "--user", help="the user whose threads to list")) -> None:
     """Threads a user wrote in, newest first."""
-    rows = _container(_settings()).browser.threads_of(_checked_id(user, "user_id"))
+    rows = cli_container(cli_settings()).browser.threads_of(_checked_id(user, "user_id"))
     table = Table(title=f"threads of {user}")
     for col in ("thread", "messages", "episodes", "last message", "generation"):
         table.add_column(col)
@@ -118,7 +118,7 @@ def episodes(
     user: str = typer.Option(..., "--user", help="the user reading"),
 ) -> None:
     """A thread's episodes with how they opened and closed."""
-    c = _container(_settings())
+    c = cli_container(cli_settings())
     thread = _checked_id(thread, "thread_id")
     if not c.browser.readable_threads(_checked_id(user, "user_id"), thread):
         console.print(f"[red]no thread {thread!r} for user {user!r}[/red]")
@@ -148,8 +148,8 @@ def api(
 
     from chatmem.api.http import create_app
 
-    settings = _settings()
-    c = _container(settings)
+    settings = cli_settings()
+    c = cli_container(settings)
     uvicorn.run(create_app(c), host=host or settings.api_host, port=port or settings.api_port, log_level="warning")
 
 
@@ -162,7 +162,7 @@ def keys_create(
     import psycopg
 
     try:
-        key = _container(_settings()).api_keys.create(name, user)
+        key = cli_container(cli_settings()).api_keys.create(name, user)
     except (ValueError, psycopg.errors.UniqueViolation) as error:
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
@@ -172,14 +172,14 @@ def keys_create(
 @keys_app.command("list")
 def keys_list() -> None:
     """Key names, their users and whether they are revoked."""
-    for name, users, revoked in _container(_settings()).api_keys.list():
+    for name, users, revoked in cli_container(cli_settings()).api_keys.list():
         console.print(f"{name}: {', '.join(users)}{' (revoked)' if revoked else ''}")
 
 
 @keys_app.command("revoke")
 def keys_revoke(name: str = typer.Argument(...)) -> None:
     """Revoke a key by name."""
-    if not _container(_settings()).api_keys.revoke(name):
+    if not cli_container(cli_settings()).api_keys.revoke(name):
         console.print(f"[red]no active key named {name!r}[/red]")
         raise typer.Exit(1)
     console.print(f"revoked {name}")
@@ -194,7 +194,7 @@ def import_locomo(
     from chatmem.producers.importers import publish_locomo
     from chatmem.producers.publisher import Publisher
 
-    settings = _settings()
+    settings = cli_settings()
     with Publisher.from_settings(settings) as pub:
         result = publish_locomo(pub, file, set(sample) if sample else None)
     console.print(f"published {result.accepted} events")
@@ -206,7 +206,7 @@ def import_jsonl(file: Path = typer.Argument(..., exists=True, dir_okay=False, h
     from chatmem.producers.importers import publish_jsonl
     from chatmem.producers.publisher import Publisher
 
-    settings = _settings()
+    settings = cli_settings()
     with Publisher.from_settings(settings) as pub:
         result = publish_jsonl(pub, file, settings)
     for line_no, reason in result.rejected:

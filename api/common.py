@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
 from chatmem.schemas.settings import Settings, load_settings
 
+if TYPE_CHECKING:
+    from chatmem.bootstrap import Container
+
 console = Console()
 
 
-def _settings() -> Settings:
+def cli_settings() -> Settings:
     try:
         settings = load_settings()
     except Exception as error:  # a typo in the environment must stop us with its name
@@ -30,7 +34,7 @@ def _settings() -> Settings:
     return settings
 
 
-def _container(settings: Settings, *, start: bool = True, require_migrated: bool = True):
+def cli_container(settings: Settings, *, start: bool = True, require_migrated: bool = True) -> Container:
     from chatmem.adapters import migrate
     from chatmem.adapters.services import ServiceUnavailable
     from chatmem.bootstrap import Container

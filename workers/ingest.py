@@ -65,10 +65,14 @@ class _Writer:
 class IngestWiring(Protocol):
     """What an ingest consumer uses; the composition root's Container provides it."""
 
-    settings: Settings
-    stream: EventStream
-    store: EventStore
-    doorbell: Doorbell
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def stream(self) -> EventStream: ...
+    @property
+    def store(self) -> EventStore: ...
+    @property
+    def doorbell(self) -> Doorbell: ...
 
 
 class IngestRunner:

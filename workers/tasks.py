@@ -30,13 +30,20 @@ RETRY = {"autoretry_for": TRANSIENT_ERRORS, "retry_backoff": 2, "retry_backoff_m
 class Wiring(Protocol):
     """What the tasks use; the composition root's Container provides it."""
 
-    settings: Settings
-    thread_log: ThreadLog
-    doorbell: Doorbell
-    processor: ThreadProcessor
-    jobs: Jobs
-    sweeper: Sweeper
-    celery: Any  # the Celery app, for what a task queues next
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def thread_log(self) -> ThreadLog: ...
+    @property
+    def doorbell(self) -> Doorbell: ...
+    @property
+    def processor(self) -> ThreadProcessor: ...
+    @property
+    def jobs(self) -> Jobs: ...
+    @property
+    def sweeper(self) -> Sweeper: ...
+    @property
+    def celery(self) -> Any: ...  # the Celery app, for what a task queues next
 
     def llm(self, queue: str, *, refresh: bool = False, offline: bool = False) -> LLM: ...
 
