@@ -16,7 +16,6 @@ from chatmem.adapters import services
 from chatmem.adapters.celery_queue import (
     create_celery,
     enqueue_attachment,
-    enqueue_episode_facts,
     enqueue_summary,
     queue_depths,
     ring_thread,
@@ -360,9 +359,6 @@ class Container:
 
         s = self.settings
         return Jobs(self.summary_store, self.embedder, self.fact_store, self.mem0, s.rollup_fanin, s.rollup_keep)
-
-    def queue_episode_facts(self, thread_id: str, generation: int, episode_id: str) -> None:
-        enqueue_episode_facts(self.celery, thread_id, generation, episode_id)
 
     @cached_property
     def sweeper(self) -> Sweeper:
