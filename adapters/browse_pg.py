@@ -37,6 +37,30 @@ class PostgresBrowser(PostgresReader):
                 (thread_id,),
             ).fetchall()
 
+    def recent_episodes(self, user_id: str, limit: int) -> list[dict[str, Any]]:
+        """The latest episodes of every thread the user is in, newest first."""
+        with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(
+                """SELECT e.thread_id, e.episode_id, e.topic_label AS title, e.status, e.started_at, e.ended_at
+                   FROM thread_members tm
+                   JOIN threads t ON t.thread_id = tm.thread_id
+                   JOIN episodes e ON e.thread_id = t.thread_id AND e.generation = t.generation
+                   WHERE tm.user_id = %s
+                   ORDER BY e.started_at DESC NULLS LAST, e.ordinal DESC LIMIT %s""",
+                (user_id, limit),
+            ).fetchall()
+
+    def active_summaries(self, thread_id: str) -> list[dict[str, Any]]:
+        """Active summaries of the thread's current generation, highest level first."""
+        with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(
+                """SELECT s.kind, s.level, s.episode_id, s.from_seq, s.upto_seq, s.text FROM summaries s
+                   JOIN threads t ON t.thread_id = s.thread_id AND t.generation = s.generation
+                   WHERE s.thread_id = %s AND s.is_active
+                   ORDER BY s.level DESC, s.upto_seq DESC, s.kind""",
+                (thread_id,),
+            ).fetchall()
+
     def episode(self, episode_id: str) -> dict[str, Any] | None:
         with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
             ep = cur.execute(

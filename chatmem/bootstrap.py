@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.memory.segmentation import SegmenterConfig
     from chatmem.memory.sweeper import Sweeper
     from chatmem.memory.tokens import TokenCounter
-    from chatmem.schemas.read import ContextBundle
+    from chatmem.schemas.read import ContextBundle, KnownAbout, SummaryView
 
 # The module Celery loads in a worker to register the tasks.
 TASK_MODULES = ("chatmem.workers.tasks",)
@@ -351,6 +351,26 @@ class Container:
             query=query,
             **kw,
         )
+
+    def what_do_you_know(self, user_id: str, *, facts: int = 50, episodes: int = 5) -> KnownAbout:
+        """The user's active facts and the titles of their latest episodes."""
+        from chatmem.schemas.read import EpisodeTitle, KnownAbout, KnownFact
+
+        rows = self.fact_store.user_facts(user_id)[:facts]
+        return KnownAbout(
+            user_id=user_id,
+            facts=[
+                KnownFact(category=r["category"], key=r["key"], value=r["value"], confidence=r["confidence"])
+                for r in rows
+            ],
+            episodes=[EpisodeTitle(**r) for r in self.browser.recent_episodes(user_id, episodes)],
+        )
+
+    def summaries(self, thread_id: str) -> list[SummaryView]:
+        """The thread's active summaries, highest level first."""
+        from chatmem.schemas.read import SummaryView
+
+        return [SummaryView(**r) for r in self.browser.active_summaries(thread_id)]
 
     # --- jobs -----------------------------------------------------------------------------------
     @cached_property

@@ -120,3 +120,39 @@ class ContextBundle(BaseModel):
     @property
     def citations(self) -> list[Citation]:
         return [i.citation for s in self.sections for i in s.items if i.citation is not None]
+
+
+class KnownFact(BaseModel):
+    category: str
+    key: str
+    value: str
+    confidence: float | None = None
+
+
+class EpisodeTitle(BaseModel):
+    thread_id: str
+    episode_id: str
+    title: str | None = Field(None, description="the episode's topic label, once summarized")
+    status: str
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+class KnownAbout(BaseModel):
+    """What memory holds about one user: active facts and the latest episodes of their threads
+    (a chat's /whatdoyouknow, the MCP tool)."""
+
+    user_id: str
+    facts: list[KnownFact]
+    episodes: list[EpisodeTitle]
+
+
+class SummaryView(BaseModel):
+    """An active summary as a reader sees it (a chat's /summary)."""
+
+    kind: Literal["running", "chunk", "final", "rollup"]
+    level: int
+    episode_id: str | None
+    from_seq: int
+    upto_seq: int
+    text: str
