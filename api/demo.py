@@ -11,7 +11,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from chatmem.adapters import migrate, services
-from chatmem.adapters.sql import scalar
 from chatmem.bootstrap import Container
 from chatmem.producers.importers import publish_jsonl
 from chatmem.producers.publisher import Publisher
@@ -26,49 +25,14 @@ SAMPLE = Path(__file__).resolve().parent.parent / "producers" / "samples" / "dem
 def _wait_processed(c: Container, event_ids: list[str], thread_ids: list[str], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with c.pool.connection() as conn:
-            stored = scalar(conn, "SELECT count(*) FROM events WHERE event_id = ANY(%s)", (event_ids,))
-            behind = scalar(
-                conn,
-                """SELECT count(*) FROM events e JOIN threads t USING (thread_id)
-                   WHERE e.thread_id = ANY(%s) AND e.stream_pos > t.cursor_pos""",
-                (thread_ids,),
-            )
-        if stored == len(event_ids) and behind == 0:
+        if c.progress.unprocessed(event_ids, thread_ids) == 0:
             return True
         time.sleep(0.25)
     return False
 
 
-def _summaries_settled(c: Container, thread_ids: list[str]) -> bool:
-    """Every closed episode has its final summary. An open episode gets a running summary only
-    every few messages, so it is not waited for (the photo opens one of a single message)."""
-    with c.pool.connection() as conn:
-        missing = scalar(
-            conn,
-            """SELECT count(*) FROM episodes e
-               JOIN threads t ON t.thread_id = e.thread_id AND t.generation = e.generation
-               WHERE e.thread_id = ANY(%s) AND e.status = 'closed' AND NOT EXISTS (
-                   SELECT 1 FROM summaries s WHERE s.generation = e.generation AND s.episode_id = e.episode_id
-                   AND s.kind = 'final')""",
-            (thread_ids,),
-        )
-    return missing == 0
-
-
 def _print_episodes(c: Container, console: Console, thread_ids: list[str]) -> None:
-    with c.pool.connection() as conn:
-        rows = conn.execute(
-            """SELECT e.thread_id, e.episode_id, e.start_seq, e.end_seq, e.status, e.opened_by,
-                      coalesce(e.topic_label, ''), s.kind, s.text, s.content
-               FROM episodes e JOIN threads t ON t.thread_id = e.thread_id AND t.generation = e.generation
-               LEFT JOIN LATERAL (
-                   SELECT kind, text, content FROM summaries s WHERE s.generation = e.generation
-                   AND s.episode_id = e.episode_id AND s.kind IN ('final', 'running')
-                   ORDER BY (s.kind = 'final') DESC, s.upto_seq DESC LIMIT 1) s ON true
-               WHERE e.thread_id = ANY(%s) ORDER BY e.thread_id, e.ordinal""",
-            (thread_ids,),
-        ).fetchall()
+    rows = c.progress.episodes(thread_ids)
     table = Table(title="episodes", show_lines=True)
     for col in ("episode", "messages", "opened by", "summary", "open loops"):
         table.add_column(col, overflow="fold")
@@ -116,35 +80,11 @@ def _image_event(settings: Settings) -> MessageEvent:
     )
 
 
-def _attachments_settled(c: Container, event_ids: list[str]) -> bool:
-    with c.pool.connection() as conn:
-        waiting = scalar(
-            conn,
-            """SELECT count(*) FROM attachments a LEFT JOIN artifacts ar ON ar.sha256 = a.sha256
-               WHERE a.event_id = ANY(%s) AND a.status <> 'failed'
-                 AND coalesce(ar.status, '') NOT IN ('done', 'failed')""",
-            (event_ids,),
-        )
-    return waiting == 0
-
-
 def _print_attachments(c: Container, console: Console, event_ids: list[str]) -> None:
-    with c.pool.connection() as conn:
-        rows = conn.execute(
-            """SELECT m.text, ar.status, coalesce(a.reason, ar.reason, ''),
-                      (SELECT string_agg(t.kind || ': ' || t.text, E'\n' ORDER BY t.kind, t.ord)
-                       FROM artifact_text t
-                       WHERE t.sha256 = a.sha256 OR (t.event_id = a.event_id AND t.position = a.position))
-               FROM attachments a LEFT JOIN artifacts ar ON ar.sha256 = a.sha256
-               JOIN messages m ON m.event_id = a.event_id
-               JOIN threads th ON th.thread_id = m.thread_id AND th.generation = m.generation
-               WHERE a.event_id = ANY(%s)""",
-            (event_ids,),
-        ).fetchall()
     table = Table(title="attachments (the message's history text gets a surrogate; derived texts are searchable)")
     for col in ("message text", "status", "derived texts"):
         table.add_column(col, overflow="fold")
-    for text, status, reason, texts in rows:
+    for text, status, reason, texts in c.progress.attachments(event_ids):
         table.add_row(escape(text), f"{status or 'failed'} {reason}".strip(), escape(texts or ""))
     console.print(table)
 
@@ -168,23 +108,6 @@ def _answer(c: Container, console: Console, thread_id: str, user_id: str, questi
     console.print(f"→ {len(bundle.messages)} chat messages ready for the model (system memory + recent turns)")
 
 
-def _facts_settled(c: Container, thread_ids: list[str]) -> bool:
-    """Every closed episode's facts job and every remember/forget command has run."""
-    with c.pool.connection() as conn:
-        waiting = scalar(
-            conn,
-            """SELECT (SELECT count(*) FROM episodes e JOIN threads t
-                         ON t.thread_id = e.thread_id AND t.generation = e.generation
-                       WHERE e.thread_id = ANY(%(t)s) AND e.status = 'closed' AND NOT EXISTS (
-                           SELECT 1 FROM fact_ledger l
-                           WHERE l.op_key = e.episode_id || ':g' || e.generation || ':facts'))
-                    + (SELECT count(*) FROM commands_applied WHERE thread_id = ANY(%(t)s)
-                       AND command IN ('remember', 'forget') AND detail LIKE '%%queued')""",
-            {"t": thread_ids},
-        )
-    return waiting == 0
-
-
 def _print_facts(c: Container, console: Console, user_ids: list[str]) -> None:
     table = Table(title="facts (active values; replaced and forgotten ones are kept as history)")
     for col in ("user", "category", "key", "value", "confidence", "from"):
@@ -203,19 +126,8 @@ def _print_facts(c: Container, console: Console, user_ids: list[str]) -> None:
 
 
 def _print_memory(c: Container, console: Console, thread_ids: list[str]) -> None:
-    with c.pool.connection() as conn:
-        rows = conn.execute(
-            """SELECT t.thread_id, t.applied_events, count(e.id), min(e.occurred_at), max(e.occurred_at)
-               FROM threads t JOIN events e USING (thread_id)
-               WHERE t.thread_id = ANY(%s) GROUP BY t.thread_id, t.applied_events ORDER BY t.thread_id""",
-            (thread_ids,),
-        ).fetchall()
-        recent = conn.execute(
-            """SELECT m.thread_id, m.episode_id, m.role, m.text FROM messages m
-               JOIN threads t ON t.thread_id = m.thread_id AND t.generation = m.generation
-               WHERE m.thread_id = ANY(%s) ORDER BY m.thread_id, m.seq""",
-            (thread_ids,),
-        ).fetchall()
+    rows = c.progress.threads(thread_ids)
+    recent = c.progress.messages(thread_ids)
     table = Table(title="threads in memory")
     for col in ("thread", "events logged", "events applied", "first", "last"):
         table.add_column(col)
@@ -250,10 +162,12 @@ def run_demo(settings: Settings, console: Console, timeout: float) -> int:
                 console.print(f"[red]not processed within {timeout:.0f}s[/red]; failed: {supervisor.failed()}")
                 return 1
             deadline = time.monotonic() + timeout
-            while not (
-                _summaries_settled(c, thread_ids)
-                and _facts_settled(c, thread_ids)
-                and _attachments_settled(c, [photo.event_id])
+            # An open episode gets a running summary only every few messages, so only closed
+            # episodes' finals are waited for (the photo opens one of a single message).
+            while (
+                c.progress.closed_without_final(thread_ids)
+                + c.progress.fact_work_waiting(thread_ids)
+                + c.progress.attachments_waiting([photo.event_id])
             ):
                 if time.monotonic() > deadline:
                     console.print("[yellow]summaries or facts still pending; showing what is there[/yellow]")

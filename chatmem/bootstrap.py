@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.adapters.images import PillowImageReader, RapidOcr
     from chatmem.adapters.llm import CachedLLM, OpenAIVision, RateLimiter
     from chatmem.adapters.mem0_store import Mem0Store
+    from chatmem.adapters.progress_pg import PostgresProgress
     from chatmem.adapters.projections import PostgresProjections
     from chatmem.adapters.read_pg import ReadConnections
     from chatmem.adapters.recall_pg import PostgresRecallReader
@@ -306,6 +307,13 @@ class Container:
         from chatmem.adapters.browse_pg import PostgresBrowser
 
         return PostgresBrowser(self.read_connections)
+
+    @cached_property
+    def progress(self) -> PostgresProgress:
+        """How far processing has come for given threads and events (the demo waits on it)."""
+        from chatmem.adapters.progress_pg import PostgresProgress
+
+        return PostgresProgress(self.pool)
 
     @cached_property
     def recall(self) -> Recall:

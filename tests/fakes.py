@@ -10,12 +10,21 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel
 
-from chatmem.memory.attachments import Analysis, BadFile, Reference, RefState, Sniffed
+from chatmem.memory.attachments import (
+    Analysis,
+    BadFile,
+    Block,
+    ImageInfo,
+    Reference,
+    RefState,
+    Sniffed,
+)
 from chatmem.memory.episodes import Job, Plan, SummaryPolicy, ThreadContext, message_text
 from chatmem.memory.fact_jobs import FactWrite, UserLine
 from chatmem.memory.facts import FactCandidate, resolve
@@ -23,10 +32,12 @@ from chatmem.memory.jobs import Jobs
 from chatmem.memory.offline_llm import OfflineLLM
 from chatmem.memory.pipeline import ThreadProcessor
 from chatmem.memory.ports import Embedder, LeaseLost, TransientError, UnknownThread
-from chatmem.memory.prompts import Line, Prompt
+from chatmem.memory.prompts import ImageDescription, Line, Prompt
+from chatmem.memory.recall import ArtifactCandidate, FoundFact, SummaryCandidate, TermStats, TurnCandidate
 from chatmem.memory.segmentation import SegmenterConfig, SegmenterState
 from chatmem.memory.sequencer import advance_thread
 from chatmem.memory.summaries import LevelItem, StaleGeneration, SummaryRecord
+from chatmem.schemas.read import Citation
 from chatmem.schemas.records import (
     AcceptedEvent,
     DeadLetter,
@@ -907,6 +918,253 @@ class FakeMem0:
 
 
 # --- wiring --------------------------------------------------------------------------------------
+
+
+# --- reading attachments -------------------------------------------------------------------------
+
+
+class FakeImageReader:
+    """The ImageReader port: every image is `info` (BadFile for bytes in `corrupt`)."""
+
+    def __init__(self, info: ImageInfo | None = None, corrupt: Iterable[bytes] = ()) -> None:
+        self.info = info or ImageInfo("PNG", 640, 160, {})
+        self.corrupt = set(corrupt)
+
+    def inspect(self, data: bytes) -> ImageInfo:
+        if data in self.corrupt:
+            raise BadFile("corrupt image: cannot be decoded")
+        return self.info
+
+
+class FakeOcr:
+    """The OcrEngine port: the same (line, confidence) list for any image."""
+
+    def __init__(self, lines: Sequence[tuple[str, float]] = ()) -> None:
+        self.lines = list(lines)
+        self.calls = 0
+
+    def read(self, data: bytes) -> list[tuple[str, float]]:
+        self.calls += 1
+        return list(self.lines)
+
+
+class FakeVision:
+    """The VisionModel port: describes an image from its OCR text; while `fail` is set, raises
+    it (a provider outage)."""
+
+    model = "fake-vision"
+
+    def __init__(self, short: str = "an image", fail: Exception | None = None) -> None:
+        self.short = short
+        self.fail = fail
+
+    def describe(self, data: bytes, mime: str, ocr_text: str) -> ImageDescription:
+        if self.fail is not None:
+            raise self.fail
+        return ImageDescription(short=self.short, detail=f"{self.short} reading {ocr_text}".strip())
+
+
+class FakeDocumentReader:
+    """The DocumentReader port: `blocks` for any document, `images` as a scan's page images."""
+
+    def __init__(self, blocks: Sequence[Block] | None = None, images: Sequence[tuple[int, bytes]] = ()) -> None:
+        self.blocks = (
+            [Block("Title", heading=True, level=1), Block("Body text here.", page=1)]
+            if blocks is None
+            else list(blocks)
+        )
+        self.images = list(images)
+
+    def read(self, data: bytes, mime: str) -> tuple[list[Block], dict]:
+        return list(self.blocks), {"pages": max((b.page or 1 for b in self.blocks), default=0)}
+
+    def page_images(self, data: bytes, limit: int) -> list[tuple[int, bytes]]:
+        return self.images[:limit]
+
+
+# --- recall --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Turn:
+    thread_id: str
+    seq: int
+    episode_id: str
+    event_id: str
+    platform_message_id: str | None
+    user_id: str
+    role: str
+    text: str
+    occurred_at: datetime
+    is_active: bool
+    vector: np.ndarray
+
+
+class FakeRecallStore:
+    """The RecallStore port over lists: lexemes are lowercase words, similarity is the cosine of
+    the embedder's vectors, candidates are the union of the lexical and the dense top `limit`
+    (as the SQL does). Threads are readable by the users who wrote in them."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.turns: list[_Turn] = []
+        self.summaries: list[tuple[SummaryCandidate, np.ndarray]] = []
+        self.facts: list[tuple[str, FoundFact]] = []  # (user_id, fact)
+        self.members: dict[str, set[str]] = {}  # thread_id -> users
+
+    def add_turn(
+        self,
+        thread_id: str,
+        user_id: str,
+        text: str,
+        *,
+        episode_id: str = "",
+        role: str = "user",
+        platform_message_id: str | None = None,
+        occurred_at: datetime | None = None,
+        is_active: bool = True,
+    ) -> None:
+        seq = 1 + sum(1 for t in self.turns if t.thread_id == thread_id)
+        vector = self.embedder.embed([text])[0]
+        at = occurred_at or datetime(2026, 1, 1, tzinfo=UTC)
+        episode = episode_id or f"{thread_id}#1"
+        event = f"{thread_id}:{seq}"
+        self.turns.append(
+            _Turn(thread_id, seq, episode, event, platform_message_id, user_id, role, text, at, is_active, vector)
+        )
+        if role == "user":
+            self.members.setdefault(thread_id, set()).add(user_id)
+
+    def add_summary(
+        self,
+        thread_id: str,
+        text: str,
+        from_seq: int,
+        upto_seq: int,
+        *,
+        episode_id: str | None = None,
+        kind: str = "final",
+        level: int = 1,
+    ) -> None:
+        summary = SummaryCandidate(
+            len(self.summaries) + 1,
+            thread_id,
+            episode_id or f"{thread_id}#1",
+            kind,
+            level,
+            from_seq,
+            upto_seq,
+            text,
+            True,
+            0.0,
+            (),
+            len(text.split()),
+        )
+        self.summaries.append((summary, self.embedder.embed([text])[0]))
+
+    def add_fact(self, user_id: str, thread_id: str, text: str, category: str = "preference") -> int:
+        fact_id = len(self.facts) + 1
+        citation = Citation(source="fact", thread_id=thread_id)
+        self.facts.append((user_id, FoundFact(fact_id, thread_id, None, text, category, 0.0, citation)))
+        return fact_id
+
+    def session(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def readable_threads(self, user_id: str, thread_id: str | None) -> list[str]:
+        mine = sorted(t for t, users in self.members.items() if user_id in users)
+        return [t for t in mine if thread_id in (None, t)]
+
+    def lexemes(self, text: str) -> list[str]:
+        return sorted(set(_WORDS.findall(text.lower())))
+
+    def _stats(self, texts: Sequence[str], lexemes: Sequence[str]) -> TermStats:
+        words = [set(_WORDS.findall(t.lower())) for t in texts]
+        lengths = [len(t.split()) for t in texts]
+        df = tuple(sum(1 for w in words if lex in w) for lex in lexemes)
+        return TermStats(len(texts), sum(lengths) / len(lengths) if lengths else 0.0, df)
+
+    def _tf(self, text: str, lexemes: Sequence[str]) -> tuple[int, ...]:
+        words = _WORDS.findall(text.lower())
+        return tuple(words.count(lex) for lex in lexemes)
+
+    def _pool(
+        self,
+        items: Sequence[Any],
+        texts: Sequence[str],
+        vectors: Sequence[np.ndarray],
+        lexemes: Sequence[str],
+        qvec: np.ndarray,
+        limit: int,
+    ) -> list[tuple[int, float]]:
+        sims = [float(np.dot(v, qvec)) for v in vectors]
+        lexical = [i for i, t in enumerate(texts) if any(self._tf(t, lexemes))][:limit]
+        dense = sorted(range(len(items)), key=lambda i: -sims[i])[:limit]
+        return [(i, sims[i]) for i in sorted(set(lexical) | set(dense))]
+
+    def turn_candidates(
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, episodes: Sequence[str]
+    ) -> tuple[list[TurnCandidate], TermStats]:
+        turns = [t for t in self.turns if t.thread_id in threads]
+        texts = [t.text for t in turns]
+        pool = self._pool(turns, texts, [t.vector for t in turns], lexemes, qvec, limit)
+        found = [
+            TurnCandidate(
+                t.thread_id,
+                t.seq,
+                t.episode_id,
+                t.event_id,
+                t.platform_message_id,
+                t.user_id,
+                t.role,
+                t.text,
+                t.occurred_at,
+                t.is_active,
+                sim,
+                self._tf(t.text, lexemes),
+                len(t.text.split()),
+            )
+            for t, sim in ((turns[i], sim) for i, sim in pool)
+        ]
+        return found, self._stats(texts, lexemes)
+
+    def neighbours(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        by_key = {(t.thread_id, t.seq): t for t in self.turns}
+        return {
+            k: f"{t.user_id if t.role == 'user' else t.role}: {t.text}"
+            for k in keys
+            if (t := by_key.get(k)) is not None
+        }
+
+    def summary_candidates(
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int
+    ) -> tuple[list[SummaryCandidate], TermStats]:
+        mine = [(s, v) for s, v in self.summaries if s.thread_id in threads]
+        texts = [s.text for s, _ in mine]
+        pool = self._pool(mine, texts, [v for _, v in mine], lexemes, qvec, limit)
+        found = [replace(mine[i][0], sim=sim, tf=self._tf(mine[i][0].text, lexemes)) for i, sim in pool]
+        return found, self._stats(texts, lexemes)
+
+    def summary_sources(self, summary: SummaryCandidate) -> list[str]:
+        return [
+            t.platform_message_id
+            for t in self.turns
+            if t.thread_id == summary.thread_id
+            and summary.from_seq <= t.seq <= summary.upto_seq
+            and t.platform_message_id is not None
+        ]
+
+    def fact_candidates(self, user_id: str, lexemes: Sequence[str], limit: int) -> list[FoundFact]:
+        scored = [(sum(self._tf(f.text, lexemes)), f) for u, f in self.facts if u == user_id]
+        return [replace(f, rank=float(n)) for n, f in sorted(scored, key=lambda x: -x[0]) if n > 0][:limit]
+
+    def artifact_candidates(
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int
+    ) -> tuple[list[ArtifactCandidate], TermStats]:
+        return [], TermStats(0, 0.0, tuple(0 for _ in lexemes))
+
+    def facts_by_id(self, user_id: str, fact_ids: Sequence[int]) -> list[FoundFact]:
+        return [f for u, f in self.facts if u == user_id and f.fact_id in fact_ids]
 
 
 class MemoryRig:

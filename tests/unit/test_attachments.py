@@ -15,8 +15,16 @@ from chatmem.memory.attachments.ports import Analysis, ImageInfo
 from chatmem.memory.attachments.queries import about_attachment
 from chatmem.memory.episodes import message_text
 from chatmem.memory.ports import TransientError
-from chatmem.memory.prompts import FileSummary, ImageDescription
-from tests.fakes import FakeAttachmentStore, FakeBlobStore, FakeFetcher
+from chatmem.memory.prompts import FileSummary
+from tests.fakes import (
+    FakeAttachmentStore,
+    FakeBlobStore,
+    FakeDocumentReader,
+    FakeFetcher,
+    FakeImageReader,
+    FakeOcr,
+    FakeVision,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 40
 
@@ -161,45 +169,6 @@ def test_a_failing_analysis_releases_its_claim_for_the_retry():
     assert store.message_text("e1").endswith("(not readable)")
 
 
-class Images:
-    def inspect(self, data):
-        return ImageInfo("PNG", 640, 160, {"camera_model": "X100"})
-
-
-class Ocr:
-    def __init__(self, lines):
-        self.lines = lines
-
-    def read(self, data):
-        return self.lines
-
-
-class Vision:
-    model = "vision-test"
-
-    def __init__(self, fail=False):
-        self.fail = fail
-
-    def describe(self, data, mime, ocr_text):
-        if self.fail:
-            raise TransientError("down")
-        return ImageDescription(short="a receipt", detail=f"a paper receipt reading {ocr_text}")
-
-
-class Docs:
-    def __init__(self, blocks=None, images=()):
-        self.blocks = (
-            [Block("Title", heading=True, level=1), Block("Body text here.", page=1)] if blocks is None else blocks
-        )
-        self.images = list(images)
-
-    def read(self, data, mime):
-        return self.blocks, {"pages": 1}
-
-    def page_images(self, data, limit):
-        return self.images[:limit]
-
-
 class Llm:
     model = "fake"
 
@@ -209,7 +178,8 @@ class Llm:
 
 
 def analyzer(ocr_lines=(), vision=None, docs=None):
-    return Analyzer(Images(), Ocr(list(ocr_lines)), docs or Docs(), Llm(), words, 100, vision)
+    images = FakeImageReader(ImageInfo("PNG", 640, 160, {"camera_model": "X100"}))
+    return Analyzer(images, FakeOcr(ocr_lines), docs or FakeDocumentReader(), Llm(), words, 100, vision)
 
 
 def test_images_are_described_by_the_vision_model_when_there_is_one_else_by_ocr_and_metadata():
@@ -219,11 +189,11 @@ def test_images_are_described_by_the_vision_model_when_there_is_one_else_by_ocr_
     assert [t.kind for t in offline.texts] == ["ocr"]  # low-confidence OCR lines are dropped
     bare = analyzer()(PNG, image, None)
     assert [(t.kind, t.text) for t in bare.texts] == [("vision_short", "PNG image, 640×160")]
-    seen = analyzer([("TOTAL 12.50", 0.98)], Vision())(PNG, image, None)
-    assert seen.description == "a receipt" and seen.meta["vision_model"] == "vision-test"
+    seen = analyzer([("TOTAL 12.50", 0.98)], FakeVision("a receipt"))(PNG, image, None)
+    assert seen.description == "a receipt" and seen.meta["vision_model"] == "fake-vision"
     assert [t.kind for t in seen.texts] == ["ocr", "vision_short", "vision_detail"]
     with pytest.raises(TransientError):
-        analyzer([], Vision(fail=True))(PNG, image, None)
+        analyzer([], FakeVision(fail=TransientError("down")))(PNG, image, None)
 
 
 def test_documents_get_chunks_and_a_summary():
@@ -237,11 +207,12 @@ def test_documents_get_chunks_and_a_summary():
 
 def test_a_pdf_without_a_text_layer_is_read_by_ocr_of_its_page_images():
     pdf = Sniffed("application/pdf", "document")
-    scan = Docs(blocks=[], images=[(1, PNG), (2, PNG)])
+    scan = FakeDocumentReader(blocks=[], images=[(1, PNG), (2, PNG)])
     result = analyzer([("Rent 950 EUR", 0.97)], docs=scan)(b"%PDF", pdf, "scan.pdf")
     assert result.meta["ocr_pages"] == 2
     assert result.texts[0].text == "Rent 950 EUR\nRent 950 EUR" and result.texts[0].meta["page"] == 1
     with pytest.raises(BadFile, match="no text"):
-        analyzer([], docs=Docs(blocks=[], images=[]))(b"%PDF", pdf, "blank.pdf")
+        analyzer([], docs=FakeDocumentReader(blocks=[], images=[]))(b"%PDF", pdf, "blank.pdf")
     with pytest.raises(BadFile, match="no text"):  # a text file with nothing in it has no pages to OCR
-        analyzer([("x", 0.9)], docs=Docs(blocks=[], images=[(1, PNG)]))(b"", Sniffed("text/plain", "document"), None)
+        one_page = FakeDocumentReader(blocks=[], images=[(1, PNG)])
+        analyzer([("x", 0.9)], docs=one_page)(b"", Sniffed("text/plain", "document"), None)

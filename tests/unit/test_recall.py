@@ -143,3 +143,32 @@ def test_tiktoken_counter_wraps_an_encoding():
             return text.split()
 
     assert TiktokenCounter(Enc()).count("a b c") == 3 and TiktokenCounter(Enc()).name == "tiktoken:fake"
+
+
+def recall_over_fakes():
+    from chatmem.memory.recall import Recall
+    from tests.fakes import FakeEmbedder, FakeRecallStore
+
+    store = FakeRecallStore(FakeEmbedder())
+    store.add_turn("t1", "alice", "I booked the flight to Lisbon for May", platform_message_id="m1")
+    store.add_turn("t1", "bot", "Great, enjoy Lisbon!", role="assistant", platform_message_id="m2")
+    store.add_turn("t1", "alice", "My cat is called Miso", platform_message_id="m3")
+    store.add_turn("t2", "bob", "Bob's secret flight to Lisbon plans", platform_message_id="b1")
+    store.add_summary("t1", "Alice planned a trip to Lisbon.", 1, 2)
+    store.add_fact("alice", "t1", "cat is called Miso", "identity")
+    return Recall(store, FakeEmbedder()), store
+
+
+def test_recall_over_the_fake_store_cites_the_platform_message_and_stays_in_the_users_threads():
+    from chatmem.memory.recall import NotReadable
+
+    recall, _ = recall_over_fakes()
+    result = recall("alice", "flight to Lisbon", limit=5)
+    messages = [h for h in result.hits if h.kind == "message"]
+    assert messages[0].citation.platform_message_id == "m1"
+    assert {h.citation.thread_id for h in result.hits} == {"t1"}  # never bob's thread
+    assert recall("alice", "Miso", scope=Scope.FACTS).hits[0].snippet == "cat is called Miso"
+    summaries = recall("alice", "trip to Lisbon", scope=Scope.SUMMARIES).hits
+    assert summaries[0].citation.source_ids == ["m1", "m2"]
+    with pytest.raises(NotReadable):
+        recall("alice", "plans", thread_id="t2")
