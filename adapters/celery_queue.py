@@ -63,8 +63,16 @@ def create_celery(settings: Settings, broker_url: str, include: Sequence[str] = 
     return app
 
 
-def ring_thread(app: Celery, thread_id: str, countdown: float | None = None) -> None:
-    app.send_task(ADVANCE_THREAD, args=[thread_id], countdown=countdown)
+# On the Redis broker a lower number is served first; live doorbells keep the default (0), so a
+# worker takes every waiting live doorbell before the next bulk one.
+BULK_PRIORITY = 9
+
+
+def ring_thread(app: Celery, thread_id: str, bulk: bool = False, countdown: float | None = None) -> None:
+    if bulk:
+        app.send_task(ADVANCE_THREAD, args=[thread_id, True], countdown=countdown, priority=BULK_PRIORITY)
+    else:
+        app.send_task(ADVANCE_THREAD, args=[thread_id], countdown=countdown)
 
 
 def enqueue_summary(app: Celery, thread_id: str, generation: int, job: Job) -> None:

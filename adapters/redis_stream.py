@@ -11,13 +11,20 @@ from chatmem.memory.ports import TransientError
 from chatmem.schemas.records import StreamEntry, stream_id, stream_pos
 
 EVENT_FIELD = b"event"
+# Entries published by importers carry `priority bulk`: transport, not content, so the event
+# in the log is the same however it arrived.
+PRIORITY_FIELD = b"priority"
+BULK = b"bulk"
 
 
 def _entries(raw: list) -> list[StreamEntry]:
     out = []
     for entry_id, fields in raw:
         eid = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-        out.append(StreamEntry(eid, None if fields is None else fields.get(EVENT_FIELD, b"")))
+        if fields is None:
+            out.append(StreamEntry(eid, None))
+        else:
+            out.append(StreamEntry(eid, fields.get(EVENT_FIELD, b""), fields.get(PRIORITY_FIELD) == BULK))
     return out
 
 
@@ -102,8 +109,13 @@ class RedisEventStream:
 # than N pipelined XADDs, and the script appends them in order, atomically.
 _XADD_MANY_SCRIPT = """
 local ids = {}
-for i, payload in ipairs(ARGV) do
-    ids[i] = redis.call('XADD', KEYS[1], '*', 'event', payload)
+local priority = ARGV[1]
+for i = 2, #ARGV do
+    if priority == '' then
+        ids[i - 1] = redis.call('XADD', KEYS[1], '*', 'event', ARGV[i])
+    else
+        ids[i - 1] = redis.call('XADD', KEYS[1], '*', 'event', ARGV[i], 'priority', priority)
+    end
 end
 return ids
 """
@@ -111,55 +123,90 @@ _XADD_MANY_CHUNK = 1000
 
 
 class RedisEventSink:
-    """Appends events to the stream in one round trip per call; order within a call is kept."""
+    """Appends events to the stream in one round trip per call; order within a call is kept.
+    A bulk sink (importers) marks its entries so their threads are processed after live ones."""
 
-    def __init__(self, client: redis.Redis, stream_key: str):
+    def __init__(self, client: redis.Redis, stream_key: str, *, bulk: bool = False):
         self.r = client
         self.key = stream_key
+        self.bulk = bulk
         self._xadd_many = client.register_script(_XADD_MANY_SCRIPT)
 
     def add_many(self, payloads: Sequence[bytes]) -> list[str]:
         if len(payloads) == 1:
-            return [_s(self.r.xadd(self.key, {EVENT_FIELD: payloads[0]}))]
+            fields = {EVENT_FIELD: payloads[0], **({PRIORITY_FIELD: BULK} if self.bulk else {})}
+            return [_s(self.r.xadd(self.key, fields))]  # type: ignore[arg-type]
         ids: list[str] = []
+        priority = BULK if self.bulk else b""
         for i in range(0, len(payloads), _XADD_MANY_CHUNK):
             chunk = payloads[i : i + _XADD_MANY_CHUNK]
-            ids.extend(_s(x) for x in self._xadd_many(keys=[self.key], args=list(chunk)))
+            ids.extend(_s(x) for x in self._xadd_many(keys=[self.key], args=[priority, *chunk]))
         return ids
 
 
-# Sets every dedupe key that is not set yet and returns the (1-based) indexes it set: one round
-# trip and one short reply however many threads a batch touched.
+# Sets every dedupe key that is not set yet and returns the (1-based) indexes it set, negated
+# for bulk threads: one round trip and one short reply however many threads a batch touched.
+# ARGV[2] is the bulk set's key; thread ids follow from ARGV[3].
 _RING_SCRIPT = """
 local fresh = {}
 for i, key in ipairs(KEYS) do
-    if redis.call('SET', key, '1', 'NX', 'EX', ARGV[1]) then fresh[#fresh + 1] = i end
+    if redis.call('SET', key, '1', 'NX', 'EX', ARGV[1]) then
+        if redis.call('SISMEMBER', ARGV[2], ARGV[i + 2]) == 1 then
+            fresh[#fresh + 1] = -i
+        else
+            fresh[#fresh + 1] = i
+        end
+    end
 end
 return fresh
 """
 
 
 class RedisDoorbell:
-    """Dedupe with SET NX EX per thread, then enqueue the doorbell task for the new ones."""
+    """Dedupe with SET NX EX per thread, then enqueue the doorbell task for the new ones; threads
+    in the bulk set (fed by imports) are enqueued at bulk priority."""
 
-    def __init__(self, client: redis.Redis, send: Callable[[str], None], ttl_s: int, prefix: str = "chatmem:doorbell:"):
+    def __init__(
+        self,
+        client: redis.Redis,
+        send: Callable[[str, bool], None],
+        ttl_s: int,
+        prefix: str = "chatmem:doorbell:",
+        bulk_key: str = "chatmem:bulk_threads",
+    ):
         self.r = client
         self.send = send
         self.ttl_s = ttl_s
         self.prefix = prefix
+        self.bulk_key = bulk_key
         self._ring = client.register_script(_RING_SCRIPT)
 
     def ring(self, thread_ids: Iterable[str]) -> int:
         ids = list(dict.fromkeys(thread_ids))
         if not ids:
             return 0
-        fresh = [ids[i - 1] for i in self._ring(keys=[self.prefix + t for t in ids], args=[self.ttl_s])]
-        for tid in fresh:
-            self.send(tid)
+        keys = [self.prefix + t for t in ids]
+        fresh = self._ring(keys=keys, args=[self.ttl_s, self.bulk_key, *ids])
+        for i in fresh:
+            self.send(ids[abs(i) - 1], i < 0)
         return len(fresh)
 
     def clear(self, thread_id: str) -> None:
         self.r.delete(self.prefix + thread_id)
+
+    def classify(self, *, bulk: Iterable[str], live: Iterable[str]) -> None:
+        bulk, live = list(bulk), list(live)
+        if not (bulk or live):
+            return
+        pipe = self.r.pipeline(transaction=False)
+        if bulk:
+            pipe.sadd(self.bulk_key, *bulk)
+        if live:
+            pipe.srem(self.bulk_key, *live)
+        pipe.execute()
+
+    def is_bulk(self, thread_id: str) -> bool:
+        return bool(self.r.sismember(self.bulk_key, thread_id))
 
 
 def _s(value: bytes | str) -> str:

@@ -103,7 +103,7 @@ class Container:
     @cached_property
     def doorbell(self) -> RedisDoorbell:
         app = self.celery
-        return RedisDoorbell(self.redis, lambda tid: ring_thread(app, tid), self.settings.doorbell_dedupe_s)
+        return RedisDoorbell(self.redis, lambda tid, bulk: ring_thread(app, tid, bulk), self.settings.doorbell_dedupe_s)
 
     @cached_property
     def embedder(self) -> CachedEmbedder:

@@ -54,7 +54,8 @@ def validate_entries(
                 max_data_uri_bytes=limits.max_data_uri_bytes,
             )
             # The log keeps the payload as published (validated, not rewritten); valid JSON is UTF-8.
-            accepted.append(AcceptedEvent(entry.entry_id, stream_pos(entry.entry_id), event, entry.payload.decode()))
+            pos = stream_pos(entry.entry_id)
+            accepted.append(AcceptedEvent(entry.entry_id, pos, event, entry.payload.decode(), entry.bulk))
         except (InvalidEvent, ValueError) as error:
             reason = error.reason if isinstance(error, InvalidEvent) else str(error)
             dead.append(DeadLetter(entry.entry_id, entry.payload, reason))
@@ -98,12 +99,20 @@ class IngestService:
         for letter in batch.dead:
             log.warning("dead letter %s: %s", letter.entry_id, letter.reason)
         result = self.store.store_batch(batch.accepted, batch.dead)
+        self._classify(batch.accepted)
         self.stream.ack(batch.entry_ids)
         self.stats.batches += 1
         self.stats.inserted += result.inserted
         self.stats.duplicates += result.duplicates
         self.stats.dead_lettered += result.dead_lettered
         self.refresh_watermark()
+
+    def _classify(self, accepted: Sequence[AcceptedEvent]) -> None:
+        """Threads fed by imports are rung at bulk priority until a live event arrives for them,
+        so a big import never holds back the episodes of live threads."""
+        live = {a.event.thread_id for a in accepted if not a.bulk}
+        bulk = {a.event.thread_id for a in accepted if a.bulk} - live
+        self.doorbell.classify(bulk=bulk, live=live)
 
     def refresh_watermark(self) -> int:
         watermark = self.stream.committed_watermark()

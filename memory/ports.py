@@ -78,9 +78,16 @@ class ThreadLog(Protocol):
 class Doorbell(Protocol):
     """Rings the per-thread doorbell task, at most once while one is pending."""
 
-    def ring(self, thread_ids: Iterable[str]) -> int: ...
+    def ring(self, thread_ids: Iterable[str]) -> int:
+        """Queue the doorbell of each thread not already rung; threads classified as bulk are
+        queued at bulk priority. Returns how many were queued."""
+        ...
 
     def clear(self, thread_id: str) -> None: ...
+
+    def classify(self, *, bulk: Iterable[str], live: Iterable[str]) -> None:
+        """Threads fed by an import become bulk; a live event makes a thread live again."""
+        ...
 
 
 class UnknownThread(Exception):

@@ -26,6 +26,7 @@ class AdvanceResult:
     busy: bool = False
     lost_lease: bool = False
     unknown: bool = False
+    more: bool = False  # stopped after max_batches with events still pending
 
 
 def advance_thread(
@@ -37,7 +38,10 @@ def advance_thread(
     lease_s: int,
     batch_size: int,
     apply: Applier | None = None,
+    max_batches: int | None = None,
 ) -> AdvanceResult:
+    """Apply the thread's pending events, all of them or at most `max_batches` batches (a bulk
+    thread yields the worker between slices so live doorbells waiting behind it run first)."""
     # Clear the dedupe mark first: anything committed from now on rings again.
     doorbell.clear(thread_id)
     try:
@@ -49,11 +53,18 @@ def advance_thread(
         return AdvanceResult(thread_id, 0, busy=True)
     applier = apply or threads.advance_cursor
     applied = 0
+    batches = 0
+    full = False
     try:
         while True:
+            if max_batches is not None and batches >= max_batches:
+                # A short last batch means the log had nothing more when it was read.
+                return AdvanceResult(thread_id, applied, more=full)
             batch = threads.pending_events(thread_id, lease.cursor_pos, batch_size)
             if not batch:
                 break
+            batches += 1
+            full = len(batch) >= batch_size
             before = lease.cursor_pos
             lease = applier(lease, batch)
             if lease.cursor_pos == before:

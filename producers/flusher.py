@@ -123,6 +123,7 @@ def main() -> None:
     parser.add_argument("--spool-dir", required=True)
     parser.add_argument("--read-fd", type=int, required=True)
     parser.add_argument("--ack-fd", type=int, required=True)
+    parser.add_argument("--bulk", action="store_true", help="mark entries as bulk (importers)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s chatmem-flusher %(message)s")
 
@@ -131,7 +132,7 @@ def main() -> None:
     from chatmem.adapters.redis_stream import RedisEventSink
 
     client = redis.Redis.from_url(args.redis_url, socket_connect_timeout=1, socket_timeout=5)
-    sink = RedisEventSink(client, args.stream_key)
+    sink = RedisEventSink(client, args.stream_key, bulk=args.bulk)
     Flusher(sink, Spool(args.spool_dir), args.read_fd, args.ack_fd).run()
 
 

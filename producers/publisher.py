@@ -74,9 +74,10 @@ class _ThreadFlusher:
 class _ProcessFlusher:
     """Runs the flusher as a child process: no GIL shared with the bot's threads."""
 
-    def __init__(self, redis_url: str, stream_key: str):
+    def __init__(self, redis_url: str, stream_key: str, bulk: bool = False):
         self.redis_url = redis_url
         self.stream_key = stream_key
+        self.bulk = bulk
 
     def __call__(self, read_fd: int, ack_fd: int, spool_dir: Path) -> _FlusherHandle:
         proc = subprocess.Popen(
@@ -94,6 +95,7 @@ class _ProcessFlusher:
                 str(read_fd),
                 "--ack-fd",
                 str(ack_fd),
+                *(["--bulk"] if self.bulk else []),
             ],
             pass_fds=(read_fd, ack_fd),
             start_new_session=True,  # a Ctrl-C meant for the bot must not cut the final flush
@@ -139,16 +141,19 @@ class Publisher:
         self._overflow: SpoolAppender | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings, redis_url: str | None = None) -> Publisher:
+    def from_settings(cls, settings: Settings, redis_url: str | None = None, *, bulk: bool = False) -> Publisher:
+        """`bulk=True` for importers: the events go through the same log, but their threads are
+        processed after live ones (a spool of its own keeps them bulk if Redis was away)."""
         from chatmem.adapters import services
 
         url = redis_url or settings.redis_url or services.resolve(settings).redis_url
         client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=5)
+        spool = settings.resolved_spool_dir / "bulk" if bulk else settings.resolved_spool_dir
         return cls(
-            RedisEventSink(client, settings.stream_key),
-            settings.resolved_spool_dir,
+            RedisEventSink(client, settings.stream_key, bulk=bulk),
+            spool,
             buffer_bytes=settings.publish_buffer_bytes,
-            flusher=_ProcessFlusher(url, settings.stream_key),
+            flusher=_ProcessFlusher(url, settings.stream_key, bulk),
         )
 
     # --- sync -----------------------------------------------------------------------------

@@ -31,6 +31,7 @@ class StreamEntry:
 
     entry_id: str
     payload: bytes | None
+    bulk: bool = False  # published by an importer: processed after live traffic
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,7 @@ class AcceptedEvent:
     stream_pos: int
     event: AnyEvent
     payload: str  # the JSON as published
+    bulk: bool = False
 
 
 @dataclass(frozen=True, slots=True)

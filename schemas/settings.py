@@ -79,6 +79,9 @@ class Settings(BaseSettings):
         120, ge=5, description="How long a worker may hold a thread before another may take it over."
     )
     apply_batch_size: int = Field(500, ge=1, description="Events applied per step of a doorbell drain.")
+    bulk_batches_per_task: int = Field(
+        2, ge=1, description="Batches a doorbell task applies to an imported (bulk) thread before it yields the worker."
+    )
     task_max_retries: int = Field(8, ge=0, description="Retries of a task after a transient error.")
     log_level: str = Field("INFO", description="Log level of every chatmem process.")
 

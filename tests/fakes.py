@@ -60,8 +60,9 @@ class FakeEventStream:
         self.acked: list[str] = []
         self._ms = itertools.count(1_700_000_000_000)
         self.down = False
+        self.bulk: set[str] = set()  # entry ids published by a bulk (import) sink
 
-    def add_many(self, payloads: Sequence[bytes]) -> list[str]:
+    def add_many(self, payloads: Sequence[bytes], *, bulk: bool = False) -> list[str]:
         if self.down:
             raise TransientError("fake stream is down")
         ids = []
@@ -69,7 +70,12 @@ class FakeEventStream:
             entry_id = f"{next(self._ms)}-0"
             self.entries.append((entry_id, payload))
             ids.append(entry_id)
+        if bulk:
+            self.bulk.update(ids)
         return ids
+
+    def _entry(self, entry_id: str, payload: bytes | None) -> StreamEntry:
+        return StreamEntry(entry_id, payload, entry_id in self.bulk)
 
     def ensure_group(self) -> None:
         pass
@@ -81,7 +87,7 @@ class FakeEventStream:
     def read_new(self, consumer: str, count: int, block_ms: int) -> list[StreamEntry]:
         self._check()
         last = stream_pos(self.last_delivered)
-        out = [StreamEntry(i, p) for i, p in self.entries if stream_pos(i) > last][:count]
+        out = [self._entry(i, p) for i, p in self.entries if stream_pos(i) > last][:count]
         for e in out:
             self.pending[e.entry_id] = consumer
             self.idle_ms[e.entry_id] = 0
@@ -93,7 +99,7 @@ class FakeEventStream:
         self._check()
         body = dict(self.entries)
         mine = sorted((i for i, c in self.pending.items() if c == consumer), key=stream_pos)[:count]
-        return [StreamEntry(i, body.get(i)) for i in mine]
+        return [self._entry(i, body.get(i)) for i in mine]
 
     def claim_stale(self, consumer: str, min_idle_ms: int, count: int) -> list[StreamEntry]:
         self._check()
@@ -102,7 +108,7 @@ class FakeEventStream:
         for i in stale:
             self.pending[i] = consumer
             self.idle_ms[i] = 0
-        return [StreamEntry(i, body.get(i)) for i in stale]
+        return [self._entry(i, body.get(i)) for i in stale]
 
     def ack(self, entry_ids: Sequence[str]) -> None:
         self._check()
@@ -226,12 +232,18 @@ class FakeDoorbell:
     def __init__(self) -> None:
         self.marked: set[str] = set()
         self.sent: list[str] = []
+        self.bulk: set[str] = set()
+        self.sent_bulk: list[str] = []
 
     def ring(self, thread_ids: Iterable[str]) -> int:
         fresh = [t for t in dict.fromkeys(thread_ids) if t not in self.marked]
         self.marked.update(fresh)
-        self.sent.extend(fresh)
+        self.sent.extend(t for t in fresh if t not in self.bulk)
+        self.sent_bulk.extend(t for t in fresh if t in self.bulk)
         return len(fresh)
+
+    def classify(self, *, bulk: Iterable[str], live: Iterable[str]) -> None:
+        self.bulk = (self.bulk | set(bulk)) - set(live)
 
     def clear(self, thread_id: str) -> None:
         self.marked.discard(thread_id)

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from celery import Task, shared_task
 from celery.signals import worker_process_init
 
-from chatmem.adapters.celery_queue import enqueue_episode_facts
+from chatmem.adapters.celery_queue import BULK_PRIORITY, enqueue_episode_facts
 from chatmem.adapters.errors import TRANSIENT_ERRORS
 from chatmem.adapters.procs import process_name
 from chatmem.memory import sequencer
@@ -78,7 +78,7 @@ def _preload_model(**_: object) -> None:
 
 
 @shared_task(name="chatmem.advance_thread", bind=True, **RETRY)
-def advance_thread(self: Task, thread_id: str) -> dict:
+def advance_thread(self: Task, thread_id: str, bulk: bool = False) -> dict:
     thread_id = _checked(thread_id, "advance_thread")
     c = wiring(self)
     result = sequencer.advance_thread(
@@ -89,12 +89,15 @@ def advance_thread(self: Task, thread_id: str) -> dict:
         lease_s=c.settings.thread_lease_s,
         batch_size=c.settings.apply_batch_size,
         apply=c.processor.apply,
+        max_batches=c.settings.bulk_batches_per_task if bulk else None,
     )
     if result.busy:
         # Another worker holds the thread; look again shortly in case it finished just before
         # the events that rang this bell became visible to it.
-        self.apply_async(args=[thread_id], countdown=1)
-    return {"thread_id": thread_id, "applied": result.applied, "busy": result.busy}
+        self.apply_async(args=[thread_id, bulk], countdown=1, priority=BULK_PRIORITY if bulk else None)
+    elif result.more:
+        c.doorbell.ring([thread_id])  # back of the bulk line: live doorbells go first
+    return {"thread_id": thread_id, "applied": result.applied, "busy": result.busy, "more": result.more}
 
 
 @shared_task(name="chatmem.summarize", bind=True, **RETRY)

@@ -28,3 +28,21 @@ def test_async_publish_reaches_the_log_in_order(container):
         got = [r[0] for r in conn.execute("SELECT event_id FROM events ORDER BY stream_pos")]
     assert got == [f"a{i}" for i in range(20)]
     assert scalar(container, "SELECT count(*) FROM dead_letters") == 0
+
+
+def test_a_bulk_publisher_marks_its_entries_and_their_threads_ring_at_bulk_priority(container):
+    from chatmem.producers.publisher import Publisher
+
+    s = container.settings
+    with Publisher.from_settings(s, bulk=True) as pub:
+        pub.publish_many([MessageEvent(event_id=f"b{i}", thread_id="old", user_id="u", text="x") for i in range(3)])
+        pub.publish_nowait(MessageEvent(event_id="b3", thread_id="old", user_id="u", text="through the flusher"))
+    with Publisher.from_settings(s) as pub:
+        pub.publish(MessageEvent(event_id="l0", thread_id="new", user_id="u", text="live"))
+    fields = [f for _, f in container.redis.xrange(s.stream_key)]
+    assert [f.get(b"priority") for f in fields] == [b"bulk"] * 4 + [None]
+    sent: list[tuple[str, bool]] = []
+    container.doorbell.send = lambda tid, bulk: sent.append((tid, bulk))
+    IngestRunner(container, "c").run(threading.Event(), until_idle=True)
+    assert sorted(sent) == [("new", False), ("old", True)]
+    assert container.doorbell.is_bulk("old") and not container.doorbell.is_bulk("new")

@@ -114,3 +114,28 @@ def test_sweeper_rerings_lagging_threads(parts):
     svc.process(stream.read_new("c1", 10, 0))
     bell.marked.clear()  # the doorbell tasks were lost
     assert sweep(log, bell) == 2
+
+
+def test_imported_threads_are_rung_at_bulk_priority_until_a_live_event_arrives(parts):
+    stream, store, bell, svc = parts
+    stream.add_many([msg("i1", thread="old"), msg("i2", thread="old")], bulk=True)
+    stream.add_many([msg("l1", thread="live")])
+    svc.process(stream.read_new("c1", 100, 0))
+    assert bell.sent == ["live"] and bell.sent_bulk == ["old"]
+    bell.marked.clear()
+    stream.add_many([msg("l2", thread="old")])  # the imported chat goes on live
+    svc.process(stream.read_new("c1", 100, 0))
+    assert bell.sent == ["live", "old"] and bell.sent_bulk == ["old"]
+
+
+def test_a_bulk_drain_stops_after_max_batches_and_reports_more():
+    store = FakeEventStore()
+    stream, bell = FakeEventStream(), FakeDoorbell()
+    svc = IngestService(stream, store, bell, stream_key=KEY, limits=IngestLimits(50, 1000))
+    stream.add_many([msg(f"e{i}", thread="big") for i in range(7)], bulk=True)
+    svc.process(stream.read_new("c1", 100, 0))
+    log = FakeThreadLog(store, KEY)
+    first = advance_thread(log, bell, "big", owner="w", lease_s=30, batch_size=2, max_batches=2)
+    assert (first.applied, first.more) == (4, True)
+    rest = advance_thread(log, bell, "big", owner="w", lease_s=30, batch_size=2, max_batches=2)
+    assert (rest.applied, rest.more) == (3, False)
