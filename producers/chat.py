@@ -108,7 +108,8 @@ class MemoryView(Protocol):
     """What adapters read; `chatmem.bootstrap.open_memory()` returns one, and so does an HTTP
     client wrapper."""
 
-    recall: Callable[..., RecallResult]
+    @property
+    def recall(self) -> Callable[..., RecallResult]: ...
 
     def build_context(self, thread_id: str, user_id: str, query: str | None = None, **kw: Any) -> ContextBundle: ...
 
