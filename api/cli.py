@@ -362,11 +362,14 @@ def bench_locomo(
     data: Path = typer.Option(..., exists=True, dir_okay=False, help="LoCoMo JSON"),
     out: Path = typer.Option(None, help="write predictions here (JSON Lines)"),
     sample: list[str] = typer.Option(None, "--sample", help="only these sample ids (repeatable)"),
+    keep: Path = typer.Option(
+        None, file_okay=False, help="run the services under this folder and keep them: a re-run only asks the questions"
+    ),
 ) -> None:
-    """Evidence recall@5/10/25 through the whole pipeline, next to the reference retrievers."""
+    """Evidence recall@5/10/25 and full@10 per question category through the whole pipeline."""
     from chatmem.bench.locomo import run
 
-    run(cli_settings(), console, data, out, set(sample) if sample else None)
+    run(cli_settings(), console, data, out, set(sample) if sample else None, keep)
 
 
 @bench_app.command("context")
@@ -400,6 +403,16 @@ def bench_tokens(
 
     cli_settings()
     run(console, data)
+
+
+@bench_app.command("import")
+def bench_import(
+    messages: int = typer.Option(200_000, min=1, help="messages in the generated Telegram export"),
+) -> None:
+    """`chatmem import telegram` messages/s next to the raw publish rate; the import's peak memory."""
+    from chatmem.bench.importer import run
+
+    run(cli_settings(), console, n_messages=messages)
 
 
 cli_read.register(app)

@@ -185,6 +185,25 @@ def keys_revoke(name: str = typer.Argument(...)) -> None:
     console.print(f"revoked {name}")
 
 
+# --- import ---------------------------------------------------------------------------------
+from typing import TYPE_CHECKING  # noqa: E402  (here, not at the top: this section is edited on its own)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from chatmem.producers.importers import ImportReport, Parser
+    from chatmem.producers.publisher import Publisher
+    from chatmem.schemas.settings import Settings
+
+
+def _import_publisher(settings: Settings) -> Publisher:
+    """Imports publish at bulk priority: the same log, but their threads are processed after
+    live ones (docs/architecture.md, "Bulk imports next to live traffic")."""
+    from chatmem.producers.publisher import Publisher
+
+    return Publisher.from_settings(settings, bulk=True)
+
+
 @import_app.command("locomo")
 def import_locomo(
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="LoCoMo JSON (a list of samples)"),
@@ -192,10 +211,9 @@ def import_locomo(
 ) -> None:
     """One thread per sample, one message event per turn (see docs/read-path.md)."""
     from chatmem.producers.importers import publish_locomo
-    from chatmem.producers.publisher import Publisher
 
     settings = cli_settings()
-    with Publisher.from_settings(settings) as pub:
+    with _import_publisher(settings) as pub:
         result = publish_locomo(pub, file, set(sample) if sample else None)
     console.print(f"published {result.accepted} events")
 
@@ -204,16 +222,165 @@ def import_locomo(
 def import_jsonl(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="one wire event per line")) -> None:
     """Validate and publish wire events; report rejected lines."""
     from chatmem.producers.importers import publish_jsonl
-    from chatmem.producers.publisher import Publisher
 
     settings = cli_settings()
-    with Publisher.from_settings(settings) as pub:
+    with _import_publisher(settings) as pub:
         result = publish_jsonl(pub, file, settings)
     for line_no, reason in result.rejected:
         console.print(f"[yellow]line {line_no}:[/yellow] {reason}")
     console.print(f"accepted {result.accepted}, rejected {len(result.rejected)}")
     if result.rejected:
         raise typer.Exit(1)
+
+
+_SERVICE_HELP = "keep service messages (pins, joins, calls) as role=system events instead of skipping them"
+_ASSISTANT_HELP = "author id whose messages are the bot's own replies: role assistant (repeatable)"
+
+
+@import_app.command("telegram")
+def import_telegram(
+    path: Path = typer.Argument(..., exists=True, help="result.json of a Telegram Desktop JSON export, or its folder"),
+    service: bool = typer.Option(False, "--service", help=_SERVICE_HELP),
+    assistant: list[str] = typer.Option(None, "--assistant-id", help=_ASSISTANT_HELP + "; e.g. user123"),
+) -> None:
+    """A chat's export or a whole account's: one thread per chat (see docs/importing.md)."""
+    from chatmem.producers.import_telegram import TelegramOptions, find_telegram_export, telegram_items
+
+    settings = cli_settings()
+    options = TelegramOptions(
+        max_text_chars=settings.max_text_chars,
+        keep_service=service,
+        assistant_ids=TelegramOptions.assistant(assistant),
+    )
+    files = _export_files(lambda: [find_telegram_export(path)])
+    _run_chat_import(settings, "telegram", files, lambda fh, folder: telegram_items(fh, folder, options))
+
+
+@import_app.command("discord")
+def import_discord(
+    path: Path = typer.Argument(..., exists=True, help="a DiscordChatExporter JSON file, or a folder of them"),
+    service: bool = typer.Option(False, "--service", help=_SERVICE_HELP),
+    assistant: list[str] = typer.Option(None, "--assistant-id", help=_ASSISTANT_HELP),
+) -> None:
+    """One thread per channel (see docs/importing.md)."""
+    from chatmem.producers.import_discord import DiscordOptions, discord_items, find_discord_exports
+
+    settings = cli_settings()
+    options = DiscordOptions(
+        max_text_chars=settings.max_text_chars, keep_service=service, assistant_ids=frozenset(assistant or [])
+    )
+    files = _export_files(lambda: find_discord_exports(path))
+    _run_chat_import(settings, "discord", files, lambda fh, folder: discord_items(fh, folder, options))
+
+
+@import_app.command("chatgpt")
+def import_chatgpt(
+    path: Path = typer.Argument(..., exists=True, help="conversations.json of a ChatGPT data export, or its folder"),
+    user: str = typer.Option("me", "--user", help="user_id of the imported conversations"),
+) -> None:
+    """One thread per conversation, the branch that was on screen (see docs/importing.md)."""
+    from chatmem.producers.import_chatgpt import ChatGPTOptions, chatgpt_items, find_chatgpt_export
+
+    settings = cli_settings()
+    options = ChatGPTOptions(user_id=_checked_id(user, "user_id"), max_text_chars=settings.max_text_chars)
+    files = _export_files(lambda: [find_chatgpt_export(path)])
+    _run_chat_import(settings, "chatgpt", files, lambda fh, folder: chatgpt_items(fh, folder, options))
+
+
+def _export_files(find: Callable[[], list[Path]]) -> list[Path]:
+    from rich.markup import escape
+
+    from chatmem.producers.importers import ImportFormatError
+
+    try:
+        return find()
+    except ImportFormatError as error:
+        console.print(f"[red]{escape(str(error))}[/red]")
+        raise typer.Exit(2) from None
+
+
+def _run_chat_import(settings: Settings, name: str, files: list[Path], parse: Parser) -> None:
+    """Parse, skip what the event log holds, publish; a progress bar, then the counts. Exit 1 when
+    items failed, 2 for a file that is not the export, 130 when interrupted (rerun to resume)."""
+    from functools import partial
+
+    import psycopg
+    from rich.markup import escape
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from chatmem.adapters.imported_pg import known_event_ids
+    from chatmem.producers.importers import ChatImport, ImportFormatError
+    from chatmem.producers.publisher import PublishError
+
+    c = cli_container(settings)
+    error: str | None = None
+    code = 0
+    try:
+        with (
+            _import_publisher(settings) as pub,
+            Progress(
+                TextColumn(f"[bold]import {name}[/bold]"),
+                BarColumn(),
+                DownloadColumn(),
+                TextColumn("{task.fields[items]:,} messages · {task.fields[rate]:,.0f}/s"),
+                TimeRemainingColumn(),
+                console=console,
+            ) as progress,
+        ):
+            task = progress.add_task(name, total=None, items=0, rate=0.0)
+
+            def show(report: ImportReport) -> None:
+                rate = report.items / report.seconds if report.seconds else 0.0
+                progress.update(
+                    task, completed=report.bytes_read, total=report.bytes_total, items=report.items, rate=rate
+                )
+
+            run = ChatImport(pub, partial(known_event_ids, c.pool), on_progress=show)
+            try:
+                run.run(files, parse)
+            except KeyboardInterrupt:
+                error, code = "interrupted: run the same command again to continue", 130
+            except ImportFormatError as problem:
+                error, code = str(problem), 2
+            except PublishError as problem:
+                error, code = f"{problem}; run the same command again to continue", 1
+            except psycopg.Error as problem:
+                error, code = f"database error: {problem}; run the same command again to continue", 1
+            except OSError as problem:
+                error, code = f"cannot read the export: {problem}", 1
+    finally:
+        c.close()
+    if run.report.items or not error:  # a file refused up front has nothing to count
+        _print_import_report(name, run.report)
+    if error:
+        console.print(f"[red]{escape(error)}[/red]")
+    raise typer.Exit(code or (1 if run.report.failed else 0))
+
+
+def _print_import_report(name: str, report: ImportReport) -> None:
+    from rich.markup import escape
+
+    table = Table(title=f"import {name}")
+    table.add_column("messages")
+    table.add_column("count", justify="right")
+    table.add_row("published (new events)", f"{report.published:,}")
+    table.add_row("skipped: already imported", f"{report.already_imported:,}")
+    for reason, count in sorted(report.skipped.items()):
+        table.add_row(escape(f"skipped: {reason}"), f"{count:,}")
+    table.add_row("failed", f"{report.failed:,}")
+    table.add_row("attachments of the new events", f"{report.attachments:,}")
+    for reason, count in sorted(report.attachments_skipped.items()):
+        table.add_row(escape(f"attachments not imported: {reason}"), f"{count:,}")
+    console.print(table)
+    for ref, reason in report.failures:
+        console.print(f"[yellow]failed[/yellow] {escape(ref)}: {escape(reason)}")
+    if report.failed > len(report.failures):
+        console.print(f"… and {report.failed - len(report.failures):,} more failed")
+    rate = report.items / report.seconds if report.seconds else 0.0
+    console.print(
+        f"{report.published:,} new events published ({report.items:,} messages read in {report.seconds:.1f} s,"
+        f" {rate:,.0f}/s)"
+    )
 
 
 def register(app: typer.Typer) -> None:

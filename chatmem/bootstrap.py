@@ -207,7 +207,7 @@ class Container:
 
     @cached_property
     def fetcher(self) -> UrlFetcher:
-        from chatmem.adapters.fetch import FetchLimits, UrlFetcher
+        from chatmem.adapters.fetch import FetchLimits, TelegramFiles, UrlFetcher
 
         s = self.settings
         return UrlFetcher(
@@ -217,7 +217,8 @@ class Container:
                 s.attachment_allow_private_urls,
                 s.attachment_file_root,
                 s.attachment_ca_file,
-            )
+            ),
+            telegram=TelegramFiles(s.telegram_api_url, s.telegram_bot_token),
         )
 
     @cached_property

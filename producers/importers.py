@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import mimetypes
 import re
-from collections.abc import Iterator
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, BinaryIO, Protocol
+from urllib.parse import unquote
+
+import ijson
+from pydantic import ValidationError
 
 from chatmem.producers.publisher import Publisher
-from chatmem.schemas.events import Attachment, AttachmentKind, InvalidEvent, MessageEvent, parse_event
+from chatmem.schemas.events import (
+    Attachment,
+    AttachmentKind,
+    InvalidEvent,
+    MessageEvent,
+    describe_validation_error,
+    parse_event,
+)
 from chatmem.schemas.settings import Settings
 
 LOCOMO_DATE_FORMAT = "%I:%M %p on %d %B, %Y"
@@ -97,3 +114,406 @@ def publish_locomo(pub: Publisher, path: Path, samples: set[str] | None = None, 
     if pending:
         result.accepted += len(pub.publish_many(pending))
     return result
+
+
+# --- chat exports (Telegram, Discord, ChatGPT): what the importers share ---------------------
+# Rules: docs/importing.md. A parser is a generator over one open export file that yields events
+# and records of what it skipped or could not use; ChatImport publishes the events, skipping
+# those the event log already holds, and counts the rest.
+
+# Reasons are fixed phrases (counted per phrase in the report), except validation failures.
+DUPLICATE = "duplicate id in the export"
+SERVICE = "service message"
+EMPTY = "empty message"
+FILE_MISSING = "file missing from the export folder"
+FILE_OUTSIDE = "file outside the export folder"
+HTTP_URL = "http:// URL (only https:// is accepted)"
+TOO_MANY = "more than 32 attachments on one message"
+MAX_ATTACHMENTS = 32
+MAX_FAILURES_SHOWN = 20
+
+_ID_REFUSED = re.compile(r"[^A-Za-z0-9_.:@-]")
+_DOCUMENT_TYPES = frozenset(
+    {
+        "application/pdf",
+        "application/rtf",
+        "application/msword",
+        "application/json",
+        "application/xml",
+        "application/epub+zip",
+    }
+)
+_DOCUMENT_PREFIXES = (
+    "text/",
+    "application/vnd.openxmlformats-officedocument.",
+    "application/vnd.oasis.opendocument.",
+    "application/vnd.ms-",
+)
+
+
+class ImportFormatError(ValueError):
+    """The file is not the export it was said to be; the message is shown to the user as is."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An export item not published on purpose (a service message, an empty one)."""
+
+    ref: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    """An export item that cannot become a valid event; `reason` names the field and the problem."""
+
+    ref: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class AttachmentSkipped:
+    """A file a message refers to that is not attached to its event (the message itself is
+    published or skipped on its own account)."""
+
+    ref: str
+    reason: str
+
+
+ImportItem = MessageEvent | Skipped | Failed | AttachmentSkipped
+# (open export file, the folder it is in) -> what it holds, in file order.
+Parser = Callable[[BinaryIO, Path], Iterator[ImportItem]]
+
+
+def dict_at(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """obj[key] if it is an object, else {} (export fields are not to be trusted for shape)."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def str_at(obj: dict[str, Any], key: str) -> str | None:
+    """obj[key] if it is a string, else None."""
+    value = obj.get(key)
+    return value if isinstance(value, str) else None
+
+
+def safe_id(raw: str) -> str:
+    """`raw` as an identifier the wire accepts (letters, digits, _ . : @ -, at most 128): other
+    characters become '_'; a longer id keeps its start plus a hash of the whole, so it stays
+    stable across runs (it is the idempotency key) and distinct."""
+    cleaned = _ID_REFUSED.sub("_", raw) or "_"
+    if len(cleaned) <= 128:
+        return cleaned
+    return f"{cleaned[:111]}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
+
+
+def utc_from_unix(value: object) -> datetime | None:
+    """Seconds since the epoch (a number or a numeric string) as an aware UTC time; None if absent or invalid."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+        return datetime.fromtimestamp(seconds, UTC) if math.isfinite(seconds) else None
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
+def utc_from_iso(value: object) -> datetime:
+    """An ISO 8601 time with an offset, converted to UTC; ValueError (a readable reason) otherwise."""
+    if not isinstance(value, str) or not value:
+        raise ValueError("no timestamp")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"timestamp {value!r} is not ISO 8601") from None
+    if parsed.tzinfo is None:
+        raise ValueError(f"timestamp {value!r} has no time zone offset")
+    return parsed.astimezone(UTC)
+
+
+def attachment_kind(mime_type: str | None, filename: str | None = None) -> AttachmentKind:
+    """The kind from the declared MIME type, else from the file name's extension."""
+    mime = (mime_type or mimetypes.guess_type(filename or "")[0] or "").lower()
+    major = mime.split("/", 1)[0]
+    if major in ("image", "audio", "video"):
+        return AttachmentKind(major)
+    if mime in _DOCUMENT_TYPES or mime.startswith(_DOCUMENT_PREFIXES):
+        return AttachmentKind.DOCUMENT
+    return AttachmentKind.OTHER
+
+
+def local_file_url(base_dir: Path, reference: str, *, inside_only: bool) -> tuple[str | None, str]:
+    """(file:// URL of the absolute path, '') for a file an export refers to, resolved against the
+    export's folder; (None, reason) when it is missing, or outside that folder with inside_only."""
+    candidates = [reference.replace("\\", "/")]
+    if "%" in reference:  # some exporters percent-encode the relative paths they write
+        candidates.append(unquote(candidates[0]))
+    root = base_dir.resolve()
+    for candidate in candidates:
+        path = (root / candidate).resolve()  # an absolute `candidate` replaces root
+        if inside_only and not path.is_relative_to(root):
+            return None, FILE_OUTSIDE
+        if path.is_file():
+            return path.as_uri(), ""
+    return None, FILE_MISSING
+
+
+def make_attachment(ref: str, **fields: Any) -> Attachment | AttachmentSkipped:
+    try:
+        return Attachment(**fields)
+    except ValidationError as error:
+        return AttachmentSkipped(ref, f"attachment {describe_validation_error(error)}")
+
+
+def split_text(text: str, limit: int) -> list[str]:
+    """Pieces of at most `limit` characters that join back to `text`, cut after the last paragraph
+    break, else line break, else space in the second half of each window, else at the limit."""
+    parts = []
+    while len(text) > limit:
+        window = text[:limit]
+        cut = limit
+        for separator in ("\n\n", "\n", " "):
+            at = window.rfind(separator)
+            if at >= limit // 2:
+                cut = at + len(separator)
+                break
+        parts.append(text[:cut])
+        text = text[cut:]
+    parts.append(text)
+    return parts
+
+
+def message_events(fields: dict[str, Any], *, ref: str, max_text_chars: int) -> Iterator[MessageEvent | Failed]:
+    """The event for one exported message. A text above the limit is split into parts rather than
+    lost or refused: ids `<event_id>`, `<event_id>:2`, …, metadata part/parts, the attachments
+    with the first part; the same platform message id on each."""
+    text = fields.get("text") or ""
+    pieces = split_text(text, max_text_chars) if len(text) > max_text_chars else [text]
+    context = {"max_text_chars": max_text_chars}
+    for number, piece in enumerate(pieces, start=1):
+        data = {**fields, "text": piece}
+        if len(pieces) > 1:
+            data["metadata"] = {**fields.get("metadata", {}), "part": number, "parts": len(pieces)}
+            if number > 1:
+                data["event_id"] = safe_id(f"{fields['event_id']}:{number}")
+                data["attachments"] = []
+        try:
+            yield MessageEvent.model_validate(data, context=context)
+        except ValidationError as error:
+            where = ref if len(pieces) == 1 else f"{ref} (part {number} of {len(pieces)})"
+            yield Failed(where, describe_validation_error(error))
+
+
+class KnownIds(Protocol):
+    """Which of these event ids the event log already holds (adapters/imported_pg.py)."""
+
+    def __call__(self, ids: list[str], /) -> set[str]: ...
+
+
+class EventPublisher(Protocol):
+    def publish_many(self, events: Iterable[MessageEvent], /) -> list[str]: ...
+
+
+@dataclass
+class ImportReport:
+    published: int = 0
+    already_imported: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    failed: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)  # the first MAX_FAILURES_SHOWN
+    attachments: int = 0
+    attachments_skipped: Counter[str] = field(default_factory=Counter)
+    bytes_read: int = 0
+    bytes_total: int = 0
+    seconds: float = 0.0
+
+    @property
+    def items(self) -> int:
+        """Items handled so far (events counted once they are published or found known)."""
+        return self.published + self.already_imported + sum(self.skipped.values()) + self.failed
+
+
+class ChatImport:
+    """Runs a parser over export files and publishes its events in batches, in file order.
+
+    Before each batch is published the event log is asked which of its ids it already holds
+    (`known_ids`); those are skipped. A second import of the same export therefore publishes
+    nothing, and an interrupted one, run again, continues where the stored events end. Memory
+    stays bounded: one parsed item at a time plus one batch of events."""
+
+    def __init__(
+        self,
+        publisher: EventPublisher,
+        known_ids: KnownIds,
+        *,
+        batch_size: int = 1000,
+        on_progress: Callable[[ImportReport], None] | None = None,
+    ):
+        self.publisher = publisher
+        self.known_ids = known_ids
+        self.batch_size = batch_size
+        self.on_progress = on_progress
+        self.report = ImportReport()
+
+    def run(self, files: list[Path], parse: Parser) -> ImportReport:
+        """Import the files in order; the report is also left in `self.report` when this raises
+        (KeyboardInterrupt, ImportFormatError, PublishError)."""
+        report = self.report
+        report.bytes_total = sum(path.stat().st_size for path in files)
+        started = time.monotonic()
+        done = 0
+        pending: list[MessageEvent] = []
+        try:
+            for path in files:
+                with open(path, "rb") as fh:
+                    try:
+                        for count, item in enumerate(parse(fh, path.parent), start=1):
+                            if isinstance(item, MessageEvent):
+                                pending.append(item)
+                                if len(pending) >= self.batch_size:
+                                    self._publish(pending)
+                                    pending = []
+                            else:
+                                self._note(item)
+                            if count % self.batch_size == 0:
+                                report.bytes_read = done + fh.tell()
+                                report.seconds = time.monotonic() - started
+                                self._progress()
+                    except ijson.JSONError as error:
+                        self._publish(pending)  # what was read before the damage is good
+                        pending = []
+                        raise ImportFormatError(
+                            f"{path.name}: not valid JSON near byte {fh.tell():,} ({error})"
+                        ) from None
+                    except ImportFormatError as error:
+                        self._publish(pending)
+                        pending = []
+                        raise ImportFormatError(f"{path.name}: {error}") from None
+                done += path.stat().st_size
+            self._publish(pending)
+            report.bytes_read = done
+        finally:
+            report.seconds = time.monotonic() - started
+        self._progress()
+        return report
+
+    def _note(self, item: Skipped | Failed | AttachmentSkipped) -> None:
+        if isinstance(item, Skipped):
+            self.report.skipped[item.reason] += 1
+        elif isinstance(item, AttachmentSkipped):
+            self.report.attachments_skipped[item.reason] += 1
+        else:
+            self.report.failed += 1
+            if len(self.report.failures) < MAX_FAILURES_SHOWN:
+                self.report.failures.append((item.ref, item.reason))
+
+    def _publish(self, batch: list[MessageEvent]) -> None:
+        if not batch:
+            return
+        known = self.known_ids([e.event_id for e in batch])
+        fresh: list[MessageEvent] = []
+        seen: set[str] = set()
+        for event in batch:
+            if event.event_id in known:
+                self.report.already_imported += 1
+            elif event.event_id in seen:
+                self.report.skipped[DUPLICATE] += 1
+            else:
+                seen.add(event.event_id)
+                fresh.append(event)
+        if fresh:
+            self.report.published += len(self.publisher.publish_many(fresh))
+            self.report.attachments += sum(len(e.attachments) for e in fresh)
+
+    def _progress(self) -> None:
+        if self.on_progress is not None:
+            self.on_progress(self.report)
+
+
+# --- streaming JSON: walk a document's structure without holding it ---------------------------
+# basic_parse yields (event, value) pairs; these helpers read one level of an object or array at
+# a time, so only the item being looked at is ever built.
+JsonEvents = Iterator[tuple[str, Any]]
+_OPEN = ("start_map", "start_array")
+_CLOSE = ("end_map", "end_array")
+
+
+def json_events(fh: BinaryIO) -> JsonEvents:
+    return ijson.basic_parse(fh, use_float=True)
+
+
+def json_members(events: JsonEvents) -> Iterator[tuple[str, str, Any]]:
+    """After a start_map: (key, first event of its value, that event's value) per member. The
+    caller consumes each value (json_value, json_skip, or a nested walk) before the next."""
+    for event, value in events:
+        if event == "end_map":
+            return
+        first, first_value = next(events)
+        yield value, first, first_value
+
+
+def json_array_items(events: JsonEvents) -> Iterator[tuple[str, Any]]:
+    """After a start_array: (first event, value) per item; the caller consumes each item."""
+    for event, value in events:
+        if event == "end_array":
+            return
+        yield event, value
+
+
+def json_value(events: JsonEvents, first: str, value: Any) -> Any:
+    """The whole value that starts with (first, value)."""
+    if first not in _OPEN:
+        return value
+    builder = ijson.ObjectBuilder()
+    builder.event(first, value)
+    depth = 1
+    for event, item in events:
+        builder.event(event, item)
+        if event in _OPEN:
+            depth += 1
+        elif event in _CLOSE:
+            depth -= 1
+            if depth == 0:
+                break
+    return builder.value
+
+
+def json_skip(events: JsonEvents, first: str) -> None:
+    """Read past the value that starts with `first` without building it."""
+    if first not in _OPEN:
+        return
+    depth = 1
+    for event, _ in events:
+        if event in _OPEN:
+            depth += 1
+        elif event in _CLOSE:
+            depth -= 1
+            if depth == 0:
+                return
+
+
+def json_top_level(
+    fh: BinaryIO, *, what: str, wanted: set[str], stream_key: str, stop_at: frozenset[str] = frozenset()
+) -> tuple[dict[str, Any], set[str]]:
+    """The wanted members of the top-level object (built whole: they are small) and the top-level
+    keys seen. Stops at the array under `stream_key` once the wanted members are known (exports
+    write their header first; otherwise it reads past the array), or at a key in `stop_at`; then
+    rewinds the file."""
+    events = json_events(fh)
+    first, _ = next(events, ("", None))
+    if first != "start_map":
+        raise ImportFormatError(f"not {what}: the top level is not a JSON object")
+    found: dict[str, Any] = {}
+    seen: set[str] = set()
+    for key, event, value in json_members(events):
+        seen.add(key)
+        if key == stream_key and event != "start_array":
+            raise ImportFormatError(f"not {what}: '{stream_key}' is not a list")
+        if key in stop_at or (key == stream_key and event == "start_array" and wanted <= found.keys()):
+            break
+        if key in wanted:
+            found[key] = json_value(events, event, value)
+        else:
+            json_skip(events, event)
+    fh.seek(0)
+    return found, seen

@@ -4,6 +4,7 @@ exported to `schemas/jsonschema/`."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -83,7 +84,8 @@ class Attachment(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     url: Annotated[str, StringConstraints(min_length=1, max_length=200_000)] = Field(
-        description="file://, https:// or a small data: URI"
+        description="file://, https://, a small data: URI, or telegram:file/<file_id> (a file the Telegram "
+        "bot received; the attachments worker fetches it through the Bot API with the bot token from its settings)"
     )
     kind: AttachmentKind = AttachmentKind.OTHER
     mime_type: ShortText | None = Field(None, description="as declared by the platform; not trusted")
@@ -104,7 +106,10 @@ class Attachment(BaseModel):
             return value
         if scheme == "https" and value.startswith("https://") and len(value) > len("https://"):
             return value
-        raise ValueError("must be a file://, https:// or data: URI")
+        # A Bot API file_id is URL-safe base64; the reference names no token (the worker has it).
+        if scheme == "telegram" and re.fullmatch(r"telegram:file/[A-Za-z0-9_\-]{1,512}", value):
+            return value
+        raise ValueError("must be a file://, https:// or data: URI, or telegram:file/<file_id>")
 
 
 class _EventBase(BaseModel):

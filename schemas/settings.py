@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "CHATMEM_"
@@ -165,6 +165,17 @@ class Settings(BaseSettings):
     vision_base_url: str | None = Field(None, description="Endpoint of the vision model. Unset: llm_base_url.")
     vision_api_key: str | None = Field(None, description="Key for the vision endpoint. Unset: llm_api_key.")
 
+    # --- chat platforms ---------------------------------------------------------------------
+    telegram_bot_token: SecretStr | None = Field(
+        None,
+        description="Token of the Telegram bot whose files (telegram:file/<file_id> attachments) the attachments "
+        "worker fetches through the Bot API. Never stored in events, logs or the database.",
+    )
+    telegram_api_url: str = Field(
+        "https://api.telegram.org",
+        description="Base URL of the Telegram Bot API (a self-hosted Bot API server, say); trusted configuration.",
+    )
+
     def as_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """An environment (based on `base`, minus other CHATMEM_* keys) that reproduces these settings
         in a child process."""
@@ -174,6 +185,9 @@ class Settings(BaseSettings):
             k: v for k, v in (base if base is not None else os.environ).items() if not k.upper().startswith(ENV_PREFIX)
         }
         for name, value in self.model_dump(mode="json").items():
+            secret = getattr(self, name)
+            if isinstance(secret, SecretStr):  # the JSON dump masks it; a child needs the value
+                value = secret.get_secret_value()
             if value is not None:
                 env[ENV_PREFIX + name.upper()] = json.dumps(value) if isinstance(value, dict | list) else str(value)
         return env

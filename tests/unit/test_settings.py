@@ -33,3 +33,11 @@ def test_env_example_documents_every_setting_and_nothing_else():
     documented = set(re.findall(r"^#?\s*(CHATMEM_[A-Z0-9_]+)=", text, flags=re.M))
     expected = {"CHATMEM_" + name.upper() for name in Settings.model_fields}
     assert documented == expected
+
+
+def test_a_child_process_gets_secrets_in_clear_through_as_env():
+    from chatmem.schemas.settings import Settings
+
+    env = Settings(telegram_bot_token="123:abc").as_env({})
+    assert env["CHATMEM_TELEGRAM_BOT_TOKEN"] == "123:abc"
+    assert "123:abc" not in repr(Settings(telegram_bot_token="123:abc"))

@@ -1,0 +1,208 @@
+"""`chatmem bench import`: how fast a chat export goes in, next to the raw publish rate of the same
+machine, measured in the same run. Printed, never asserted.
+
+A synthetic Telegram Desktop export (one chat's result.json with replies, entity lists, photos,
+files that were not exported, service messages, edits and forwards) is written to a temporary
+folder, then timed three ways:
+  - raw publish: Publisher.publish_many of the export's events, built beforehand;
+  - parse: the Telegram parser turning the file into events, nothing published;
+  - import: `chatmem import telegram` as a user runs it, in a process of its own (parse, the
+    known-ids check against Postgres, publish), with that process's peak memory.
+Runs in the scratch database and Redis db of `bench ingest`, removed at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+from rich.console import Console
+from rich.table import Table
+
+from chatmem.bench.ingest import scratch
+from chatmem.producers.import_telegram import TelegramOptions, telegram_items
+from chatmem.producers.publisher import Publisher
+from chatmem.schemas.events import MessageEvent
+from chatmem.schemas.settings import Settings
+
+CHAT_ID = 1234567890
+AUTHORS = [("Maya", "user1001"), ("Leo", "user1002"), ("Ana", "user1003"), ("TripBot", "user1999")]
+WORDS = (
+    "the a to and of we I you it is for on that this with be at have are not can what so do "
+    "trip Lisbon hotel flight Friday dinner book booked tomorrow tonight train museum tickets "
+    "price cheap late early morning evening beach castle tram coffee pastry sunny rain plan "
+    "maybe sure thanks great idea photo map bag passport time meet station airport check"
+).split()
+NOT_INCLUDED = "(File not included. Change data exporting settings to download.)"
+PHOTOS = 5
+
+
+def write_telegram_export(folder: Path, n_messages: int, seed: int = 7) -> Path:
+    """A result.json of `n_messages` messages, written as a stream (memory stays flat)."""
+    rng = random.Random(seed)
+    (folder / "photos").mkdir(parents=True, exist_ok=True)
+    for k in range(PHOTOS):
+        Image.new("RGB", (32, 24), (40 * k, 120, 200)).save(folder / "photos" / f"photo_{k}.jpg")
+    path = folder / "result.json"
+    unix = 1_700_000_000
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(f'{{\n "name": "Trip planning",\n "type": "private_group",\n "id": {CHAT_ID},\n "messages": [')
+        for i in range(1, n_messages + 1):
+            unix += rng.randint(5, 900)
+            message = _message(rng, i, unix)
+            out.write(("," if i > 1 else "") + "\n  " + json.dumps(message, ensure_ascii=False))
+        out.write("\n ]\n}\n")
+    return path
+
+
+def _message(rng: random.Random, i: int, unix: int) -> dict[str, Any]:
+    # Telegram writes the exporter's local time in "date"; here UTC+3, to keep the importer honest.
+    local = (datetime.fromtimestamp(unix, UTC) + timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:%S")
+    name, from_id = AUTHORS[rng.randrange(len(AUTHORS))]
+    if i % 311 == 0:
+        return {
+            "id": i,
+            "type": "service",
+            "date": local,
+            "date_unixtime": str(unix),
+            "actor": name,
+            "actor_id": from_id,
+            "action": "pin_message",
+            "message_id": max(1, i - 3),
+            "text": "",
+            "text_entities": [],
+        }
+    words = " ".join(rng.choice(WORDS) for _ in range(rng.choice((3, 6, 10, 18, 40))))
+    text: str | list[Any] = words
+    entities: list[dict[str, str]] = [{"type": "plain", "text": words}]
+    if i % 6 == 0:
+        head, _, tail = words.partition(" ")
+        entities = [{"type": "bold", "text": head}, {"type": "plain", "text": " " + tail}]
+        text = [entities[0], entities[1]["text"]]
+    message: dict[str, Any] = {
+        "id": i,
+        "type": "message",
+        "date": local,
+        "date_unixtime": str(unix),
+        "from": name,
+        "from_id": from_id,
+    }
+    if i % 8 == 0:
+        message["reply_to_message_id"] = max(1, i - rng.randint(1, 20))
+    if i % 50 == 0:
+        message["edited"] = local
+        message["edited_unixtime"] = str(unix + 60)
+    if i % 997 == 0:
+        message["forwarded_from"] = "Lisbon Guide"
+    if i % 500 == 0:
+        message.update(photo=f"photos/photo_{i % PHOTOS}.jpg", photo_file_size=900, width=32, height=24)
+    elif i % 700 == 0:
+        message.update(file=NOT_INCLUDED, media_type="voice_message", mime_type="audio/ogg", duration_seconds=4)
+    message["text"] = text
+    message["text_entities"] = entities
+    return message
+
+
+def _cli(env: dict[str, str], *args: str) -> tuple[float, int, int | None]:
+    """(seconds, exit status, peak RSS in bytes or None) of one `chatmem` process.
+
+    The peak is the process's VmHWM, sampled from /proc: its rusage would not do, as Linux folds
+    the parent's resident size at fork (this bench holds every event) into the child's maxrss."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "chatmem.api.cli", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    peak: int | None = None
+    status = Path(f"/proc/{proc.pid}/status")
+    while proc.poll() is None:
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass  # not Linux, or the process is gone
+        time.sleep(0.05)
+    return time.perf_counter() - started, proc.returncode, peak
+
+
+def run(settings: Settings, console: Console, *, n_messages: int = 200_000) -> dict[str, float]:
+    with scratch(settings) as c, tempfile.TemporaryDirectory(prefix="chatmem-bench-import-") as tmp:
+        console.print(f"[bold]bench import[/bold]: writing a {n_messages:,}-message Telegram export")
+        export = write_telegram_export(Path(tmp), n_messages)
+        size = export.stat().st_size
+        options = TelegramOptions(max_text_chars=c.settings.max_text_chars)
+
+        started = time.perf_counter()
+        with open(export, "rb") as fh:
+            events = [e for e in telegram_items(fh, export.parent, options) if isinstance(e, MessageEvent)]
+        parse_s = time.perf_counter() - started
+
+        pub = Publisher.from_settings(c.settings, c.urls.redis_url)
+        started = time.perf_counter()
+        for i in range(0, len(events), 1000):
+            pub.publish_many(events[i : i + 1000])
+        publish_s = time.perf_counter() - started
+        pub.close()
+        n_events = len(events)
+        del events
+        c.redis.delete(c.settings.stream_key)
+
+        env = c.settings.as_env()
+        startup_s, _, _ = _cli(env, "import", "telegram", "--help")
+        import_s, status, peak_rss = _cli(env, "import", "telegram", str(export))
+        published = int(c.redis.xlen(c.settings.stream_key))
+        c.redis.delete(c.settings.stream_key)
+
+    figures = {
+        "messages": float(n_messages),
+        "events": float(n_events),
+        "export_bytes": float(size),
+        "raw_publish_per_s": n_events / publish_s,
+        "parse_per_s": n_messages / parse_s,
+        "import_per_s": n_messages / import_s,
+        "import_s": import_s,
+        "cli_startup_s": startup_s,
+        "import_peak_rss_bytes": float(peak_rss or "nan"),
+        "import_published": float(published),
+        "import_exit_status": float(status),
+    }
+    table = Table(
+        title=f"chatmem bench import · {os.cpu_count()} cores · {datetime.now(UTC):%Y-%m-%d}",
+        caption=f"{platform.platform()} · {platform.machine()} · Python {platform.python_version()}",
+    )
+    for col in ("measure", "messages/s", "time", "note"):
+        table.add_column(col)
+    table.add_row(
+        "raw publish_many (prebuilt events)",
+        f"{figures['raw_publish_per_s']:,.0f}",
+        f"{publish_s:.1f} s",
+        f"{n_events:,} events, batches of 1,000",
+    )
+    table.add_row(
+        "parse only (Telegram → events)",
+        f"{figures['parse_per_s']:,.0f}",
+        f"{parse_s:.1f} s",
+        f"{size / 1e6:,.0f} MB export",
+    )
+    table.add_row(
+        "chatmem import telegram (end to end)",
+        f"{figures['import_per_s']:,.0f}",
+        f"{import_s:.1f} s",
+        f"incl. {startup_s:.1f} s CLI start-up; {published:,} published; exit {status}",
+    )
+    console.print(table)
+    peak = f"{peak_rss / 2**20:,.0f} MiB" if peak_rss else "not measured (no /proc)"
+    console.print(f"peak memory of the import process: {peak} (VmHWM) for a {size / 2**20:,.0f} MiB export")
+    return figures

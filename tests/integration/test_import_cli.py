@@ -1,0 +1,71 @@
+"""`chatmem import telegram` as a user runs it: the real CLI in a subprocess against the embedded
+Postgres and Redis, then ingest, then the same import again (nothing new is published)."""
+
+import subprocess
+import sys
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+from chatmem.workers.ingest import IngestRunner
+from tests.conftest import ROOT, scalar, settings_env
+
+pytestmark = pytest.mark.integration
+
+TELEGRAM = ROOT / "tests" / "fixtures" / "exports" / "telegram"
+
+
+def chatmem(settings, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "chatmem.api.cli", *args],
+        env={**settings_env(settings), "COLUMNS": "200"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_telegram_import_is_stored_once_and_a_second_run_publishes_nothing(container):
+    # The folder is given: result.json is found in it. Message 12 has no unix time: exit 1.
+    first = chatmem(container.settings, "import", "telegram", str(TELEGRAM))
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert "10 new events published" in first.stdout
+    assert "message 12 in chat -4242" in first.stdout and "Traceback" not in first.stdout + first.stderr
+
+    IngestRunner(container, "c").run(threading.Event(), until_idle=True)
+    assert scalar(container, "SELECT count(*) FROM events") == 10
+    assert scalar(container, "SELECT count(*) FROM dead_letters") == 0
+    with container.pool.connection() as conn:
+        rows = conn.execute(
+            """SELECT payload->>'platform_message_id', thread_id, user_id, payload->>'reply_to', occurred_at,
+                      payload->'attachments'
+               FROM events ORDER BY stream_pos"""
+        ).fetchall()
+    assert [r[0] for r in rows] == ["2", "3", "4", "5", "6", "9", "10", "11", "13", "14"]
+    assert {r[1] for r in rows} == {"telegram:-4242"}
+    by_id = {r[0]: r for r in rows}
+    assert by_id["3"][2] == "telegram:222" and by_id["3"][3] == "2"
+    # the export's local "date" is 13:00 (UTC+2); stored is the unix time, in UTC
+    assert by_id["2"][4] == datetime(2024, 3, 1, 11, 0, tzinfo=UTC)
+    (photo,) = by_id["4"][5]
+    assert photo["url"] == (TELEGRAM / "photos" / "photo_1@01-03-2024_13-05-00.jpg").as_uri()
+    assert Path(unquote(urlsplit(photo["url"]).path)).is_file()  # what the attachments worker will read
+
+    again = chatmem(container.settings, "import", "telegram", str(TELEGRAM / "result.json"))
+    assert "0 new events published" in again.stdout, again.stdout + again.stderr
+    assert "already imported" in again.stdout
+    IngestRunner(container, "c").run(threading.Event(), until_idle=True)
+    assert scalar(container, "SELECT count(*) FROM events") == 10
+
+
+def test_a_file_that_is_not_an_export_gets_a_message_not_a_traceback(container, tmp_path):
+    wrong = tmp_path / "notes.json"
+    wrong.write_text('{"notes": []}')
+    out = chatmem(container.settings, "import", "telegram", str(wrong))
+    assert out.returncode == 2
+    assert "not a Telegram export: no 'messages' or 'chats.list' key" in out.stdout
+    assert "Traceback" not in out.stdout + out.stderr

@@ -1,0 +1,453 @@
+"""The Telegram adapters for real: python-telegram-bot's and aiogram's own polling loops and
+handlers run against a local stand-in for the Bot API (tests/telegram_stub.py) and publish into
+the embedded Redis. Checked: exactly which events arrive (ids, types, threads, roles, the bot's
+replies), that a redelivered update is stored once, that the attachments worker fetches
+telegram:file/ references through getFile, and that the bot token appears in no event, stream
+entry, stored failure reason or log line."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from chatmem.adapters.fetch import FetchLimits, TelegramFiles, UrlFetcher
+from chatmem.memory.attachments import BadFile
+from chatmem.memory.ports import TransientError
+from chatmem.producers import telegram_aiogram, telegram_ptb
+from chatmem.producers.publisher import Publisher
+from chatmem.schemas.events import CommandEvent, MessageEditedEvent, MessageEvent, parse_event
+from chatmem.workers.ingest import IngestRunner
+from tests.conftest import ROOT, scalar, settings_env, stop, wait_for
+from tests.integration.test_episodes import Driver
+from tests.telegram_stub import BOB, FORUM, GROUP, PRIVATE, T0, TelegramStub, message, photo_sizes
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "7000001:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw-x"
+SECRET = TOKEN.split(":", 1)[1]
+NOTES = b"Garden notes\n\nTomatoes need full sun. Basil next to the tomatoes keeps pests away.\n"
+VOICE = b"OggS\x00\x02" + b"\x00" * 200  # an Ogg page header: sniffed as audio, which is not analysed
+
+
+def balcony_photo() -> bytes:
+    image = Image.new("RGB", (640, 200), "white")
+    ImageDraw.Draw(image).text((30, 70), "BALCONY PLAN", fill="black", font=ImageFont.load_default(size=48))
+    out = io.BytesIO()
+    image.save(out, "JPEG")
+    return out.getvalue()
+
+
+@pytest.fixture
+def stub():
+    with TelegramStub(TOKEN) as s:
+        s.add_file("PH-x", balcony_photo(), "photos/file_1.jpg")
+        s.add_file("DOC1", NOTES, "documents/file_2.txt")
+        s.add_file("VOICE1", VOICE, "voice/file_3.oga")
+        yield s
+
+
+@pytest.fixture
+def settings(settings_factory, stub):
+    # Overrides the shared fixture: the worker's token and Bot API base are the stub's.
+    return settings_factory(telegram_bot_token=TOKEN, telegram_api_url=stub.url)
+
+
+# --- the script: (update, events it publishes, messages the bot sends) --------------------------
+TOPIC_ROOT = message(FORUM, 77, text=None, forum_topic_created={"name": "Roadmap", "icon_color": 1})
+ASKED = message(GROUP, 10, user=BOB, text="Which seeds should we buy?")
+FIRST = message(PRIVATE, 1, text="Hi! I am planning a balcony garden")
+COMMANDS = [
+    ("/remember I am vegetarian", "Noted: I am vegetarian"),
+    ("/forget my old address", "I'll forget what matches: my old address"),
+    ("/summary", "No summaries yet."),
+    ("/newtopic", "OK, new topic."),
+    ("/memory_off", "Memory is off for this chat: I'll keep the log but build nothing from it until /memory_on."),
+    ("/memory_on", "Memory is on for this chat."),
+    ("/whatdoyouknow@memo_bot", "I don't remember anything about you yet."),
+]
+SCRIPT: list[tuple[dict[str, Any], int, int]] = [
+    ({"message": FIRST}, 2, 1),
+    ({"message": ASKED}, 2, 1),
+    ({"message": message(GROUP, 11, text="Tomatoes and basil", reply_to_message=ASKED)}, 2, 1),
+    (
+        {
+            "message": message(
+                PRIVATE,
+                2,
+                text="Meeting moved to Friday",
+                forward_origin={"type": "user", "date": T0 - 600, "sender_user": BOB},
+            )
+        },
+        2,
+        1,
+    ),
+    ({"edited_message": {**FIRST, "text": "Hi! I am planning a balcony herb garden", "edit_date": T0 + 60}}, 1, 0),
+    ({"message": message(PRIVATE, 3, photo=photo_sizes("PH"), caption="my balcony")}, 1, 0),
+    (
+        {
+            "message": message(
+                PRIVATE,
+                4,
+                document={
+                    "file_id": "DOC1",
+                    "file_unique_id": "d1",
+                    "file_name": "notes.txt",
+                    "mime_type": "text/plain",
+                },
+            )
+        },
+        1,
+        0,
+    ),
+    ({"message": message(PRIVATE, 5, voice={"file_id": "VOICE1", "file_unique_id": "v1", "duration": 2})}, 1, 0),
+    (
+        {
+            "message": message(
+                FORUM,
+                80,
+                text="Ship the beta in May",
+                message_thread_id=77,
+                is_topic_message=True,
+                reply_to_message=TOPIC_ROOT,
+            )
+        },
+        2,
+        1,
+    ),
+    *[
+        ({"message": message(PRIVATE, 6 + i, text=text)}, 0 if "whatdoyouknow" in text else 1, 1)
+        for i, (text, _) in enumerate(COMMANDS)
+    ],
+    ({"message": FIRST}, 2, 1),  # redelivered: the same message again
+]
+
+P, G, F = "telegram:111", "telegram:-1001234567890", "telegram:-1009876543210:77"
+BOT_USER = "telegram:7000001"
+ECHO = "assistant"
+# (type, event_id, thread_id, role or command, user_id, reply_to); ECHO rows get the bot's ids.
+EXPECTED: list[tuple[str, str | None, str, str, str, str | None]] = [
+    ("message", "telegram:111:1", P, "user", "telegram:111", None),
+    ("message", None, P, ECHO, BOT_USER, "1"),
+    ("message", "telegram:-1001234567890:10", G, "user", "telegram:222", None),
+    ("message", None, G, ECHO, BOT_USER, "10"),
+    ("message", "telegram:-1001234567890:11", G, "user", "telegram:111", "10"),
+    ("message", None, G, ECHO, BOT_USER, "11"),
+    ("message", "telegram:111:2", P, "user", "telegram:111", None),
+    ("message", None, P, ECHO, BOT_USER, "2"),
+    ("message_edited", f"telegram:111:1:edit:{T0 + 60}", P, "-", "telegram:111", None),
+    ("message", "telegram:111:3", P, "user", "telegram:111", None),
+    ("message", "telegram:111:4", P, "user", "telegram:111", None),
+    ("message", "telegram:111:5", P, "user", "telegram:111", None),
+    ("message", "telegram:-1009876543210:80", F, "user", "telegram:111", None),
+    ("message", None, F, ECHO, BOT_USER, "80"),
+    ("command", "telegram:111:6", P, "remember", "telegram:111", None),
+    ("command", "telegram:111:7", P, "forget", "telegram:111", None),
+    ("command", "telegram:111:8", P, "summarize_now", "telegram:111", None),
+    ("command", "telegram:111:9", P, "close_episode", "telegram:111", None),
+    ("command", "telegram:111:10", P, "memory_off", "telegram:111", None),
+    ("command", "telegram:111:11", P, "memory_on", "telegram:111", None),
+    ("message", "telegram:111:1", P, "user", "telegram:111", None),
+    ("message", None, P, ECHO, BOT_USER, "1"),
+]
+
+
+def row(event: Any) -> tuple[str, str, str, str, str, str | None]:
+    if isinstance(event, MessageEvent):
+        return ("message", event.event_id, event.thread_id, event.role.value, event.user_id, event.reply_to)
+    if isinstance(event, MessageEditedEvent):
+        return ("message_edited", event.event_id, event.thread_id, "-", event.user_id, None)
+    assert isinstance(event, CommandEvent)
+    return ("command", event.event_id, event.thread_id, event.command.value, event.user_id, None)
+
+
+async def until(predicate: Callable[[], bool], what: Callable[[], str], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(what())
+        await asyncio.sleep(0.02)
+
+
+def player(stub: TelegramStub, container: Any) -> Callable[[], Awaitable[None]]:
+    """Pushes the script one update at a time, waiting for its events and replies, so the
+    stream's order is the script's whatever the library's concurrency."""
+    r, key = container.redis, container.settings.stream_key
+
+    async def play() -> None:
+        events = sent = 0
+        for update, n_events, n_sent in SCRIPT:
+            stub.push(update)
+            events, sent = events + n_events, sent + n_sent
+            await until(
+                lambda e=events, s=sent: r.xlen(key) >= e and len(stub.sent) >= s,
+                lambda e=events, s=sent, u=update: f"after {u}: {r.xlen(key)}/{e} events, {len(stub.sent)}/{s} sent",
+            )
+
+    return play
+
+
+async def run_ptb(stub: TelegramStub, publisher: Publisher, memory: Any, play: Callable[[], Awaitable[None]]) -> None:
+    from telegram import Update
+    from telegram.ext import Application, ContextTypes, MessageHandler, filters
+
+    async def echo(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        assert update.effective_message is not None
+        await update.effective_message.reply_text(f"echo: {update.effective_message.text}", do_quote=True)
+
+    app = Application.builder().token(TOKEN).base_url(f"{stub.url}/bot").base_file_url(f"{stub.url}/file/bot").build()
+    telegram_ptb.add_memory(app, publisher, memory=memory)
+    app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & filters.TEXT & ~filters.COMMAND, echo))
+    async with app:
+        assert await telegram_ptb.set_commands(app.bot)
+        await app.start()
+        assert app.updater is not None
+        await app.updater.start_polling(poll_interval=0, timeout=1)
+        try:
+            await play()
+        finally:
+            await app.updater.stop()
+            await app.stop()
+
+
+async def run_aiogram(
+    stub: TelegramStub, publisher: Publisher, memory: Any, play: Callable[[], Awaitable[None]]
+) -> None:
+    from aiogram import Bot, Dispatcher, F, Router
+    from aiogram.client.session.aiohttp import AiohttpSession
+    from aiogram.client.telegram import TelegramAPIServer
+    from aiogram.types import Message
+
+    bot = Bot(TOKEN, session=AiohttpSession(api=TelegramAPIServer.from_base(stub.url)))
+    router = Router()
+
+    # Only a message handler: aiogram would ask Telegram for message updates only; add_memory
+    # must make it ask for edits too (the stub honours allowed_updates).
+    @router.message(F.text, ~F.text.startswith("/"))
+    async def echo(m: Message) -> None:
+        await m.reply(f"echo: {m.text}")
+
+    dp = Dispatcher()
+    dp.include_router(router)
+    telegram_aiogram.add_memory(dp, bot, publisher, memory=memory)
+    assert await telegram_aiogram.set_commands(bot)
+    polling = asyncio.create_task(dp.start_polling(bot, handle_signals=False, polling_timeout=1))
+    try:
+        await until(lambda: "getUpdates" in stub.methods(), lambda: "aiogram never polled")
+        await play()
+    finally:
+        await dp.stop_polling()
+        await polling
+
+
+@pytest.mark.parametrize("run", [run_ptb, run_aiogram], ids=["python-telegram-bot", "aiogram"])
+def test_a_bot_publishes_exactly_what_happened_and_the_token_stays_secret(run, stub, container, caplog):
+    caplog.set_level(logging.DEBUG)
+    publisher = Publisher(container.sink, container.settings.resolved_spool_dir)
+    try:
+        asyncio.run(run(stub, publisher, container, player(stub, container)))
+        assert publisher.flush(10)
+    finally:
+        publisher.close()
+
+    # The command menu, and the answers to the commands, sent by the adapter itself.
+    commands = next(p for m, p in stub.calls if m == "setMyCommands")["commands"]
+    assert [c["command"] for c in commands] == [
+        "remember",
+        "forget",
+        "summary",
+        "newtopic",
+        "memory_off",
+        "memory_on",
+        "whatdoyouknow",
+    ]
+    answers = [s["text"] for s in stub.sent if not s["text"].startswith("echo:")]
+    assert answers == [reply for _, reply in COMMANDS]
+    echoes = [s for s in stub.sent if s["text"].startswith("echo:")]
+    in_topic = [e for e in echoes if e["chat"]["id"] == FORUM["id"]]
+    assert [(e.get("message_thread_id"), e["reply_to_message"]["message_id"]) for e in in_topic] == [(77, 80)]
+
+    # Exactly these events, in this order; the bot's replies carry the ids the API gave them.
+    entries = container.redis.xrange(container.settings.stream_key)
+    events = [parse_event(fields[b"event"]) for _, fields in entries]
+    echo_ids = iter(f"telegram:{s['chat']['id']}:{s['message_id']}" for s in echoes)
+    expected = [(t, eid or next(echo_ids), th, r, u, rt) for t, eid, th, r, u, rt in EXPECTED]
+    assert [row(e) for e in events] == expected
+    by_id = {e.event_id: e for e in events}
+    assert by_id["telegram:111:1"].text == "Hi! I am planning a balcony garden"
+    assert by_id[f"telegram:111:1:edit:{T0 + 60}"].text == "Hi! I am planning a balcony herb garden"
+    assert by_id["telegram:111:2"].metadata["forward_origin"]["name"] == "Bob"
+    assert by_id["telegram:111:6"].args == {"text": "I am vegetarian"}
+    assert [(a.url, a.kind, a.caption) for a in by_id["telegram:111:3"].attachments] == [
+        ("telegram:file/PH-x", "image", "my balcony")
+    ]
+    assert [(a.url, a.filename) for a in by_id["telegram:111:4"].attachments] == [("telegram:file/DOC1", "notes.txt")]
+    assert [(a.url, a.kind) for a in by_id["telegram:111:5"].attachments] == [("telegram:file/VOICE1", "audio")]
+    assert by_id[expected[1][1]].text == "echo: Hi! I am planning a balcony garden"
+
+    # Ingest: the redelivered update added nothing.
+    IngestRunner(container, "c").run(threading.Event(), until_idle=True)
+    assert scalar(container, "SELECT count(*) FROM events") == len(events) - 1 == len(set(by_id))
+    assert scalar(container, "SELECT count(*) FROM events WHERE event_id = 'telegram:111:1'") == 1
+    assert scalar(container, "SELECT count(*) FROM dead_letters") == 0
+
+    # The attachments worker fetches the files through getFile with the token from its settings.
+    driver = Driver(container)
+    driver.advance(P)
+    assert sorted(driver.run_attachments()) == ["done", "done", "failed"]
+    with container.pool.connection() as conn:
+        refs = conn.execute(
+            "SELECT event_id, a.status, a.reason, f.kind FROM attachments a LEFT JOIN artifacts f USING (sha256)"
+            " ORDER BY event_id"
+        ).fetchall()
+    assert [(e, s, k) for e, s, _, k in refs] == [
+        ("telegram:111:3", "linked", "image"),
+        ("telegram:111:4", "linked", "document"),
+        ("telegram:111:5", "failed", None),
+    ]
+    assert "audio" in refs[2][2]
+    assert [m for m, _ in stub.calls].count("getFile") == 3
+
+    # The token is nowhere: not in the stream, the log, stored reasons, nor the captured logs.
+    assert all(SECRET.encode() not in fields[b"event"] for _, fields in entries)
+    with container.pool.connection() as conn:
+        stored = conn.execute(
+            """SELECT string_agg(payload::text, ' ') FROM events
+               UNION ALL SELECT string_agg(coalesce(reason, ''), ' ') FROM attachments
+               UNION ALL SELECT string_agg(coalesce(reason, '') || coalesce(description, ''), ' ') FROM artifacts"""
+        ).fetchall()
+    assert all(SECRET not in (text or "") for (text,) in stored)
+    assert "getUpdates" in caplog.text or run is run_aiogram  # PTB's httpx request lines were captured...
+    assert SECRET not in caplog.text  # ...with the token redacted
+    assert all(SECRET not in r.getMessage() for r in caplog.records)
+
+
+# --- the fetcher on its own ------------------------------------------------------------------------
+def fetcher(stub: TelegramStub | None, token: str | None = TOKEN, **limits: Any) -> UrlFetcher:
+    url = stub.url if stub else "http://127.0.0.1:9"  # port 9 (discard): nothing listens
+    lim = {"max_bytes": 1_000_000, "timeout_s": 5.0} | limits
+    return UrlFetcher(FetchLimits(**lim), telegram=TelegramFiles(url, token and _secret(token)))
+
+
+def _secret(token: str) -> Any:
+    from pydantic import SecretStr
+
+    return SecretStr(token)
+
+
+def test_the_fetcher_resolves_telegram_files_and_tells_permanent_from_transient(stub, settings, container, caplog):
+    caplog.set_level(logging.DEBUG)
+    # The wiring the worker uses: token and API base from the settings.
+    assert container.fetcher.fetch("telegram:file/DOC1") == NOTES
+    assert fetcher(stub).fetch("telegram:file/VOICE1") == VOICE
+    assert "getFile" in caplog.text  # httpx's request lines were logged, redacted
+
+    stub.add_file("HUGE", b"x", too_big=True)
+    failures: list[Exception] = []
+    for url, error, words in [
+        ("telegram:file/HUGE", BadFile, "larger than the 20 MB the Bot API lets bots download"),
+        ("telegram:file/NOPE", BadFile, "refused the file: Bad Request: invalid file_id"),
+        ("telegram:file/../x", BadFile, "malformed telegram file reference"),
+    ]:
+        with pytest.raises(error, match=words) as caught:
+            fetcher(stub).fetch(url)
+        failures.append(caught.value)
+    with pytest.raises(BadFile, match="attachment is 39 bytes, above the limit of 10") as caught:
+        stub.add_file("SMALL", b"a" * 39)
+        fetcher(stub, max_bytes=10).fetch("telegram:file/SMALL")
+    failures.append(caught.value)
+    with pytest.raises(BadFile, match="telegram file references need CHATMEM_TELEGRAM_BOT_TOKEN"):
+        fetcher(stub, token=None).fetch("telegram:file/DOC1")
+    with pytest.raises(BadFile, match="refused the bot token .401 Unauthorized.") as caught:
+        fetcher(stub, token="7000001:WRONGWRONGWRONGWRONGWRONGWRONG").fetch("telegram:file/DOC1")
+    failures.append(caught.value)
+
+    stub.get_file_failures += [502, 429]
+    for words in ("answered getFile with 502", "answered getFile with 429"):
+        with pytest.raises(TransientError, match=words) as caught:
+            fetcher(stub).fetch("telegram:file/DOC1")
+        failures.append(caught.value)
+    with pytest.raises(TransientError, match="cannot reach the Telegram Bot API") as caught:
+        fetcher(None).fetch("telegram:file/DOC1")
+    failures.append(caught.value)
+
+    for failure in failures:
+        assert SECRET not in str(failure) and SECRET not in repr(failure)
+    assert SECRET not in caplog.text
+    assert SECRET not in repr(container.fetcher.telegram) and SECRET not in repr(container.settings)
+
+
+def test_a_transient_failure_on_the_last_attempt_is_stored_without_the_token(stub, container):
+    publisher = Publisher(container.sink, container.settings.resolved_spool_dir)
+    with publisher:
+        publisher.publish(
+            MessageEvent(
+                event_id="telegram:111:500",
+                thread_id="telegram:111",
+                user_id="telegram:111",
+                platform="telegram",
+                text="",
+                attachments=[{"url": "telegram:file/DOC1", "kind": "document"}],
+            )
+        )
+    driver = Driver(container)
+    IngestRunner(container, "c").run(threading.Event(), until_idle=True)
+    driver.advance("telegram:111")
+    stub.get_file_failures.append(503)
+    assert driver.run_attachments(last_attempt=True) == ["failed"]
+    reason = scalar(container, "SELECT reason FROM attachments WHERE event_id = 'telegram:111:500'")
+    assert reason == "gave up after retries: the Telegram Bot API answered getFile with 503: Internal Server Error"
+
+
+# --- the example bot ---------------------------------------------------------------------------------
+def test_the_example_bot_answers_from_memory_with_deep_links(stub, container):
+    """examples/telegram_bot.py as a user runs it, with no LLM: /whatdoyouknow and a question
+    answered from memory, the citation a t.me link to the original message."""
+    from chatmem.producers import telegram
+
+    said = message(GROUP, 41, text="The allotment locker code is 4512, by the way")
+    driver = Driver(container)
+    event = telegram.map_update({"message": said})
+    assert event is not None and event.event is not None
+    driver.publish([event.event])
+    driver.advance(G)
+
+    env = settings_env(container.settings) | {"TELEGRAM_BOT_TOKEN": TOKEN, "PYTHONUNBUFFERED": "1"}
+    for key in ("CHATMEM_TELEGRAM_BOT_TOKEN", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        env.pop(key, None)  # the bot needs no worker token; no LLM: answers come from memory
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "telegram_bot.py"), "--api-url", stub.url],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert wait_for(lambda: "getUpdates" in stub.methods(), timeout=120), stop(proc)
+        assert "setMyCommands" in stub.methods()
+        stub.push({"message": message(GROUP, 42, text="/whatdoyouknow")})
+        stub.push({"message": message(GROUP, 43, text="What is the locker code?")})
+        assert wait_for(lambda: len(stub.sent) >= 2, timeout=120), stop(proc)
+    finally:
+        output = stop(proc)
+    known, recalled = (s["text"] for s in stub.sent[:2])
+    assert known == "Recent conversations:\n• 2026-01-01 — (not summarized yet)"  # the episode just built
+    assert "4512" in recalled and "https://t.me/c/1234567890/41" in recalled, recalled
+    assert SECRET not in output
+    # The question and the bot's answer were published; the read-only command was not.
+    assert wait_for(lambda: container.redis.xlen(container.settings.stream_key) >= 3, timeout=20)
+    published = [parse_event(f[b"event"]) for _, f in container.redis.xrange(container.settings.stream_key)]
+    assert [(row(e)[1], row(e)[3]) for e in published if e.event_id != "telegram:-1001234567890:41"] == [
+        ("telegram:-1001234567890:43", "user"),
+        (f"telegram:-1001234567890:{stub.sent[1]['message_id']}", "assistant"),
+    ]
