@@ -3,7 +3,7 @@ published fire-and-forget from the bot's listeners; the slash commands answer fr
 
     cog = await add_memory(bot, publisher, memory)   # in setup_hook; then `await bot.tree.sync()`
 
-Ids, what is published and the decisions behind them: docs/chat-adapters-discord.md."""
+Ids, what is published and the decisions behind them: docs/chat-adapters.md (Discord)."""
 
 from __future__ import annotations
 
