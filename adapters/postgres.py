@@ -17,6 +17,24 @@ log = logging.getLogger(__name__)
 
 _EVENT_COLUMNS = ("event_id", "stream_pos", "type", "schema_version", "thread_id", "user_id", "occurred_at", "payload")
 
+# A duplicate event_id whose content differs from the logged version: the first one stays in the
+# log, this one is kept whole as a notice (jsonb equality: a byte-identical redelivery is silent).
+_INSERT_CONFLICTS = """
+INSERT INTO event_notices (kind, event_id, stream_pos, detail, payload, payload_md5)
+SELECT 'conflict', s.event_id, s.stream_pos,
+       'event_id reused with different content; the version at stream position ' || e.stream_pos
+           || ' stays in the log, this one is kept here',
+       s.payload, md5(s.payload::text)
+FROM _stage_events s JOIN events e USING (event_id)
+WHERE e.payload <> s.payload
+ON CONFLICT DO NOTHING
+"""
+_INSERT_CLOCK_NOTICES = """
+INSERT INTO event_notices (kind, event_id, stream_pos, detail)
+SELECT 'clock', * FROM unnest(%s::text[], %s::bigint[], %s::text[])
+ON CONFLICT DO NOTHING
+"""
+
 _INSERT_DEAD = """
 INSERT INTO dead_letters (source, entry_id, raw, reason)
 SELECT * FROM unnest(%s::text[], %s::text[], %s::bytea[], %s::text[])
@@ -98,7 +116,7 @@ class PostgresStore:
             return self._store_one_by_one(events, dead)
 
     def _store(self, events: Sequence[AcceptedEvent], dead: Sequence[DeadLetter]) -> StoreResult:
-        inserted = 0
+        inserted = conflicts = 0
         with self.pool.connection() as conn, conn.transaction():
             if events:
                 inserted = bulk_insert(
@@ -119,6 +137,18 @@ class PostgresStore:
                         for a in events
                     ),
                 )
+                if inserted < len(events):  # only then can a duplicate have differed
+                    conflicts = conn.execute(_INSERT_CONFLICTS).rowcount
+                clocks = [a for a in events if a.clock_note]
+                if clocks:
+                    conn.execute(
+                        _INSERT_CLOCK_NOTICES,
+                        (
+                            [a.event.event_id for a in clocks],
+                            [a.stream_pos for a in clocks],
+                            [a.clock_note for a in clocks],
+                        ),
+                    )
                 new_threads = {a.event.thread_id for a in events} - self._known_threads
                 if new_threads:
                     conn.execute(
@@ -148,18 +178,20 @@ class PostgresStore:
                 self._known_members.clear()
             self._known_threads.update(a.event.thread_id for a in events)
             self._known_members.update(_members(events))
-        return StoreResult(inserted, len(events) - inserted, len(dead))
+        return StoreResult(inserted, len(events) - inserted, len(dead), conflicts)
 
     def _store_one_by_one(self, events: Sequence[AcceptedEvent], dead: Sequence[DeadLetter]) -> StoreResult:
         extra_dead = list(dead)
-        inserted = 0
+        inserted = conflicts = 0
         for a in events:
             try:
-                inserted += self._store([a], []).inserted
+                one = self._store([a], [])
+                inserted, conflicts = inserted + one.inserted, conflicts + one.conflicts
             except psycopg.DataError as error:
                 extra_dead.append(DeadLetter(a.entry_id, a.payload.encode(), f"refused by Postgres: {error}"))
         self._store([], extra_dead)
-        return StoreResult(inserted, len(events) - inserted - (len(extra_dead) - len(dead)), len(extra_dead))
+        refused = len(extra_dead) - len(dead)
+        return StoreResult(inserted, len(events) - inserted - refused, len(extra_dead), conflicts)
 
     def advance_watermark(self, stream_key: str, watermark: int) -> list[str]:
         with self.pool.connection() as conn, conn.transaction():

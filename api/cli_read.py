@@ -383,8 +383,44 @@ def _print_import_report(name: str, report: ImportReport) -> None:
     )
 
 
+def dead_letters(
+    limit: int = typer.Option(20, min=1, max=10_000, help="most rows of each kind"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Refused stream entries with their reasons, and event notices: an event_id reused with other
+    content (both versions kept) and producer clocks out of range (original time kept)."""
+    import json
+
+    c = cli_container(cli_settings())
+    letters, notices = c.notices.dead_letters(limit), c.notices.notices(limit)
+    if as_json:
+        print(
+            json.dumps(
+                {"dead_letters": [r._asdict() for r in letters], "notices": [r._asdict() for r in notices]},
+                default=str,
+                indent=2,
+            )
+        )
+        return
+    table = Table(title=f"dead letters ({len(letters)} newest)")
+    for col in ("entry", "reason", "seen", "raw"):
+        table.add_column(col, overflow="fold")
+    for r in letters:
+        table.add_row(
+            f"{r.source}:{r.entry_id}", r.reason, f"{r.delivery_count}× {r.last_seen:%Y-%m-%d %H:%M}", r.raw_preview
+        )
+    console.print(table)
+    table = Table(title=f"event notices ({len(notices)} newest)")
+    for col in ("kind", "event", "detail", "not logged"):
+        table.add_column(col, overflow="fold")
+    for n in notices:
+        table.add_row(n.kind, n.event_id, n.detail, json.dumps(n.payload)[:200] if n.payload else "")
+    console.print(table)
+
+
 def register(app: typer.Typer) -> None:
     for fn in (context, recall, threads, episodes, api):
         app.command()(fn)
+    app.command("dead-letters")(dead_letters)
     app.add_typer(keys_app, name="keys")
     app.add_typer(import_app, name="import")

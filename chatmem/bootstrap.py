@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.adapters.images import PillowImageReader, RapidOcr
     from chatmem.adapters.llm import CachedLLM, OpenAIVision, RateLimiter
     from chatmem.adapters.mem0_store import Mem0Store
+    from chatmem.adapters.notices_pg import PostgresNotices
     from chatmem.adapters.progress_pg import PostgresProgress
     from chatmem.adapters.projections import PostgresProjections
     from chatmem.adapters.read_pg import ReadConnections
@@ -308,6 +309,13 @@ class Container:
         from chatmem.adapters.browse_pg import PostgresBrowser
 
         return PostgresBrowser(self.read_connections)
+
+    @cached_property
+    def notices(self) -> PostgresNotices:
+        """Dead letters and event notices (conflicts, clocks out of range), newest first."""
+        from chatmem.adapters.notices_pg import PostgresNotices
+
+        return PostgresNotices(self.pool)
 
     @cached_property
     def progress(self) -> PostgresProgress:

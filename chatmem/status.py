@@ -25,6 +25,10 @@ def table_counts(c: Container) -> dict[str, int]:
             for status, n in conn.execute("SELECT status, count(*) FROM commands_applied GROUP BY status"):
                 counts[f"commands_{status}"] = n
             counts["paused_threads"] = scalar(conn, "SELECT count(*) FROM threads WHERE NOT memory_on")
+        if scalar(conn, "SELECT to_regclass('event_notices')") is not None:
+            kinds = dict(conn.execute("SELECT kind, count(*) FROM event_notices GROUP BY kind").fetchall())
+            counts["event_conflicts"] = kinds.get("conflict", 0)
+            counts["clock_clamped"] = kinds.get("clock", 0)
     if "artifacts" in counts:
         counts |= {f"attachments_{k}": n for k, n in c.attachment_store.status_counts().items()}
     return counts

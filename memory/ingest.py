@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from chatmem.memory.ports import Doorbell, EventStore, EventStream
 from chatmem.schemas.events import InvalidEvent, parse_event
@@ -24,6 +25,8 @@ log = logging.getLogger(__name__)
 class IngestLimits:
     max_text_chars: int
     max_data_uri_bytes: int
+    max_future_skew_s: float = 600.0
+    min_occurred_at: datetime = datetime(1980, 1, 1, tzinfo=UTC)
 
 
 @dataclass
@@ -33,6 +36,8 @@ class IngestStats:
     duplicates: int = 0
     dead_lettered: int = 0
     rung: int = 0
+    conflicts: int = 0
+    clock_clamped: int = 0
 
 
 def validate_entries(
@@ -55,11 +60,38 @@ def validate_entries(
             )
             # The log keeps the payload as published (validated, not rewritten); valid JSON is UTF-8.
             pos = stream_pos(entry.entry_id)
-            accepted.append(AcceptedEvent(entry.entry_id, pos, event, entry.payload.decode(), entry.bulk))
+            accepted.append(
+                _within_clock(AcceptedEvent(entry.entry_id, pos, event, entry.payload.decode(), entry.bulk), limits)
+            )
         except (InvalidEvent, ValueError) as error:
             reason = error.reason if isinstance(error, InvalidEvent) else str(error)
             dead.append(DeadLetter(entry.entry_id, entry.payload, reason))
     return accepted, dead, vanished
+
+
+def entry_time(entry_id: str) -> datetime:
+    """When Redis took the entry (its id's milliseconds): the same on every redelivery."""
+    return datetime.fromtimestamp(int(entry_id.split("-", 1)[0]) / 1000, UTC)
+
+
+def _within_clock(accepted: AcceptedEvent, limits: IngestLimits) -> AcceptedEvent:
+    """A producer clock far in the future or before any chat could have happened would poison
+    time-gap segmentation and ordering by time: the event is logged at the time Redis took it,
+    and the original time is kept in its metadata and as a notice."""
+    event = accepted.event
+    received = entry_time(accepted.entry_id)
+    ahead = event.occurred_at - received > timedelta(seconds=limits.max_future_skew_s)
+    if not ahead and event.occurred_at >= limits.min_occurred_at:
+        return accepted
+    original = event.occurred_at.isoformat()
+    why = "ahead of" if ahead else "before the minimum, at"
+    note = f"occurred_at {original} is {why} ingest; logged at {received.isoformat()} (the time Redis took it)"
+    clamped = event.model_copy(
+        update={"occurred_at": received, "metadata": {**event.metadata, "occurred_at_original": original}}
+    )
+    return AcceptedEvent(
+        accepted.entry_id, accepted.stream_pos, clamped, clamped.model_dump_json(), accepted.bulk, note
+    )
 
 
 @dataclass(frozen=True)
@@ -105,6 +137,10 @@ class IngestService:
         self.stats.inserted += result.inserted
         self.stats.duplicates += result.duplicates
         self.stats.dead_lettered += result.dead_lettered
+        self.stats.conflicts += result.conflicts
+        self.stats.clock_clamped += sum(1 for a in batch.accepted if a.clock_note)
+        if result.conflicts:
+            log.warning("%d event id(s) reused with different content: kept as conflicts", result.conflicts)
         self.refresh_watermark()
 
     def _classify(self, accepted: Sequence[AcceptedEvent]) -> None:

@@ -39,8 +39,9 @@ class AcceptedEvent:
     entry_id: str
     stream_pos: int
     event: AnyEvent
-    payload: str  # the JSON as published
+    payload: str  # the JSON as published (with `occurred_at` replaced when it was out of range)
     bulk: bool = False
+    clock_note: str | None = None  # why occurred_at was replaced, when it was
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +78,4 @@ class StoreResult:
     inserted: int
     duplicates: int
     dead_lettered: int
+    conflicts: int = 0  # duplicates whose content differed from the logged version

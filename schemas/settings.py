@@ -4,6 +4,7 @@ in `.env`); `.env.example` documents each one and a test keeps the two in step."
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import Field, SecretStr, model_validator
@@ -61,6 +62,15 @@ class Settings(BaseSettings):
     )
     max_data_uri_bytes: int = Field(
         65_536, ge=0, description="Largest inline data: URI accepted as an attachment reference."
+    )
+    max_future_skew_s: float = Field(
+        600.0,
+        ge=0,
+        description="An event dated further ahead of ingest than this is logged at ingest time (original kept).",
+    )
+    min_occurred_at: datetime = Field(
+        datetime(1980, 1, 1, tzinfo=UTC),
+        description="An event dated before this is logged at ingest time (original kept).",
     )
 
     # --- publisher ------------------------------------------------------------------------

@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
+import json
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -58,7 +60,8 @@ class FakeEventStream:
         self.pending: dict[str, str] = {}  # entry id -> consumer
         self.idle_ms: dict[str, int] = {}
         self.acked: list[str] = []
-        self._ms = itertools.count(1_700_000_000_000)
+        # Entry ids carry the time Redis took the entry; ingest compares event times with it.
+        self._ms = itertools.count(int(time.time() * 1000))
         self.down = False
         self.bulk: set[str] = set()  # entry ids published by a bulk (import) sink
 
@@ -135,20 +138,28 @@ class FakeEventStore:
     dead_count: dict[str, int] = field(default_factory=dict)
     watermarks: dict[str, int] = field(default_factory=dict)
     fail_next: Exception | None = None
+    # (kind, event_id, payload or detail) as the event_notices table keeps them, deduplicated.
+    notices: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
     def store_batch(self, events: Sequence[AcceptedEvent], dead: Sequence[DeadLetter]) -> StoreResult:
         if self.fail_next is not None:
             error, self.fail_next = self.fail_next, None
             raise error
-        inserted = 0
+        inserted = conflicts = 0
         for a in events:
             if a.event.event_id not in self.events:
                 self.events[a.event.event_id] = a
                 inserted += 1
+            elif json.loads(self.events[a.event.event_id].payload) != json.loads(a.payload):
+                key = ("conflict", a.event.event_id, a.payload)
+                conflicts += key not in self.notices
+                self.notices.setdefault(key, "event_id reused with different content")
+            if a.clock_note:
+                self.notices.setdefault(("clock", a.event.event_id, ""), a.clock_note)
         for d in dead:
             self.dead[d.entry_id] = d
             self.dead_count[d.entry_id] = self.dead_count.get(d.entry_id, 0) + 1
-        return StoreResult(inserted, len(events) - inserted, len(dead))
+        return StoreResult(inserted, len(events) - inserted, len(dead), conflicts)
 
     def advance_watermark(self, stream_key: str, watermark: int) -> list[str]:
         old = self.watermarks.get(stream_key, 0)

@@ -86,7 +86,7 @@ class IngestRunner:
             container.store,
             container.doorbell,
             stream_key=s.stream_key,
-            limits=IngestLimits(s.max_text_chars, s.max_data_uri_bytes),
+            limits=IngestLimits(s.max_text_chars, s.max_data_uri_bytes, s.max_future_skew_s, s.min_occurred_at),
         )
 
     def run(self, stop: threading.Event, *, until_idle: bool = False) -> None:

@@ -134,3 +134,35 @@ def test_doorbell_for_an_unknown_thread_is_not_busy(container):
 
     res = advance_thread(container.thread_log, container.doorbell, "ghost", owner="w", lease_s=5, batch_size=10)
     assert res.unknown and not res.busy
+
+
+def test_conflicts_and_clocks_out_of_range_are_noticed_listed_and_counted(container):
+    from datetime import UTC, datetime
+
+    from chatmem.status import table_counts
+    from tests.conftest import spawn
+
+    pub = Publisher(container.sink, container.settings.resolved_spool_dir)
+    first = MessageEvent(event_id="e1", thread_id="t1", user_id="u1", text="I live in Porto")
+    other = MessageEvent(event_id="e1", thread_id="t1", user_id="u1", text="I live in Lisbon")
+    pub.publish_many([first, other, first])
+    pub.publish(msg(2, occurred_at=datetime(9999, 12, 31, tzinfo=UTC)))
+    ingest_all(container)
+    pub.publish(other)  # the same conflicting version, published again later
+    runner = ingest_all(container)
+    assert runner.service.stats.conflicts == 0  # already noticed: once per distinct version
+    with container.pool.connection() as conn:
+        kept = conn.execute("SELECT payload->>'text' FROM events WHERE event_id = 'e1'").fetchone()[0]
+        notices = conn.execute("SELECT kind, event_id, payload->>'text' FROM event_notices ORDER BY kind").fetchall()
+        at, original = conn.execute(
+            "SELECT occurred_at, payload->'metadata'->>'occurred_at_original' FROM events WHERE event_id = 'e2'"
+        ).fetchone()
+    assert kept == "I live in Porto"
+    assert notices == [("clock", "e2", None), ("conflict", "e1", "I live in Lisbon")]
+    assert at.year == datetime.now(UTC).year and original == "9999-12-31T00:00:00+00:00"
+    counts = table_counts(container)
+    assert counts["event_conflicts"] == 1 and counts["clock_clamped"] == 1
+    listing = spawn(container.settings, "dead-letters", "--json")
+    out, _ = listing.communicate(timeout=60)
+    shown = json.loads(out[out.index("{") :])
+    assert sorted(n["kind"] for n in shown["notices"]) == ["clock", "conflict"]

@@ -139,3 +139,38 @@ def test_a_bulk_drain_stops_after_max_batches_and_reports_more():
     assert (first.applied, first.more) == (4, True)
     rest = advance_thread(log, bell, "big", owner="w", lease_s=30, batch_size=2, max_batches=2)
     assert (rest.applied, rest.more) == (3, False)
+
+
+def test_a_producer_clock_out_of_range_is_logged_at_the_time_redis_took_the_event(parts):
+    from datetime import UTC, datetime
+
+    from chatmem.memory.ingest import entry_time
+
+    stream, store, bell, svc = parts
+    stream.add_many(
+        [
+            msg("future", occurred_at="9999-12-31T00:00:00Z"),
+            msg("ancient", occurred_at="1970-01-02T00:00:00Z"),
+            msg("fine", occurred_at="2023-05-08T13:56:00Z"),
+        ]
+    )
+    svc.process(stream.read_new("c1", 100, 0))
+    future = store.events["future"]
+    assert future.event.occurred_at == entry_time(future.entry_id)
+    assert future.event.metadata["occurred_at_original"] == "9999-12-31T00:00:00+00:00"
+    assert json.loads(future.payload)["occurred_at"].startswith(entry_time(future.entry_id).strftime("%Y-%m-%dT"))
+    assert store.events["ancient"].event.metadata["occurred_at_original"].startswith("1970-01-02")
+    assert store.events["fine"].event.occurred_at == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)  # the past is fine
+    assert sorted(k[1] for k in store.notices if k[0] == "clock") == ["ancient", "future"]
+    assert svc.stats.clock_clamped == 2
+
+
+def test_a_reused_event_id_with_other_content_is_kept_as_a_conflict_and_a_redelivery_is_silent(parts):
+    stream, store, bell, svc = parts
+    first = msg("x", text="first version")
+    stream.add_many([first, first, msg("x", text="second version")])
+    svc.process(stream.read_new("c1", 100, 0))
+    assert store.events["x"].event.text == "first version"
+    conflicts = [k for k in store.notices if k[0] == "conflict"]
+    assert len(conflicts) == 1 and json.loads(conflicts[0][2])["text"] == "second version"
+    assert svc.stats.conflicts == 1 and svc.stats.duplicates == 2

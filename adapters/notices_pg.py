@@ -1,0 +1,53 @@
+"""What ingest set aside or noticed, newest first: dead letters (refused entries, with the raw
+bytes and the reason) and event notices (a reused event_id with other content, a producer
+clock out of range). The `chatmem dead-letters` listing reads them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from psycopg_pool import ConnectionPool
+
+
+class DeadLetterRow(NamedTuple):
+    source: str
+    entry_id: str
+    reason: str
+    delivery_count: int
+    last_seen: datetime
+    raw_preview: str
+
+
+class NoticeRow(NamedTuple):
+    kind: str
+    event_id: str
+    stream_pos: int
+    detail: str
+    payload: dict[str, Any] | None
+    created_at: datetime
+
+
+class PostgresNotices:
+    def __init__(self, pool: ConnectionPool):
+        self.pool = pool
+
+    def dead_letters(self, limit: int) -> list[DeadLetterRow]:
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                """SELECT source, entry_id, reason, delivery_count, last_seen,
+                          convert_from(substring(raw FROM 1 FOR 200), 'SQL_ASCII')
+                   FROM dead_letters ORDER BY last_seen DESC, id DESC LIMIT %s""",
+                (limit,),
+            ).fetchall()
+        return [DeadLetterRow(*r) for r in rows]
+
+    def notices(self, limit: int, kind: str | None = None) -> list[NoticeRow]:
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                """SELECT kind, event_id, stream_pos, detail, payload, created_at FROM event_notices
+                   WHERE %(kind)s::text IS NULL OR kind = %(kind)s
+                   ORDER BY created_at DESC, id DESC LIMIT %(n)s""",
+                {"kind": kind, "n": limit},
+            ).fetchall()
+        return [NoticeRow(*r) for r in rows]
