@@ -191,7 +191,7 @@ def up() -> None:
     API, in the foreground. Ctrl-C stops everything it started."""
     from chatmem.adapters import migrate as m
     from chatmem.adapters import services
-    from chatmem.workers.supervisor import UP_PROCESSES, Supervisor
+    from chatmem.workers.supervisor import UP_PROCESSES, RestartPolicy, Supervisor
 
     settings = cli_settings()
     with services.running(settings) as urls:
@@ -200,7 +200,8 @@ def up() -> None:
             f"chatmem up: postgres {urls.database_url} · redis {urls.redis_url} · "
             f"API http://{settings.api_host}:{settings.api_port}/docs · Ctrl-C stops"
         )
-        supervisor = Supervisor(UP_PROCESSES)
+        policy = RestartPolicy(settings.supervisor_max_restarts, settings.supervisor_restart_window_s)
+        supervisor = Supervisor(UP_PROCESSES, policy=policy, state_file=settings.supervisor_state_file)
         supervisor.start()
         code = supervisor.wait()
     raise typer.Exit(code)
@@ -237,6 +238,12 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> 
         "stream", f"length {rep.stream.length}", f"pending {rep.stream.pending}, spooled {rep.stream.spooled}"
     )
     table.add_row("lag", str(rep.lag.max_events), rep.lag.thread_id or "")
+    colours = {"up": "green", "restarting": "yellow", "failed": "red"}
+    for proc in rep.processes:
+        state = f"[{colours.get(proc.state, 'white')}]{proc.state}[/]"
+        table.add_row(
+            "process", proc.command, f"{state}, {proc.restarts} restarts" + (f", pid {proc.pid}" if proc.pid else "")
+        )
     console.print(table)
 
 

@@ -8,6 +8,7 @@ from chatmem.adapters.sql import scalar
 from chatmem.bootstrap import Container
 from chatmem.producers.spool import Spool
 from chatmem.schemas.status import Lag, PostgresState, ServiceState, StatusReport, StreamState
+from chatmem.workers.supervisor import read_state
 
 # Projection tables counted when present; later migrations add to this list's tables.
 COUNTED_TABLES = ("events", "threads", "dead_letters", "messages", "episodes", "summaries", "facts", "artifacts")
@@ -78,4 +79,5 @@ def report(c: Container) -> StatusReport:
         ),
         lag=largest_lag(c) if migrated else Lag(max_events=0, thread_id=None),
         migrated=migrated,
+        processes=read_state(s.supervisor_state_file),
     )

@@ -94,6 +94,12 @@ class Settings(BaseSettings):
     )
     task_max_retries: int = Field(8, ge=0, description="Retries of a task after a transient error.")
     log_level: str = Field("INFO", description="Log level of every chatmem process.")
+    supervisor_max_restarts: int = Field(
+        5, ge=0, description="`chatmem up` gives up on a process that exits more often than this within the window."
+    )
+    supervisor_restart_window_s: float = Field(
+        300.0, gt=0, description="The window (seconds) in which `supervisor_max_restarts` exits count as a crash loop."
+    )
 
     # --- models ---------------------------------------------------------------------------
     llm_base_url: str | None = Field(
@@ -213,6 +219,11 @@ class Settings(BaseSettings):
     @property
     def resolved_spool_dir(self) -> Path:
         return self.spool_dir or self.data_dir / "spool"
+
+    @property
+    def supervisor_state_file(self) -> Path:
+        """Where `chatmem up` keeps the state of its processes for `chatmem status`."""
+        return self.data_dir / "supervisor.json"
 
     @model_validator(mode="after")
     def _reject_unknown_env(self) -> Settings:

@@ -34,6 +34,16 @@ class PostgresState(BaseModel):
     cpu: str
 
 
+class ProcessState(BaseModel):
+    """One child of `chatmem up`."""
+
+    command: str
+    state: str  # up | restarting | failed | stopped
+    pid: int | None
+    restarts: int
+    last_exit: int | None = None
+
+
 class StatusReport(BaseModel):
     services: list[ServiceState]
     postgres: PostgresState
@@ -42,3 +52,4 @@ class StatusReport(BaseModel):
     stream: StreamState
     lag: Lag
     migrated: bool = True  # False: the schema is not there yet (`chatmem migrate`)
+    processes: list[ProcessState] = []  # the children of a running `chatmem up`

@@ -49,3 +49,39 @@ def _get(url: str) -> int:
         return httpx.get(url, timeout=2).status_code
     except httpx.HTTPError:
         return 0
+
+
+def test_up_starts_a_killed_process_again_and_status_shows_it(container):
+    import json
+    import os
+
+    from tests.conftest import stop
+
+    up = spawn(container.settings, "up", api_port=free_port())
+    try:
+        ingest = lambda: [p for p in psutil.Process(up.pid).children() if "ingest" in _cmdline(p)]  # noqa: E731
+        pids: list[int] = []
+        one = lambda: len(found := ingest()) == 1 and not pids.append(found[0].pid)  # noqa: E731
+        assert wait_for(one, timeout=60)
+        victim = pids[-1]
+        os.kill(victim, signal.SIGKILL)
+        assert wait_for(lambda: one() and pids[-1] != victim, timeout=30)
+        with Publisher.from_settings(container.settings) as pub:
+            pub.publish(MessageEvent(event_id="after-crash", thread_id="t", user_id="u", text="still here"))
+        stored = lambda: scalar(container, "SELECT count(*) FROM events WHERE event_id = 'after-crash'") == 1  # noqa: E731
+        assert wait_for(stored, timeout=60)
+        status = spawn(container.settings, "status", "--json")
+        out, _ = status.communicate(timeout=120)
+        processes = {p["command"]: p for p in json.loads(out[out.index("{") :])["processes"]}
+        assert processes["ingest"]["state"] == "up" and processes["ingest"]["restarts"] == 1
+        assert all(p["state"] == "up" for p in processes.values())
+    finally:
+        out = stop(up, timeout=60)
+    assert up.returncode == 0, out[-2000:]
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:  # a killed child not reaped yet (a zombie), or gone
+        return []
