@@ -422,6 +422,18 @@ def bench_import(
     run(cli_settings(), console, n_messages=messages)
 
 
+@bench_app.command("soak")
+def bench_soak(
+    minutes: float = typer.Option(10.0, min=0.5, help="how long the load runs"),
+    rate: float = typer.Option(10.0, min=1, help="messages per second"),
+    threads: int = typer.Option(50, min=1, help="threads the messages go to"),
+) -> None:
+    """A steady mixed load on the whole stack; RSS per process, lag, queues and read latency over time."""
+    from chatmem.bench.soak import run
+
+    run(cli_settings(), console, minutes=minutes, rate=rate, threads=threads)
+
+
 cli_read.register(app)
 
 

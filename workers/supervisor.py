@@ -86,6 +86,7 @@ class Supervisor:
         policy: RestartPolicy | None = None,
         state_file: Path | None = None,
         argv: Callable[[list[str]], list[str]] | None = None,
+        output: Path | None = None,
     ):
         self.children = [_Child(list(c)) for c in commands]
         self.env = {**os.environ, **(env or {})}
@@ -93,6 +94,7 @@ class Supervisor:
         self.state_file = state_file
         self._argv = argv or (lambda cmd: [sys.executable, "-m", "chatmem.api.cli", *cmd])
         self.gave_up: str | None = None
+        self.output = output  # the children's stdout and stderr (default: ours)
 
     @property
     def procs(self) -> list[subprocess.Popen]:
@@ -105,7 +107,14 @@ class Supervisor:
 
     def _spawn(self, child: _Child) -> None:
         # Own process group: a Ctrl-C reaches us once and we stop the children in order.
-        child.proc = subprocess.Popen(self._argv(child.command), env=self.env, start_new_session=True)
+        out = open(self.output, "ab") if self.output else None  # noqa: SIM115 - the child owns it
+        try:
+            child.proc = subprocess.Popen(
+                self._argv(child.command), env=self.env, start_new_session=True, stdout=out, stderr=out
+            )
+        finally:
+            if out is not None:
+                out.close()
         child.state = "up"
         log.info("started %s (pid %d)", child.name, child.proc.pid)
 
