@@ -7,7 +7,7 @@ from __future__ import annotations
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from chatmem.memory.episodes import Job
+from chatmem.memory.episodes import Job, log_text
 from chatmem.memory.ports import Embedder
 from chatmem.memory.prompts import Line
 from chatmem.memory.summaries import LevelItem, StaleGeneration, SummaryRecord
@@ -37,13 +37,25 @@ class PostgresSummaryStore:
     def episode_lines(
         self, thread_id: str, generation: int, episode_id: str, from_seq: int, upto_seq: int
     ) -> list[Line]:
+        # Texts as of the range's last message (edits up to it), from the log: the same whenever
+        # the job runs, live or in replay.
         with self.pool.connection() as conn:
             rows = conn.execute(
-                """SELECT seq, role, text FROM messages WHERE thread_id = %s AND generation = %s
-                   AND episode_id = %s AND seq BETWEEN %s AND %s ORDER BY seq""",
-                (thread_id, generation, episode_id, from_seq, upto_seq),
+                """WITH r AS (SELECT m.seq, m.role, m.platform_message_id, m.stream_pos, e.payload
+                              FROM messages m JOIN events e ON e.event_id = m.event_id
+                              WHERE m.thread_id = %(t)s AND m.generation = %(g)s AND m.episode_id = %(ep)s
+                              AND m.seq BETWEEN %(lo)s AND %(hi)s),
+                        upto AS (SELECT max(stream_pos) AS pos FROM r)
+                   SELECT r.seq, r.role, r.payload,
+                          (SELECT ed.payload FROM events ed, upto WHERE ed.thread_id = %(t)s
+                           AND ed.type = 'message_edited' AND ed.stream_pos <= upto.pos
+                           AND r.platform_message_id IS NOT NULL
+                           AND ed.payload->>'platform_message_id' = r.platform_message_id
+                           ORDER BY ed.stream_pos DESC LIMIT 1)
+                   FROM r ORDER BY r.seq""",
+                {"t": thread_id, "g": generation, "ep": episode_id, "lo": from_seq, "hi": upto_seq},
             ).fetchall()
-        return [Line(seq=s, role=r, text=t) for s, r, t in rows]
+        return [Line(seq=s, role=r, text=log_text(p, ed)) for s, r, p, ed in rows]
 
     def save_summary(self, record: SummaryRecord, *, archive_episode: bool) -> bool:
         r = record

@@ -150,6 +150,13 @@ def message_text(payload: dict, attachments: dict[int, RefState] | None = None) 
     return "\n".join([text, *attachment_lines(payload, attachments)]).strip()
 
 
+def log_text(message: dict, edit: dict | None) -> str:
+    """A message's text as the log fixes it at some position: its latest edit up to there, else
+    what was sent. Summaries read this, not the projection, whose text also changes with edits
+    and attachment surrogates that arrive whenever they arrive."""
+    return message_text(edit) if edit is not None else message_text(message)
+
+
 def validate_configure(args: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     unknown = sorted(set(args) - set(CONFIGURABLE))
     if unknown:
@@ -248,10 +255,14 @@ class _Builder:
         self.schedule_summaries(force=False)
 
     def schedule_summaries(self, *, force: bool) -> None:
+        """Running and chunk summaries end at the last settled message: one awaiting a shift's
+        confirmation may still move to the next episode, and a job over it would read a
+        membership that depends on when it runs. So every cut is fixed by the log."""
         ep = self.episode
-        if ep is None or self.message_count < ep.start_seq:
+        pending = self.state.pending_since
+        upto = self.message_count if pending is None else min(self.message_count, pending - 1)
+        if ep is None or upto < ep.start_seq:
             return
-        upto = self.message_count
         due = upto - ep.summarized_upto >= self.policy.running_every or ep.pending_tokens >= self.policy.running_tokens
         if (due or force) and upto > ep.summarized_upto:
             self.plan.jobs.append(Job("running", ep.episode_id, ep.start_seq, upto))

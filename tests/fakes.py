@@ -27,7 +27,7 @@ from chatmem.memory.attachments import (
     RefState,
     Sniffed,
 )
-from chatmem.memory.episodes import Job, Plan, SummaryPolicy, ThreadContext, message_text
+from chatmem.memory.episodes import Job, Plan, SummaryPolicy, ThreadContext, log_text, message_text
 from chatmem.memory.fact_jobs import FactWrite, UserLine
 from chatmem.memory.facts import FactCandidate, resolve
 from chatmem.memory.jobs import Jobs
@@ -670,11 +670,29 @@ class FakeProjections:
     def episode_lines(
         self, thread_id: str, generation: int, episode_id: str, from_seq: int, upto_seq: int
     ) -> list[Line]:
-        return [
-            Line(seq=seq, role=row["role"], text=row["text"])
+        rows = [
+            row
             for (t, g, seq), row in sorted(self.messages.items())
             if t == thread_id and g == generation and row["episode_id"] == episode_id and from_seq <= seq <= upto_seq
         ]
+        if self.log is None:  # no log to read from: the projection's text
+            return [Line(seq=row["seq"], role=row["role"], text=row["text"]) for row in rows]
+        # As the Postgres store does: texts from the log, edits up to the range's last message.
+        logged = {e.event_id: e for e in self.log.store.logged(thread_id)}
+        upto = max((row["stream_pos"] for row in rows), default=0)
+        lines = []
+        for row in rows:
+            edits = [
+                e.payload
+                for e in logged.values()
+                if e.type == "message_edited"
+                and e.stream_pos <= upto
+                and row["platform_message_id"] is not None
+                and e.payload.get("platform_message_id") == row["platform_message_id"]
+            ]
+            text = log_text(logged[row["event_id"]].payload, edits[-1] if edits else None)
+            lines.append(Line(seq=row["seq"], role=row["role"], text=text))
+        return lines
 
     def save_summary(self, record: SummaryRecord, *, archive_episode: bool) -> bool:
         r = record

@@ -226,3 +226,31 @@ def test_close_summarize_now_and_configure_commands(container):
     # closed by command after message 3; the 8-hour gap no longer splits (time_gap_hours=100)
     assert [(e[2], e[3], e[5]) for e in eps] == [(1, 3, "first"), (4, None, "command")]
     assert scalar(container, "SELECT count(DISTINCT episode_id) FROM messages WHERE seq BETWEEN 4 AND 10") == 1
+
+
+def test_summary_inputs_come_from_the_log_as_of_the_ranges_last_message(container):
+    """An edit before the range's end is in the lines; a later one, and an attachment surrogate
+    written whenever its job ran, are not: the lines are the same whenever the job runs."""
+    from datetime import UTC, datetime, timedelta
+
+    from chatmem.schemas.events import MessageEditedEvent, MessageEvent
+
+    t0 = datetime(2026, 3, 1, 9, tzinfo=UTC)
+    say = lambda n, text: MessageEvent(  # noqa: E731
+        event_id=f"l{n}", thread_id="t", user_id="u", text=text, platform_message_id=f"p{n}",
+        occurred_at=t0 + timedelta(minutes=n),
+    )  # fmt: skip
+    edit = lambda n, target, text: MessageEditedEvent(  # noqa: E731
+        event_id=f"l{n}-edit", thread_id="t", user_id="u", platform_message_id=f"p{target}", text=text,
+        occurred_at=t0 + timedelta(minutes=n),
+    )  # fmt: skip
+    d = Driver(container)
+    d.publish([say(1, "flight at nine"), edit(1, 1, "flight at ten"), say(2, "window seat")])
+    d.publish([edit(3, 2, "aisle seat")])  # after the range 1..2 ended
+    d.advance("t")
+    with container.pool.connection() as conn:
+        episode = conn.execute("SELECT episode_id FROM messages WHERE event_id = 'l1'").fetchone()[0]
+        conn.execute("UPDATE messages SET text = text || ' [image#abc] a receipt' WHERE event_id = 'l1'")
+    lines = container.summary_store.episode_lines("t", 1, episode, 1, 2)
+    assert [line.text for line in lines] == ["flight at ten", "window seat"]
+    assert scalar(container, "SELECT text FROM messages WHERE event_id = 'l2'") == "aisle seat"  # the projection
