@@ -220,6 +220,33 @@ class PostgresProjections:
             self.save_state(conn, ctx, cursor_pos=lease.cursor_pos)
             return True
 
+    def generation_rows(self, thread_id: str, generation: int) -> dict[str, set[tuple]]:
+        """What a generation holds, in comparable form (`replay --check`)."""
+        queries = {
+            "episodes": """SELECT episode_id, ordinal, start_seq, end_seq, status, opened_by, closed_by
+                           FROM episodes WHERE thread_id = %s AND generation = %s""",
+            "messages": """SELECT seq, event_id, episode_id, role FROM messages
+                           WHERE thread_id = %s AND generation = %s""",
+            "summaries": """SELECT summary_key, kind, level, from_seq, upto_seq, text, is_active FROM summaries
+                            WHERE thread_id = %s AND generation = %s""",
+            "commands": """SELECT event_id, command, status FROM commands_applied
+                           WHERE thread_id = %s AND generation = %s""",
+        }
+        with self.pool.connection() as conn:
+            return {
+                name: {tuple(r) for r in conn.execute(sql, (thread_id, generation)).fetchall()}
+                for name, sql in queries.items()
+            }
+
+    def drop_generation(self, thread_id: str, generation: int) -> None:
+        """Delete a generation that was built and never switched to (a `replay --check`)."""
+        with self.pool.connection() as conn, conn.transaction():
+            active = conn.execute("SELECT generation FROM threads WHERE thread_id = %s", (thread_id,)).fetchone()
+            if active is not None and active[0] == generation:
+                raise ValueError(f"generation {generation} of {thread_id} is the active one")
+            for table in ("summaries", "messages", "episodes", "commands_applied"):
+                conn.execute(f"DELETE FROM {table} WHERE thread_id = %s AND generation = %s", (thread_id, generation))
+
     def gc(self) -> dict[str, int]:
         """Delete the rows of generations replaced by a replay (asked for explicitly)."""
         removed = {}

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -15,6 +16,10 @@ from rich.table import Table
 from chatmem.api import cli_read
 from chatmem.api.cli_attachments import attachments_app
 from chatmem.api.common import cli_container, cli_settings, console
+
+if TYPE_CHECKING:
+    from chatmem.adapters.llm import CachedLLM
+    from chatmem.bootstrap import Container
 
 app = typer.Typer(help="chatmem: conversation memory for chat bots.", no_args_is_help=True, add_completion=False)
 services_app = typer.Typer(help="Embedded Postgres and Redis (used when no URL is configured).", no_args_is_help=True)
@@ -260,8 +265,12 @@ def replay(
     thread: list[str] = typer.Option(None, "--thread", help="thread id (repeatable)"),
     all_threads: bool = typer.Option(False, "--all", help="every thread"),
     refresh_llm: bool = typer.Option(False, "--refresh-llm", help="ask the LLM again instead of the cache"),
+    check: bool = typer.Option(
+        False, "--check", help="rebuild into a scratch generation, print the differences, change nothing"
+    ),
 ) -> None:
-    """Rebuild threads' memory from the event log into a new generation and switch to it."""
+    """Rebuild threads' memory from the event log into a new generation and switch to it. With
+    --check: compare a rebuild with what is there and exit 1 on any difference."""
     from chatmem.adapters.procs import process_name
     from chatmem.schemas.events import InvalidEvent, validate_identifier
 
@@ -275,12 +284,40 @@ def replay(
         console.print(f"[red]{error.reason}[/red]")
         raise typer.Exit(2) from None
     llm = c.llm("maintenance", refresh=refresh_llm)
+    if check:
+        raise typer.Exit(_check_replay(c, ids, llm))
     for tid in ids:
         r = c.replay(tid, llm, process_name("replay"))
         console.print(
             f"{tid}: generation {r.generation} · {r.events} events · {r.episodes} episodes · {r.seconds:.1f}s"
         )
     console.print(f"LLM calls made: {llm.calls} (the rest came from the cache)")
+
+
+def _check_replay(c: Container, ids: list[str], llm: CachedLLM) -> int:
+    from chatmem.adapters.procs import process_name
+
+    differing = 0
+    table = Table(title="replay --check: rows only in the active generation (-) or only in the rebuild (+)")
+    for col in ("thread", "projection", "differences"):
+        table.add_column(col, overflow="fold")
+    for tid in ids:
+        diff = c.check_replay(tid, llm, process_name("replay-check"))
+        for name, (only_live, only_rebuilt) in diff.items():
+            if only_live or only_rebuilt:
+                differing += 1
+                lines = [f"- {row}" for row in only_live[:5]] + [f"+ {row}" for row in only_rebuilt[:5]]
+                more = len(only_live) + len(only_rebuilt) - len(lines)
+                table.add_row(tid, name, "\n".join(lines) + (f"\n… {more} more" if more > 0 else ""))
+        console.print(f"{tid}: " + ", ".join(f"{n} {len(a) + len(b)} differences" for n, (a, b) in diff.items()))
+    if differing:
+        console.print(table)
+        console.print(
+            f"[red]{differing} projection(s) differ[/red] (run it when the workers are idle: pending jobs differ too)"
+        )
+        return 1
+    console.print(f"[green]replay reproduces all {len(ids)} thread(s) exactly[/green]")
+    return 0
 
 
 @app.command()

@@ -25,6 +25,7 @@ from chatmem.adapters.redis_stream import RedisDoorbell, RedisEventSink, RedisEv
 from chatmem.schemas.settings import Settings
 
 if TYPE_CHECKING:  # types only: the modules behind them load models or big libraries
+    from chatmem.adapters.analysis_runner import IsolatedReader
     from chatmem.adapters.api_keys import ApiKeys
     from chatmem.adapters.attachments_pg import PostgresAttachmentStore
     from chatmem.adapters.blobs import LocalBlobStore
@@ -43,7 +44,7 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.adapters.recall_pg import PostgresRecallReader
     from chatmem.adapters.summaries_pg import PostgresSummaryStore
     from chatmem.memory.attachments import AttachmentJob
-    from chatmem.memory.episodes import SummaryPolicy
+    from chatmem.memory.episodes import Job, SummaryPolicy
     from chatmem.memory.jobs import Jobs
     from chatmem.memory.offline_llm import OfflineLLM
     from chatmem.memory.pipeline import ThreadProcessor
@@ -244,6 +245,23 @@ class Container:
             return None
         return OpenAIVision(s.vision_model, s.vision_api_key or s.llm_api_key, s.vision_base_url or s.llm_base_url)
 
+    @cached_property
+    def analysis_reader(self) -> IsolatedReader:
+        """Decoding, OCR and PDF reading, in a helper process killed past the time limit."""
+        from chatmem.adapters.analysis_runner import IsolatedReader, ReaderSpec
+
+        s = self.settings
+        spec = ReaderSpec(
+            max_pixels=s.attachment_max_pixels,
+            ocr_max_side=s.ocr_max_side,
+            ocr_threads=s.ocr_threads,
+            max_pages=s.attachment_max_pages,
+            max_chars=s.attachment_max_text_chars,
+            max_pdf_pages=s.attachment_max_pdf_pages,
+            max_decoded_bytes=s.attachment_max_decoded_bytes,
+        )
+        return IsolatedReader(spec, s.attachment_analysis_timeout_s)
+
     def attachment_job(self, *, offline: bool = False) -> AttachmentJob:
         """The attachment handler; `offline` (the last attempt) leaves out the remote models."""
         from chatmem.adapters.documents import DocumentReader
@@ -254,11 +272,17 @@ class Container:
         analyzer = Analyzer(
             images=self.image_reader,
             ocr=self.ocr,
-            documents=DocumentReader(s.attachment_max_pages, s.attachment_max_text_chars),
+            documents=DocumentReader(
+                s.attachment_max_pages,
+                s.attachment_max_text_chars,
+                max_pdf_pages=s.attachment_max_pdf_pages,
+                max_decoded_bytes=s.attachment_max_decoded_bytes,
+            ),
             llm=self.llm("attachments", offline=offline),
             count=self.token_counter.count,
             chunk_tokens=s.attachment_chunk_tokens,
             vision=None if offline else self.vision,
+            read=self.analysis_reader,  # reading runs in the helper process, not through the readers above
         )
         return AttachmentJob(self.attachment_store, self.blobs, self.fetcher, analyzer, self.embedder, guess_binary)
 
@@ -434,7 +458,43 @@ class Container:
             **kw,
         )
 
+    def check_replay(self, thread_id: str, llm: CachedLLM, owner: str) -> dict[str, tuple[list[tuple], list[tuple]]]:
+        """Rebuild one thread into a scratch generation, compare it with the active one (episodes,
+        messages, summaries, commands), drop it. Fact jobs are not run: they would write to mem0."""
+        from chatmem.memory.replay import diff_generations, replay_thread
+
+        s = self.settings
+        jobs = self.jobs
+
+        def summaries_only(job: Job, generation: int) -> None:
+            if job.kind in ("running", "chunk", "final"):
+                jobs.summarize(llm, thread_id, generation, job, facts_next=lambda *_: None)
+
+        live = self.projections.load_context(thread_id).generation
+        result = replay_thread(
+            thread_id,
+            threads=self.thread_log,
+            projections=self.projections,
+            embedder=self.embedder,
+            run=summaries_only,
+            seg_cfg=self.seg_config,
+            policy=self.summary_policy,
+            owner=owner,
+            lease_s=s.thread_lease_s,
+            batch_size=s.apply_batch_size,
+            switch=False,
+        )
+        try:
+            return diff_generations(
+                self.projections.generation_rows(thread_id, live),
+                self.projections.generation_rows(thread_id, result.generation),
+            )
+        finally:
+            self.projections.drop_generation(thread_id, result.generation)
+
     def close(self) -> None:
+        if "analysis_reader" in self.__dict__:
+            self.analysis_reader.close()
         if "pool" in self.__dict__:
             self.pool.close()
         if "redis" in self.__dict__:

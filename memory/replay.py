@@ -19,6 +19,19 @@ from chatmem.memory.segmentation import SegmenterConfig, SegmenterState
 log = logging.getLogger(__name__)
 
 
+Rows = dict[str, set[tuple]]
+
+
+def diff_generations(live: Rows, rebuilt: Rows) -> dict[str, tuple[list[tuple], list[tuple]]]:
+    """Per projection, the rows only live has and the rows only the rebuild has (empty when
+    replay reproduced it exactly)."""
+    return {
+        name: (sorted(live.get(name, set()) - rebuilt.get(name, set()), key=repr),
+               sorted(rebuilt.get(name, set()) - live.get(name, set()), key=repr))
+        for name in sorted(set(live) | set(rebuilt))
+    }  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ReplayResult:
     thread_id: str
@@ -43,7 +56,10 @@ def replay_thread(
     after_switch: Callable[[int], None] | None = None,
     wait_s: float = 60.0,
     on_progress: Callable[[int], None] | None = None,
+    switch: bool = True,
 ) -> ReplayResult:
+    """`switch=False` builds the generation and leaves the active one in place (`replay --check`
+    compares the two, then drops the scratch one)."""
     started = time.monotonic()
     lease = None
     while lease is None:
@@ -74,10 +90,11 @@ def replay_thread(
             threads.renew_lease(lease)
             if on_progress:
                 on_progress(applied)
-        if not projections.switch_generation(lease, ctx):
-            raise LeaseLost(thread_id)
-        if after_switch is not None:
-            after_switch(generation)
+        if switch:
+            if not projections.switch_generation(lease, ctx):
+                raise LeaseLost(thread_id)
+            if after_switch is not None:
+                after_switch(generation)
         return ReplayResult(thread_id, generation, applied, ctx.episode_count, time.monotonic() - started)
     finally:
         threads.release_lease(thread_id, owner)

@@ -154,6 +154,32 @@ def test_replay_reproduces_the_same_episodes_and_summaries(settings_factory):
     assert removed["messages"] == 16 and episodes(container, generation=1) == []
 
 
+def test_replay_check_finds_no_difference_then_names_the_one_it_finds(settings_factory):
+    from chatmem.adapters.services import ServiceUrls
+    from chatmem.bootstrap import Container
+    from tests.conftest import spawn
+
+    s = settings_factory(rollup_fanin=2, rollup_keep=1)
+    container = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
+    d = Driver(container)
+    d.publish(script_events())
+    d.advance("script", batch_size=3)
+    d.run_jobs(with_facts=True)
+    llm = container.llm("maintenance")
+    diff = container.check_replay("script", llm, "check")
+    assert {name: (a, b) for name, (a, b) in diff.items() if a or b} == {}
+    assert set(diff) == {"episodes", "messages", "summaries", "commands"}
+    assert scalar(container, "SELECT generation FROM threads WHERE thread_id = 'script'") == 1
+    assert scalar(container, "SELECT count(*) FROM messages WHERE generation <> 1") == 0  # the scratch one is gone
+    with container.pool.connection() as conn:  # what a buggy live run could have left
+        conn.execute("UPDATE summaries SET text = 'something else' WHERE kind = 'final' AND episode_id = 'script#1'")
+    only_live, only_rebuilt = container.check_replay("script", llm, "check")["summaries"]
+    assert [row[5] for row in only_live] == ["something else"] and len(only_rebuilt) == 1
+    cli = spawn(s, "replay", "--all", "--check")
+    out, _ = cli.communicate(timeout=300)
+    assert cli.returncode == 1 and "summaries 2 differences" in out, out[-2000:]
+
+
 class FailingLLM:
     model = "failing"
 
