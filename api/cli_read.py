@@ -418,9 +418,40 @@ def dead_letters(
     console.print(table)
 
 
+def export(
+    user: str = typer.Option(..., "--user", help="the user whose data to export"),
+    out: Path = typer.Option(..., "--out", file_okay=False, help="a folder for export.json and the files"),
+) -> None:
+    """Everything held about a user, as one JSON document with their files beside it: the events
+    they published, their messages, the episodes and summaries of their threads, their facts
+    with history, their attachments and what was read from them (right of access, portability)."""
+    import json
+    import mimetypes
+
+    user_id = _checked_id(user, "user_id")
+    c = cli_container(cli_settings())
+    data = c.export.user(user_id)
+    files = out / "files"
+    files.mkdir(parents=True, exist_ok=True)
+    copied = 0
+    for item in data["attachments"]:
+        sha = item["sha256"]
+        if sha is None or not c.blobs.path(sha).exists():
+            item["file"] = None
+            continue
+        name = sha + (mimetypes.guess_extension(item["mime_type"] or "") or "")
+        (files / name).write_bytes(c.blobs.get(sha))
+        item["file"] = f"files/{name}"
+        copied += 1
+    (out / "export.json").write_text(json.dumps(data, default=str, ensure_ascii=False, indent=2))
+    counts = ", ".join(f"{len(data[k])} {k}" for k in ("events", "messages", "episodes", "summaries", "facts"))
+    console.print(f"exported {user_id} to {out / 'export.json'}: {counts}, {copied} files")
+
+
 def register(app: typer.Typer) -> None:
     for fn in (context, recall, threads, episodes, api):
         app.command()(fn)
     app.command("dead-letters")(dead_letters)
+    app.command("export")(export)
     app.add_typer(keys_app, name="keys")
     app.add_typer(import_app, name="import")

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.adapters.browse_pg import PostgresBrowser
     from chatmem.adapters.context_pg import PostgresContextReader
     from chatmem.adapters.embedders import CachedEmbedder, QueryEmbedder
+    from chatmem.adapters.export_pg import PostgresExport
     from chatmem.adapters.facts_pg import PostgresFactStore
     from chatmem.adapters.fetch import UrlFetcher
     from chatmem.adapters.images import PillowImageReader, RapidOcr
@@ -333,6 +334,13 @@ class Container:
         from chatmem.adapters.browse_pg import PostgresBrowser
 
         return PostgresBrowser(self.read_connections)
+
+    @cached_property
+    def export(self) -> PostgresExport:
+        """Everything held about one user (`chatmem export`)."""
+        from chatmem.adapters.export_pg import PostgresExport
+
+        return PostgresExport(self.pool)
 
     @cached_property
     def notices(self) -> PostgresNotices:
