@@ -6,18 +6,23 @@ clear, so ordering, deduplication and per-thread processing work without any key
 
 The sealed form keeps the event's clear fields and replaces its content fields with
 `sealed: base64(nonce || ciphertext)`. The event id is the associated data, so a sealed
-content cannot be moved onto another event."""
+content cannot be moved onto another event. Event content is sealed with AES-GCM-SIV (the
+nonce-misuse-resistant member of the AES-GCM family) and a nonce derived from the event id: the
+same event sealed twice gives the same bytes, so a redelivery still compares equal to the
+logged version and a reused event id with other content still shows as a conflict. Equal
+ciphertexts reveal only that one event id carried the same content twice."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESGCMSIV
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +72,10 @@ def seal(payload: dict[str, Any], data_key: bytes) -> dict[str, Any]:
     fields = CONTENT_FIELDS.get(str(payload.get("type")), ())
     content = {k: payload[k] for k in fields if k in payload}
     clear = {k: v for k, v in payload.items() if k not in fields}
-    plain = json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode()
-    sealed = _encrypt(data_key, plain, str(payload["event_id"]).encode())
+    plain = json.dumps(content, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
+    aad = str(payload["event_id"]).encode()
+    nonce = hashlib.sha256(aad).digest()[:_NONCE]
+    sealed = nonce + AESGCMSIV(data_key).encrypt(nonce, plain, aad)
     return {**clear, SEALED: base64.b64encode(sealed).decode()}
 
 
@@ -80,7 +87,11 @@ def open_sealed(payload: dict[str, Any], data_key: bytes | None) -> dict[str, An
     clear = {k: v for k, v in payload.items() if k != SEALED}
     if data_key is None:
         return {**clear, **tombstone(str(payload.get("type")))}
-    plain = _decrypt(data_key, base64.b64decode(payload[SEALED]), str(payload["event_id"]).encode())
+    sealed, aad = base64.b64decode(payload[SEALED]), str(payload["event_id"]).encode()
+    try:
+        plain = AESGCMSIV(data_key).decrypt(sealed[:_NONCE], sealed[_NONCE:], aad)
+    except Exception as error:  # InvalidTag, or a truncated value
+        raise KeyUnusable("cannot decrypt: wrong key or damaged data") from error
     return {**clear, **json.loads(plain)}
 
 

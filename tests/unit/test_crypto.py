@@ -70,3 +70,9 @@ def test_data_keys_are_wrapped_for_their_user_and_the_kek_file_is_private(tmp_pa
 
 def test_an_event_stored_before_encryption_comes_back_as_it_is():
     assert open_sealed(EVENT, None) == EVENT
+
+
+def test_the_same_event_seals_to_the_same_bytes_so_redeliveries_and_conflicts_still_compare():
+    key = new_key()
+    assert seal(EVENT, key) == seal(dict(EVENT), key)
+    assert seal({**EVENT, "text": "other"}, key) != seal(EVENT, key)
