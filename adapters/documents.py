@@ -5,17 +5,30 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from chatmem.memory.attachments import BadFile, Block
+
+if TYPE_CHECKING:  # pypdf loads on first use
+    from pypdf import PdfReader
 
 _BLANK = re.compile(r"\n\s*\n")
 _HEADING_LIKE = re.compile(r"^[A-ZА-ЯЁ0-9][^.!?,;:]{0,78}$")
 
 
 class DocumentReader:
-    def __init__(self, max_pages: int, max_chars: int):
+    """`max_pages` pages of a PDF are read; one with more than `max_pdf_pages` is refused before
+    its page tree is walked, and no stream may decompress to more than `max_decoded_bytes`."""
+
+    def __init__(
+        self, max_pages: int, max_chars: int, *, max_pdf_pages: int = 10_000, max_decoded_bytes: int = 100_000_000
+    ):
         self.max_pages = max_pages
         self.max_chars = max_chars
+        self.max_pdf_pages = max_pdf_pages
+        self.max_decoded_bytes = max_decoded_bytes
 
     def read(self, data: bytes, mime: str) -> tuple[list[Block], dict]:
         if mime == "application/pdf":
@@ -28,18 +41,7 @@ class DocumentReader:
         return [Block(p) for p in _BLANK.split(text)], {}
 
     def _pdf(self, data: bytes) -> tuple[list[Block], dict]:
-        from pypdf import PdfReader
-        from pypdf.errors import DependencyError, PdfReadError, PdfStreamError
-
-        try:
-            reader = PdfReader(io.BytesIO(data))
-            if reader.is_encrypted:
-                try:
-                    opened = bool(reader.decrypt(""))  # some PDFs are encrypted with an empty password
-                except (DependencyError, NotImplementedError, PdfReadError):
-                    opened = False
-                if not opened:
-                    raise BadFile("the PDF is encrypted (password protected)")
+        with self._pdf_reader(data) as reader:
             total = len(reader.pages)
             blocks: list[Block] = []
             chars = 0
@@ -56,29 +58,82 @@ class DocumentReader:
             if isinstance(title, str) and title.strip():
                 meta["pdf_title"] = title.strip()[:200]
             return blocks, meta
-        except BadFile:
-            raise
-        except (PdfReadError, PdfStreamError, ValueError, KeyError, TypeError, AttributeError, OSError) as error:
-            raise BadFile(f"broken PDF: {error}") from None
 
     def page_images(self, data: bytes, limit: int) -> list[tuple[int, bytes]]:
         """The images on the pages of a PDF (page number, encoded bytes), for OCR of scans."""
-        from pypdf import PdfReader
-        from pypdf.errors import PdfReadError, PdfStreamError
-
         found: list[tuple[int, bytes]] = []
-        try:
-            reader = PdfReader(io.BytesIO(data))
-            if reader.is_encrypted:
-                reader.decrypt("")
+        with self._pdf_reader(data) as reader:
             for number, page in enumerate(reader.pages[: self.max_pages], start=1):
                 for image in page.images:
                     found.append((number, image.data))
                     if len(found) >= limit:
                         return found
-        except (PdfReadError, PdfStreamError, ValueError, KeyError, TypeError, AttributeError, OSError) as error:
-            raise BadFile(f"broken PDF: {error}") from None
         return found
+
+    @contextmanager
+    def _pdf_reader(self, data: bytes) -> Iterator[PdfReader]:
+        """An open, decrypted PdfReader whose page count is within the limit, with pypdf's
+        limits set from ours for as long as it is used; every failure is a BadFile."""
+        from pypdf import PdfReader, apply_configuration, get_configuration
+        from pypdf.errors import DependencyError, LimitReachedError, PdfReadError, PyPdfError
+
+        # pypdf reads lazily: these hold for everything done inside the block. A page-tree entry
+        # is a page or an intermediate node; twice the page limit leaves room for the nodes.
+        decoded = self.max_decoded_bytes
+        limits = {
+            "zlib_maximum_output_length": decoded,
+            "lzw_maximum_output_length": decoded,
+            "run_length_maximum_output_length": decoded,
+            "brotli_maximum_output_length": decoded,
+            "jbig2_maximum_output_length": decoded,
+            "array_based_stream_maximum_output_length": decoded,
+            "image_maximum_buffer_size": decoded,
+            "page_tree_maximum_entries": 2 * self.max_pdf_pages + 100,
+        }
+        try:
+            with apply_configuration(get_configuration().with_overwrites(**limits)):
+                reader = PdfReader(io.BytesIO(data))
+                if reader.is_encrypted:
+                    try:
+                        opened = bool(reader.decrypt(""))  # some PDFs are encrypted with an empty password
+                    except (DependencyError, NotImplementedError, PdfReadError):
+                        opened = False
+                    if not opened:
+                        raise BadFile("the PDF is encrypted (password protected)")
+                # The declared count first: refusing it costs nothing, walking the tree may.
+                tree = reader.root_object.get("/Pages")
+                declared = tree.get_object().get("/Count") if tree is not None else None
+                if isinstance(declared, int) and declared > self.max_pdf_pages:
+                    raise BadFile(f"the PDF has {declared:,} pages, above the limit of {self.max_pdf_pages:,}")
+                total = len(reader.pages)  # walks the tree, within page_tree_maximum_entries
+                if total > self.max_pdf_pages:  # the /Count lied
+                    raise BadFile(f"the PDF has {total:,} pages, above the limit of {self.max_pdf_pages:,}")
+                yield reader
+        except BadFile:
+            raise
+        except LimitReachedError as error:
+            raise self._limit_reached(str(error)) from None
+        except RecursionError:
+            raise BadFile("the PDF nests its objects too deeply to be read") from None
+        except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, OSError) as error:
+            if _from_recursion(error):  # pypdf re-raises a RecursionError as a PdfReadError
+                raise BadFile("the PDF nests its objects too deeply to be read") from None
+            raise BadFile(f"broken PDF: {error}") from None
+
+    def _limit_reached(self, message: str) -> BadFile:
+        """pypdf's LimitReachedError in words (its message says which limit)."""
+        lowered = message.lower()
+        if "page tree entry" in lowered:
+            return BadFile(f"the PDF has more than {self.max_pdf_pages:,} pages (its page tree is larger than allowed)")
+        if "depth" in lowered:
+            return BadFile(f"the PDF nests its objects too deeply to be read ({message})")
+        inflating = ("decompress", "buffer size", "array-based stream has at least", "decoding exceeded")
+        if any(words in lowered for words in inflating):
+            return BadFile(
+                f"the PDF has a stream that decompresses to more than {self.max_decoded_bytes:,} bytes"
+                " (a decompression bomb?)"
+            )
+        return BadFile(f"the PDF is over a safety limit: {message}")
 
     def _html(self, text: str) -> tuple[list[Block], dict]:
         from bs4 import BeautifulSoup
@@ -120,6 +175,18 @@ class DocumentReader:
             else {}
         )
         return blocks, meta
+
+
+def _from_recursion(error: BaseException) -> bool:
+    """Whether `error` is, or was raised while handling, Python's recursion limit."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, RecursionError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _markdown(text: str) -> list[Block]:

@@ -3,7 +3,11 @@
 https:// downloads stream with a size cap and a time limit; every address a host name resolves
 to is checked, and private, loopback, link-local and reserved ones are refused unless allowed
 (the URL comes from chat content; the worker must not become a way into the private network).
-Redirects are followed by hand so each hop is checked the same way.
+The name is resolved once per hop and the connection goes to an address that passed the check
+(the request is sent to the IP, with the host name as TLS SNI, for certificate verification,
+and as the Host header), so a DNS answer that changes between the check and the connection (DNS
+rebinding) cannot reach a private address. Redirects are followed by hand so each hop is
+checked and pinned the same way.
 
 `telegram:file/<file_id>` names a file a Telegram bot received. It is resolved through the Bot
 API (`getFile`, then the file download) with the bot token from the settings; the API base is
@@ -18,8 +22,9 @@ import ipaddress
 import logging
 import re
 import socket
+import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,7 +97,14 @@ class FetchLimits:
 
 
 class UrlFetcher:
-    def __init__(self, limits: FetchLimits, resolve=socket.getaddrinfo, *, telegram: TelegramFiles | None = None):  # noqa: ANN001
+    def __init__(
+        self,
+        limits: FetchLimits,
+        resolve: Callable[..., list[tuple[Any, ...]]] = socket.getaddrinfo,
+        *,
+        telegram: TelegramFiles | None = None,
+    ):
+        """`resolve` has getaddrinfo's shape (tests pass a stub); it is asked once per https hop."""
         self.limits = limits
         self._resolve = resolve
         self.telegram = telegram or TelegramFiles()
@@ -144,41 +156,86 @@ class UrlFetcher:
             raise BadFile(f"attachment is {len(data)} bytes, above the limit of {self.limits.max_bytes}")
         return data
 
-    def _check_host(self, host: str, port: int) -> None:
-        if self.limits.allow_private:
-            return
+    def _addresses(self, host: str, port: int) -> list[str]:
+        """The addresses `host` resolves to, in the resolver's order, every one of them checked.
+        The request goes to one of these, never to a second answer for the same name."""
         try:
             infos = self._resolve(host, port, type=socket.SOCK_STREAM)
         except socket.gaierror as error:
             raise TransientError(f"cannot resolve {host}: {error}") from None
+        addresses: list[str] = []
         for info in infos:
             ip = ipaddress.ip_address(info[4][0])
-            if ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_reserved or ip.is_multicast:
+            if not self.limits.allow_private and _is_private(ip):
                 raise BadFile(f"{host} resolves to a private address ({ip}); refused")
+            if str(ip) not in addresses:
+                addresses.append(str(ip))
+        if not addresses:
+            raise TransientError(f"cannot resolve {host}: no address")
+        return addresses
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self.limits.ca_file:
+            return ssl.create_default_context(cafile=str(self.limits.ca_file))
+        return httpx.create_ssl_context()  # certifi, or SSL_CERT_FILE / SSL_CERT_DIR when set
 
     def _https(self, url: str) -> bytes:
         lim = self.limits
         deadline = time.monotonic() + lim.timeout_s
-        verify: str | bool = str(lim.ca_file) if lim.ca_file else True
-        with httpx.Client(verify=verify, timeout=lim.timeout_s, follow_redirects=False) as client:
+        # trust_env=False: a proxy from the environment would resolve the name itself, after our
+        # check. No keep-alive: a pooled connection is keyed by IP, and one verified for a host
+        # name must not carry a request for another name that happens to share the address.
+        with httpx.Client(
+            verify=self._ssl_context(),
+            timeout=lim.timeout_s,
+            follow_redirects=False,
+            trust_env=False,
+            limits=httpx.Limits(max_keepalive_connections=0),
+        ) as client:
             for _ in range(MAX_REDIRECTS + 1):
-                parts = urlsplit(url)
-                if parts.scheme.lower() != "https" or not parts.hostname:
-                    raise BadFile(f"redirected to a URL that is not fetched: {url[:200]}")
-                self._check_host(parts.hostname, parts.port or 443)
+                target = _https_url(url)
+                host = target.raw_host.decode("ascii")
                 try:
-                    with client.stream("GET", url) as response:
+                    response = self._send_pinned(client, target, deadline)
+                    try:
                         if response.is_redirect:
                             url = urljoin(url, response.headers.get("location", ""))
                             continue
                         return self._read(response, deadline)
+                    finally:
+                        response.close()
                 except httpx.TimeoutException as error:
-                    raise TransientError(f"timed out fetching {parts.hostname}: {error}") from None
+                    raise TransientError(f"timed out fetching {host}: {error}") from None
                 except httpx.TransportError as error:
-                    if "CERTIFICATE_VERIFY_FAILED" in str(error):  # waiting does not fix a certificate
-                        raise BadFile(f"{parts.hostname} has an untrusted TLS certificate") from None
-                    raise TransientError(f"cannot reach {parts.hostname}: {error}") from None
+                    raise TransientError(f"cannot reach {host}: {error}") from None
         raise BadFile(f"more than {MAX_REDIRECTS} redirects")
+
+    def _send_pinned(self, client: httpx.Client, url: httpx.URL, deadline: float) -> httpx.Response:
+        """Send GET `url` to a checked address of its host: the URL names the IP, the Host header
+        and the TLS server name (SNI, and the name the certificate must match) stay the host's.
+        Addresses are tried in the resolver's order while they refuse connections."""
+        host = url.raw_host.decode("ascii")
+        last: Exception | None = None
+        for address in self._addresses(host, url.port or 443):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            request = client.build_request(
+                "GET",
+                url.copy_with(host=address),
+                headers={"Host": url.netloc.decode("ascii")},
+                extensions={"sni_hostname": host},
+                timeout=min(self.limits.timeout_s, remaining),
+            )
+            try:
+                return client.send(request, stream=True)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as error:
+                if "CERTIFICATE_VERIFY_FAILED" in str(error):  # waiting does not fix a certificate
+                    raise BadFile(f"{host} has an untrusted TLS certificate") from None
+                last = error  # this address does not answer; the next one may
+        if last is None:
+            raise TransientError(f"timed out fetching {host}")
+        raise TransientError(f"cannot reach {host}: {last}")
 
     def _read(self, response: httpx.Response, deadline: float) -> bytes:
         lim = self.limits
@@ -270,3 +327,36 @@ def _bot_api_result(response: httpx.Response) -> dict[str, Any]:
     if status == 200:
         raise BadFile("the Telegram Bot API gave a malformed getFile answer")
     raise BadFile(f"the Telegram Bot API refused the file: {description}")
+
+
+def _https_url(url: str) -> httpx.URL:
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        raise BadFile(f"malformed URL: {url[:200]}") from None
+    if parsed.scheme != "https" or not parsed.raw_host:
+        raise BadFile(f"redirected to a URL that is not fetched: {url[:200]}")
+    return parsed
+
+
+# IPv6 forms that carry an IPv4 address a gateway will connect to (NAT64's well-known prefix).
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def _is_private(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Not a public unicast address, or an IPv6 address that stands for an IPv4 one that is not."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = ip.ipv4_mapped or ip.sixtofour
+        if embedded is None and ip in _NAT64:
+            embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if embedded is not None and _is_private(embedded):
+            return True
+    return (
+        ip.is_private
+        or ip.is_loopback
+        or ip.is_link_local
+        or ip.is_reserved
+        or ip.is_multicast
+        or ip.is_unspecified
+        or not ip.is_global  # shared address space (100.64.0.0/10) is neither private nor global
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import threading
 import warnings
 
@@ -25,7 +26,17 @@ def guess_binary(data: bytes) -> str | None:
 
 class PillowImageReader:
     def __init__(self, max_pixels: int):
+        from PIL import Image
+
         self.max_pixels = max_pixels
+        # Pillow refuses images above twice its own MAX_IMAGE_PIXELS (about 179 M pixels) inside
+        # Image.open, before we see the size. Our limit is the one that counts: never let
+        # Pillow's ceiling sit below it (it stays above, as a backstop for frames and tiles).
+        if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < max_pixels:
+            Image.MAX_IMAGE_PIXELS = max_pixels
+
+    def _too_large(self, size: str) -> BadFile:
+        return BadFile(f"image is {size}, above the limit of {self.max_pixels:,} (a decompression bomb?)")
 
     def open(self, data: bytes):  # noqa: ANN201 - a PIL image, fully decoded, RGB
         from PIL import Image, UnidentifiedImageError
@@ -33,19 +44,19 @@ class PillowImageReader:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # our own limit follows
-                img = Image.open(io.BytesIO(data))
+                img = Image.open(io.BytesIO(data))  # lazy: reads the header only
                 # The header alone says how big the decoded image would be: check before decoding.
                 pixels = img.width * img.height
                 if pixels > self.max_pixels:
-                    raise BadFile(
-                        f"image is {img.width}×{img.height} ({pixels:,} pixels), above the limit of {self.max_pixels:,}"
-                        " (a decompression bomb?)"
-                    )
+                    raise self._too_large(f"{img.width}×{img.height} ({pixels:,} pixels)")
                 img.load()
         except BadFile:
             raise
         except Image.DecompressionBombError as error:
-            raise BadFile(f"decompression bomb refused: {error}") from None
+            # Pillow's backstop fired first (in Image.open, or for a frame or tile); it names the
+            # pixel count only.
+            found = re.search(r"\((\d+) pixels\)", str(error))
+            raise self._too_large(f"{int(found[1]):,} pixels" if found else "too large") from None
         except UnidentifiedImageError:
             raise BadFile("not an image Pillow can read") from None
         except (OSError, SyntaxError, ValueError) as error:

@@ -159,6 +159,24 @@ class Settings(BaseSettings):
     attachment_max_pixels: int = Field(40_000_000, ge=1, description="Largest image (width x height) decoded.")
     attachment_max_pages: int = Field(300, ge=1, description="Most PDF pages read.")
     attachment_max_text_chars: int = Field(2_000_000, ge=1, description="Most characters of text kept per document.")
+    attachment_max_pdf_pages: int = Field(
+        10_000,
+        ge=1,
+        description="A PDF with more pages is refused before its pages are walked (a page-tree bomb); "
+        "of a smaller one, the first attachment_max_pages are read.",
+    )
+    attachment_max_decoded_bytes: int = Field(
+        100_000_000,
+        ge=1_000_000,
+        description="Largest size one compressed PDF stream or embedded image may inflate to (a decompression bomb).",
+    )
+    attachment_analysis_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        le=600,
+        description="Time limit of reading one attachment (decoding, OCR, PDF text). The reading runs in a helper "
+        "process that is killed past the limit; the file then fails with that reason.",
+    )
     attachment_chunk_tokens: int = Field(250, ge=50, le=2000, description="Target size of a document chunk.")
     attachment_max_retries: int = Field(
         5, ge=0, description="Retries of an attachment after a transient error (an unreachable URL, a model down)."

@@ -22,6 +22,7 @@ from chatmem.memory.attachments import (
     Analysis,
     BadFile,
     Block,
+    Extraction,
     ImageInfo,
     Reference,
     RefState,
@@ -1021,6 +1022,28 @@ class FakeDocumentReader:
 
     def page_images(self, data: bytes, limit: int) -> list[tuple[int, bytes]]:
         return self.images[:limit]
+
+
+def scripted_reader(spec: object) -> Callable[[bytes, Sniffed], Extraction]:
+    """A Read port for the analysis helper process (a ReaderSpec's `factory`), driven by the
+    bytes: `hang` never returns, `crash` kills its own process, `oops` raises a plain error,
+    `bad` is a BadFile; any other bytes become one block of text, with the helper's pid."""
+    import os
+    import signal
+
+    def read(data: bytes, sniffed: Sniffed) -> Extraction:
+        if data.startswith(b"hang"):
+            while True:
+                time.sleep(1)
+        if data.startswith(b"crash"):
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if data.startswith(b"oops"):
+            raise ZeroDivisionError("division by zero")
+        if data.startswith(b"bad"):
+            raise BadFile("scripted bad file")
+        return Extraction(blocks=[Block(data.decode("utf-8", "replace"))], meta={"pid": os.getpid()})
+
+    return read
 
 
 # --- recall --------------------------------------------------------------------------------------

@@ -13,11 +13,11 @@ transient failures (an unreachable URL, a model endpoint down) are retried.
 Modules, from the bottom: `errors` (BadFile), `filetypes` (what the bytes are), `chunks`
 (derived texts, structure-aware chunking), `ports` (the Protocols and the records crossing
 them), `surrogates` (a message's attachment lines), `queries` (is a question about a shared
-file?), `analysis` (the Analyzer) and `job` (the AttachmentJob). This package re-exports their
-public names for callers outside memory/.
+file?), `analysis` (the Reader and the Analyzer) and `job` (the AttachmentJob). This package
+re-exports their public names for callers outside memory/.
 """
 
-from chatmem.memory.attachments.analysis import OCR_MIN_SCORE, SCANNED_PAGES_MAX, Analyzer
+from chatmem.memory.attachments.analysis import OCR_MIN_SCORE, SCANNED_PAGES_MAX, Analyzer, Reader
 from chatmem.memory.attachments.chunks import TEXT_KINDS, Block, DerivedText, chunk_blocks, ocr_texts
 from chatmem.memory.attachments.errors import BadFile
 from chatmem.memory.attachments.filetypes import DOCUMENT_MIMES, IMAGE_MIMES, Sniffed, declared_mismatch, sniff
@@ -28,10 +28,12 @@ from chatmem.memory.attachments.ports import (
     AttachmentStore,
     BlobStore,
     DocumentReader,
+    Extraction,
     Fetcher,
     ImageInfo,
     ImageReader,
     OcrEngine,
+    Read,
     Reference,
     VisionModel,
 )
@@ -65,10 +67,13 @@ __all__ = [
     "Block",
     "DerivedText",
     "DocumentReader",
+    "Extraction",
     "Fetcher",
     "ImageInfo",
     "ImageReader",
     "OcrEngine",
+    "Read",
+    "Reader",
     "RefState",
     "Reference",
     "Sniffed",

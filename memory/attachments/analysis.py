@@ -1,5 +1,10 @@
 """Analysis of an artifact's bytes: OCR and a description for images; text, chunks and a summary
-for documents (a PDF without a text layer is OCR'd page by page)."""
+for documents (a PDF without a text layer is OCR'd page by page).
+
+Two steps: a Reader does the CPU-heavy reading (decoding, OCR, PDF text) and returns an
+Extraction; the Analyzer turns that into chunks, a summary and a description (token counting, the
+LLM and vision ports). The split lets the reading run elsewhere, time-boxed, while the model
+calls stay with the job and its retries."""
 
 from __future__ import annotations
 
@@ -9,13 +14,55 @@ from dataclasses import dataclass
 from chatmem.memory.attachments.chunks import Block, DerivedText, chunk_blocks, ocr_texts
 from chatmem.memory.attachments.errors import BadFile
 from chatmem.memory.attachments.filetypes import Sniffed
-from chatmem.memory.attachments.ports import Analysis, DocumentReader, ImageReader, OcrEngine, VisionModel
+from chatmem.memory.attachments.ports import (
+    Analysis,
+    DocumentReader,
+    Extraction,
+    ImageReader,
+    OcrEngine,
+    Read,
+    VisionModel,
+)
 from chatmem.memory.attachments.surrogates import SURROGATE_CHARS, clip, offline_description
 from chatmem.memory.ports import LLM
 from chatmem.memory.prompts import FileSummary, ImageDescription, file_summary
 
 OCR_MIN_SCORE = 0.5
 SCANNED_PAGES_MAX = 50  # page images OCR'd from a PDF without a text layer
+
+
+@dataclass
+class Reader:
+    """The Read port over the readers: an image's header and OCR lines, a document's blocks (a
+    PDF without a text layer is read by OCR of its page images)."""
+
+    images: ImageReader
+    ocr: OcrEngine
+    documents: DocumentReader
+
+    def __call__(self, data: bytes, sniffed: Sniffed) -> Extraction:
+        if sniffed.kind == "image":
+            info = self.images.inspect(data)
+            return Extraction(info=info, lines=self._lines(data))
+        blocks, meta = self.documents.read(data, sniffed.mime)
+        if sniffed.mime == "application/pdf" and not any(b.text.strip() for b in blocks if not b.heading):
+            blocks = self._scanned_pages(data)
+            meta = {**meta, "ocr_pages": len({b.page for b in blocks})}
+        return Extraction(blocks=blocks, meta=meta)
+
+    def _lines(self, image: bytes) -> list[str]:
+        return [t for t, score in self.ocr.read(image) if score >= OCR_MIN_SCORE and t.strip()]
+
+    def _scanned_pages(self, data: bytes) -> list[Block]:
+        """A PDF without a text layer is usually a scan: OCR the images on its pages."""
+        blocks: list[Block] = []
+        for page, image in self.documents.page_images(data, SCANNED_PAGES_MAX):
+            try:
+                self.images.inspect(image)  # the pixel limit holds for embedded images too
+            except BadFile:
+                continue
+            blocks += [Block(t, page=page) for t in self._lines(image)]
+        return blocks
 
 
 @dataclass
@@ -27,16 +74,23 @@ class Analyzer:
     count: Callable[[str], int]
     chunk_tokens: int
     vision: VisionModel | None = None
+    read: Read | None = None  # None: a Reader over images, ocr and documents, in this process
+
+    def __post_init__(self) -> None:
+        if self.read is None:
+            self.read = Reader(self.images, self.ocr, self.documents)
 
     def __call__(self, data: bytes, sniffed: Sniffed, filename: str | None) -> Analysis:
         """Content only: a caption belongs to the message that sent the bytes, not to them."""
+        assert self.read is not None
+        extraction = self.read(data, sniffed)
         if sniffed.kind == "image":
-            return self.image(data, sniffed)
-        return self.document(data, sniffed, filename)
+            return self.image(data, sniffed, extraction)
+        return self.document(sniffed, filename, extraction)
 
-    def image(self, data: bytes, sniffed: Sniffed) -> Analysis:
-        info = self.images.inspect(data)
-        lines = [t for t, score in self.ocr.read(data) if score >= OCR_MIN_SCORE and t.strip()]
+    def image(self, data: bytes, sniffed: Sniffed, extraction: Extraction) -> Analysis:
+        info, lines = extraction.info, extraction.lines
+        assert info is not None, "an image's extraction carries its header"
         ocr_text = " ".join(lines)
         texts = ocr_texts(lines, self.chunk_tokens, self.count)
         meta = {"format": info.format, "width": info.width, "height": info.height, **info.meta}
@@ -51,13 +105,9 @@ class Analyzer:
                 texts.append(DerivedText("vision_short", 0, desc.short, {"source": "metadata"}))
         return Analysis(desc.short, texts, meta)
 
-    def document(self, data: bytes, sniffed: Sniffed, filename: str | None) -> Analysis:
-        blocks, meta = self.documents.read(data, sniffed.mime)
-        chunks = chunk_blocks(blocks, self.chunk_tokens, self.count)
-        if not chunks and sniffed.mime == "application/pdf":
-            blocks = self._scanned_pages(data)
-            chunks = chunk_blocks(blocks, self.chunk_tokens, self.count)
-            meta["ocr_pages"] = len({b.page for b in blocks})
+    def document(self, sniffed: Sniffed, filename: str | None, extraction: Extraction) -> Analysis:
+        meta = dict(extraction.meta)
+        chunks = chunk_blocks(extraction.blocks, self.chunk_tokens, self.count)
         if not chunks:
             raise BadFile("the document has no text (neither a text layer nor readable page images)")
         summary: FileSummary = self.llm.complete(file_summary(filename, [c.text for c in chunks[:12]]), FileSummary)
@@ -65,14 +115,3 @@ class Analyzer:
         n = meta.get("pages")
         pages = f"{n} page{'s' if n != 1 else ''}: " if n else ""
         return Analysis(clip(pages + summary.summary, SURROGATE_CHARS), texts, {**meta, "title": summary.title})
-
-    def _scanned_pages(self, data: bytes) -> list[Block]:
-        """A PDF without a text layer is usually a scan: OCR the images on its pages."""
-        blocks: list[Block] = []
-        for page, image in self.documents.page_images(data, SCANNED_PAGES_MAX):
-            try:
-                self.images.inspect(image)  # the pixel limit holds for embedded images too
-            except BadFile:
-                continue
-            blocks += [Block(t, page=page) for t, score in self.ocr.read(image) if score >= OCR_MIN_SCORE and t.strip()]
-        return blocks

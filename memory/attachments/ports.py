@@ -81,6 +81,21 @@ class DocumentReader(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Extraction:
+    """What reading the bytes yields before any model sees them: an image's header and OCR lines,
+    or a document's structure blocks and metadata (a Reader makes one; it crosses processes)."""
+
+    info: ImageInfo | None = None  # images
+    lines: list[str] = field(default_factory=list)  # images: OCR lines kept
+    blocks: list[Block] = field(default_factory=list)  # documents
+    meta: dict = field(default_factory=dict)  # documents: pages, title, ocr_pages
+
+
+Read = Callable[[bytes, Sniffed], Extraction]
+"""The CPU-heavy part of an analysis: decoding, OCR, PDF text (a Reader is one; an adapter may
+run it in another process, within a time limit). BadFile for a file that cannot be read."""
+
 Analyze = Callable[[bytes, Sniffed, "str | None"], Analysis]
 """Content only, from the bytes, their sniffed type and the file name (an Analyzer is one)."""
 

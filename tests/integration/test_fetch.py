@@ -1,6 +1,8 @@
 """Fetching attachment bytes over real sockets: a local HTTPS server with its own CA (trustme),
-size and time limits, redirects, refusals of private addresses, file:// and data: URLs."""
+size and time limits, redirects, refusals of private addresses, connections pinned to the
+checked address (DNS rebinding), file:// and data: URLs."""
 
+import ipaddress
 import socket
 import ssl
 import threading
@@ -16,10 +18,19 @@ from chatmem.memory.ports import TransientError
 
 pytestmark = pytest.mark.integration
 BODY = b"\x89PNG\r\n\x1a\n" + b"x" * 5000
+NAME = "files.chatmem.test"  # a name only the tests' resolver stubs know
+SEEN: dict[str, list[str]] = {"host": [], "sni": []}  # what the server was sent
 
 
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802
+        SEEN["host"].append(self.headers.get("Host", ""))
+        if self.path == "/to-name":  # an absolute redirect to the host name the request came for
+            self.send_response(302)
+            self.send_header("Location", f"https://{self.headers['Host']}/ok.png")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         routes = {
             "/ok.png": (200, {"Content-Type": "image/png"}, BODY),
             "/missing": (404, {}, b"no"),
@@ -56,9 +67,10 @@ class Handler(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert = ca.issue_cert("127.0.0.1", "localhost", NAME)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     cert.configure_cert(ctx)
+    ctx.sni_callback = lambda sock, name, context: SEEN["sni"].append(name or "")
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -69,9 +81,24 @@ def server(tmp_path_factory):
     httpd.shutdown()
 
 
-def fetcher(ca_file, **kw):
+def fetcher(ca_file, resolve=socket.getaddrinfo, **kw):
     limits = {"max_bytes": 10_000, "timeout_s": 5.0, "allow_private": True, "ca_file": ca_file} | kw
-    return UrlFetcher(FetchLimits(**limits))
+    return UrlFetcher(FetchLimits(**limits), resolve=resolve)
+
+
+def answer(*ips: str):
+    """A getaddrinfo stub that answers `ips` for every name (and an IP literal with itself)."""
+    asked: list[str] = []
+
+    def resolve(host, port, family=0, type=0, proto=0, flags=0):  # noqa: A002 - getaddrinfo's own names
+        try:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (str(ipaddress.ip_address(host)), port))]
+        except ValueError:
+            asked.append(host)
+        return [(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port)) for ip in ips]
+
+    resolve.asked = asked
+    return resolve
 
 
 def test_https_download_follows_checked_redirects(server):
@@ -129,3 +156,71 @@ def test_file_and_data_urls(tmp_path):
         f.fetch("data:," + "x" * 200)
     with pytest.raises(BadFile, match="scheme 'ftp'"):
         f.fetch("ftp://example.com/a")
+
+
+def test_a_pinned_connection_verifies_the_certificate_and_sends_the_host_name(server):
+    base, ca = server
+    port = base.rsplit(":", 1)[1]
+    SEEN["host"].clear()
+    SEEN["sni"].clear()
+    # The name maps to the local server (private addresses allowed here): the request goes to
+    # 127.0.0.1 while TLS checks the certificate against the name and the Host header carries it.
+    dns = answer("127.0.0.1")
+    assert fetcher(ca, dns).fetch(f"https://{NAME}:{port}/ok.png") == BODY
+    assert SEEN["host"] == [f"{NAME}:{port}"] and SEEN["sni"] == [NAME]
+    assert dns.asked == [NAME]
+    # Each hop of a redirect is resolved, checked and pinned the same way.
+    assert fetcher(ca, dns).fetch(f"https://{NAME}:{port}/to-name") == BODY
+    assert dns.asked == [NAME, NAME, NAME]
+    # A name the certificate does not carry fails although the IP is the same: verification is
+    # against the name, not skipped because the connection was made to an address.
+    with pytest.raises(BadFile, match="untrusted TLS certificate"):
+        fetcher(ca, answer("127.0.0.1")).fetch(f"https://other.chatmem.test:{port}/ok.png")
+    # An address that refuses the connection is passed over for the next checked one.
+    assert fetcher(ca, answer("127.0.0.2", "127.0.0.1")).fetch(f"https://{NAME}:{port}/ok.png") == BODY
+
+
+def test_dns_rebinding_cannot_reach_a_private_address(server, monkeypatch):
+    """The name answers a public address for the check, then 127.0.0.1 (where a server listens)
+    to anyone who asks again. The system resolver is the same stub here, so a client that
+    resolved the name a second time to connect would reach the local server."""
+    base, ca = server
+    port = int(base.rsplit(":", 1)[1])
+    public = "93.184.215.14"
+    asked: list[str] = []
+
+    def rebinding(host, port, family=0, type=0, proto=0, flags=0):  # noqa: A002
+        try:
+            ip = str(ipaddress.ip_address(host))
+        except ValueError:
+            asked.append(host)
+            ip = public if len(asked) == 1 else "127.0.0.1"
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port))]
+
+    connected: list[tuple[str, int]] = []
+    real_connect = socket.create_connection
+
+    def connect(address, *args, **kwargs):
+        connected.append(address)
+        ip = rebinding(*address)[0][4][0]
+        if ip == public:  # no internet here: the public server refuses
+            raise ConnectionRefusedError(111, "Connection refused")
+        return real_connect((ip, address[1]), *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    monkeypatch.setattr(socket, "create_connection", connect)
+    SEEN["host"].clear()
+    with pytest.raises(TransientError, match="cannot reach"):
+        fetcher(ca, rebinding, allow_private=False).fetch(f"https://{NAME}:{port}/ok.png")
+    assert connected == [(public, port)]  # the checked address, and never the second answer
+    assert asked == [NAME]
+    assert SEEN["host"] == []  # the local server saw no request
+
+
+def test_addresses_that_stand_for_private_ones_are_refused():
+    for ip in ("::ffff:127.0.0.1", "64:ff9b::a00:5", "100.64.0.1", "169.254.169.254", "::1", "0.0.0.0"):
+        with pytest.raises(BadFile, match="private address"):
+            UrlFetcher(FetchLimits(10_000, 5.0), resolve=answer(ip)).fetch("https://intranet.example.com/a.png")
+    # One private address among public ones is enough to refuse the name.
+    with pytest.raises(BadFile, match=r"private address \(10.0.0.5\)"):
+        UrlFetcher(FetchLimits(10_000, 5.0), resolve=answer("93.184.215.14", "10.0.0.5")).fetch("https://x.example/a")

@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chatmem.memory.attachments.analysis import Analyzer
+from chatmem.memory.attachments.analysis import Analyzer, Reader
 from chatmem.memory.attachments.chunks import Block, DerivedText, chunk_blocks
 from chatmem.memory.attachments.errors import BadFile
 from chatmem.memory.attachments.filetypes import Sniffed, declared_mismatch, sniff
 from chatmem.memory.attachments.job import AttachmentJob
-from chatmem.memory.attachments.ports import Analysis, ImageInfo
+from chatmem.memory.attachments.ports import Analysis, Extraction, ImageInfo
 from chatmem.memory.attachments.queries import about_attachment
 from chatmem.memory.episodes import message_text
 from chatmem.memory.ports import TransientError
@@ -216,3 +216,48 @@ def test_a_pdf_without_a_text_layer_is_read_by_ocr_of_its_page_images():
     with pytest.raises(BadFile, match="no text"):  # a text file with nothing in it has no pages to OCR
         one_page = FakeDocumentReader(blocks=[], images=[(1, PNG)])
         analyzer([("x", 0.9)], docs=one_page)(b"", Sniffed("text/plain", "document"), None)
+
+
+def test_the_reading_runs_behind_the_read_port_and_the_models_stay_with_the_job():
+    ocr = FakeOcr([("TOTAL 12.50", 0.98), ("smudge", 0.2)])
+    images = FakeImageReader(ImageInfo("PNG", 640, 160, {}))
+    image = Sniffed("image/png", "image")
+    # The Reader is the CPU-heavy half: header and OCR lines, low-confidence lines dropped.
+    assert Reader(images, ocr, FakeDocumentReader())(PNG, image) == Extraction(
+        info=ImageInfo("PNG", 640, 160, {}), lines=["TOTAL 12.50"]
+    )
+    # Another Read (a helper process, say) replaces it; chunks, summary and vision stay here.
+    elsewhere = Extraction(blocks=[Block("Read elsewhere.", page=1)], meta={"pages": 1})
+    ocr.calls = 0
+    plugged = Analyzer(images, ocr, FakeDocumentReader(), Llm(), words, 100, read=lambda data, sniffed: elsewhere)
+    result = plugged(b"%PDF", Sniffed("application/pdf", "document"), "x.pdf")
+    assert [t.text for t in result.texts] == ["Read elsewhere.", "A title: It says things."]
+    seen = Analyzer(
+        images,
+        ocr,
+        FakeDocumentReader(),
+        Llm(),
+        words,
+        100,
+        FakeVision("a receipt"),
+        read=lambda d, s: Extraction(info=ImageInfo("JPEG", 10, 10, {}), lines=["TOTAL 3"]),
+    )(PNG, image, None)
+    assert seen.description == "a receipt" and seen.meta["format"] == "JPEG"
+    assert ocr.calls == 0  # the in-process readers were not used
+
+
+def test_a_read_that_fails_or_times_out_fails_the_artifact_and_the_next_job_runs():
+    def read(data, sniffed):
+        if data == b"%PDF slow":
+            raise BadFile("analysis took longer than 120 s; it was stopped")
+        return Extraction(blocks=[Block("Fine text.")], meta={"pages": 1})
+
+    analyze = Analyzer(FakeImageReader(), FakeOcr(), FakeDocumentReader(), Llm(), words, 100, read=read)
+    job, store, _, _ = job_with({"file:///slow": b"%PDF slow", "file:///ok": b"%PDF ok"}, analyze)
+    store.add_message("e1", "t", "u", {"text": "", "attachments": [{"url": "file:///slow"}]})
+    store.add_message("e2", "t", "u", {"text": "", "attachments": [{"url": "file:///ok"}]})
+    assert job("e1", 0) == "failed"
+    sha = store.refs[("e1", 0)].sha256
+    assert store.artifacts[sha]["reason"] == "analysis took longer than 120 s; it was stopped"
+    assert store.message_text("e1").endswith("(not readable)")
+    assert job("e2", 0) == "done"
