@@ -74,7 +74,9 @@ def _preload_model(**_: object) -> None:
         if conf.get("chatmem_preload_mem0"):
             c.mem0  # noqa: B018 - importing and configuring mem0 takes seconds: not on the first fact
         if conf.get("chatmem_preload_ocr"):
-            c.ocr.engine  # noqa: B018 - the OCR models load in about a second
+            # OCR and document reading run in a helper process: start it (and load its models)
+            # now, outside any job's time limit.
+            c.analysis_reader.start()
 
 
 @shared_task(name="chatmem.advance_thread", bind=True, **RETRY)
