@@ -49,6 +49,10 @@ def create_celery(settings: Settings, broker_url: str, include: Sequence[str] = 
         task_reject_on_worker_lost=True,
         task_acks_on_failure_or_timeout=True,
         worker_prefetch_multiplier=1,
+        # A pool process loads the embedding model as it starts (worker_process_init): on a busy
+        # machine that outlasts Celery's 4 s default, and a replaced child would be killed and
+        # replaced forever after a crash.
+        worker_proc_alive_timeout=120,
         task_default_queue=Queue.MAINTENANCE.value,
         task_routes={name: {"queue": queue.value} for name, queue in TASK_QUEUES.items()},
         task_annotations=annotations,

@@ -49,6 +49,10 @@ class OpenAILLM:
             openai.InternalServerError,
         ) as error:
             raise TransientError(f"LLM unavailable: {error}") from error
+        except (ValidationError, ValueError, openai.LengthFinishReasonError) as error:
+            # Output that is not the JSON asked for (a model having a bad moment, a proxy's error
+            # page): retried like an outage, so the last attempt falls back to the offline LLM.
+            raise TransientError(f"LLM output does not fit {response_model.__name__}: {error}"[:500]) from error
         parsed = reply.choices[0].message.parsed
         if parsed is None:
             raise TransientError("LLM returned no parsable output")
