@@ -13,7 +13,7 @@ export MEM0_TELEMETRY := False
 # The queue catalogue lives in schemas/queues.py; `make worker QUEUES=segment,facts` picks some.
 QUEUES ?= all
 
-.PHONY: install run test up worker bench lint schemas clean
+.PHONY: install run test chaos up worker bench lint schemas clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,13 @@ install: $(STAMP)
 run: install
 	$(CHATMEM) demo
 
+# The whole fault matrix takes about 10 minutes on two cores: `make test` runs one case per
+# recovery path, `make chaos` runs all of them.
 test: install
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -m "not heavy"
+
+chaos: install
+	$(PY) -m pytest -q -p no:cacheprovider tests/chaos
 
 up: install
 	$(CHATMEM) up

@@ -9,7 +9,7 @@ import pytest
 
 from tests.chaos.harness import Load, Stack, conversation, finish
 
-pytestmark = [pytest.mark.chaos, pytest.mark.heavy]
+pytestmark = pytest.mark.chaos
 
 N, THREADS, SECONDS = 1000, 20, 10
 
@@ -25,7 +25,14 @@ def _kill(stack: Stack, target: str) -> None:
     "target",
     # segment-pool-child found a bug: a replacement pool process loading the model outlasted
     # Celery's 4 s start-up limit and was killed forever (now worker_proc_alive_timeout=120).
-    ["ingest", "segment-pool-child", "segment-main", "summarize", "sweeper"],
+    [
+        "ingest",
+        "segment-pool-child",
+        # The same recovery paths again for other process kinds: `make chaos` runs them.
+        pytest.param("segment-main", marks=pytest.mark.heavy),
+        pytest.param("summarize", marks=pytest.mark.heavy),
+        pytest.param("sweeper", marks=pytest.mark.heavy),
+    ],
 )
 def test_kill9_mid_flow(target, chaos_settings, chaos_container, tmp_path):
     started = time.monotonic()

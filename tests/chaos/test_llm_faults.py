@@ -18,7 +18,7 @@ from tests.chaos.harness import CHAOS_SETTINGS, Load, Stack, conversation, finis
 from tests.conftest import wait_for
 from tests.fake_openai import FakeOpenAI, completion
 
-pytestmark = [pytest.mark.chaos, pytest.mark.heavy]
+pytestmark = pytest.mark.chaos
 
 MODEL, OFFLINE = "chaos-model", "offline-extractive-v1+"  # the offline name ends with its embedder
 # Valid for every summary prompt (running, final, roll-up): extra keys are ignored.
@@ -74,7 +74,9 @@ def final_models(c: Container, prefix: str) -> dict[str, str]:
 
 # invalid-json found a bug: output that is not the JSON asked for was not transient, so no
 # retry and no offline fallback (now TransientError in adapters/llm.py).
-@pytest.mark.parametrize("mode", ["500", "429", "invalid-json"])
+@pytest.mark.parametrize(
+    "mode", [pytest.param("500", marks=pytest.mark.heavy), pytest.param("429", marks=pytest.mark.heavy), "invalid-json"]
+)
 def test_llm_down_then_back(mode, settings_factory, tmp_path):
     started = time.monotonic()
     case = f"llm-{mode}"

@@ -13,7 +13,7 @@ import pytest
 
 from tests.chaos.harness import Load, Stack, conversation, finish
 
-pytestmark = [pytest.mark.chaos, pytest.mark.heavy]
+pytestmark = pytest.mark.chaos
 
 OUTAGE_S = 10
 

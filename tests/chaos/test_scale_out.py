@@ -9,7 +9,7 @@ import pytest
 
 from tests.chaos.harness import BASE, Load, Stack, conversation, finish
 
-pytestmark = [pytest.mark.chaos, pytest.mark.heavy]
+pytestmark = pytest.mark.chaos
 
 
 def test_two_of_each_one_of_each_killed(chaos_settings, chaos_container, tmp_path):
