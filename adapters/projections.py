@@ -153,7 +153,7 @@ class PostgresProjections:
             bulk_insert(
                 conn,
                 "messages",
-                MESSAGE_COLUMNS,
+                (*MESSAGE_COLUMNS, "dates"),
                 (
                     (
                         tid,
@@ -168,10 +168,11 @@ class PostgresProjections:
                         m.platform_message_id,
                         m.occurred_at,
                         m.embedding,
+                        m.dates,
                     )
                     for m in plan.messages
                 ),
-                types=MESSAGE_TYPES,
+                types=(*MESSAGE_TYPES, "text"),
             )
         for mv in plan.moves:
             conn.execute(

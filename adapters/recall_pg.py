@@ -7,13 +7,15 @@ int from settings)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, time, timedelta
 from typing import Any, TypeVar
 
 import numpy as np
 import psycopg
 
 from chatmem.adapters.read_pg import PostgresReader, ReadConnections
-from chatmem.memory.recall import ArtifactCandidate, FoundFact, SummaryCandidate, TermStats, TurnCandidate
+from chatmem.memory.recall import ArtifactCandidate, FoundFact, Hops, SummaryCandidate, TermStats, TurnCandidate
 from chatmem.schemas.read import Citation
 
 C = TypeVar("C", TurnCandidate, SummaryCandidate, ArtifactCandidate)
@@ -62,10 +64,24 @@ class PostgresRecallReader(PostgresReader):
 
     # --- recall candidates ------------------------------------------------------------------
     def turn_candidates(
-        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, episodes: Sequence[str]
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, hops: Hops
     ) -> tuple[list[TurnCandidate], TermStats]:
         d = self.dim
-        params = {"threads": list(threads), "lex": list(lexemes), "q": qvec, "n": limit, "eps": list(episodes)}
+        period = hops.period
+        params = {
+            "threads": list(threads),
+            "lex": list(lexemes),
+            "q": qvec,
+            "n": limit,
+            "eps": list(hops.episodes),
+            "r_thread": [r[0] for r in hops.ranges],
+            "r_from": [r[1] for r in hops.ranges],
+            "r_upto": [r[2] for r in hops.ranges],
+            "events": list(hops.events),
+            # Whole days in UTC, as stored; NULL bounds select nothing.
+            "d0": datetime.combine(period.first, time(), UTC) if period else None,
+            "d1": datetime.combine(period.last + timedelta(days=1), time(), UTC) if period else None,
+        }
         sql = f"""
         WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
         q AS (SELECT {_OR_QUERY} AS tsq),
@@ -77,7 +93,22 @@ class PostgresRecallReader(PostgresReader):
         episode_best AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
                          WHERE m.episode_id = ANY(%(eps)s) AND vector_dims(m.embedding) = {d}
                          ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
-        pool AS (SELECT * FROM lex UNION SELECT * FROM dense UNION SELECT * FROM episode_best),
+        -- Second hop: the turns the best summaries cover, the turns facts came from, and the
+        -- turns sent on the day or month the query names, each through an index, never a scan.
+        range_best AS (SELECT m.thread_id, m.seq
+                       FROM unnest(%(r_thread)s::text[], %(r_from)s::int[], %(r_upto)s::int[]) r(thread_id, lo, hi)
+                       JOIN scope s USING (thread_id)
+                       JOIN messages m ON m.thread_id = r.thread_id AND m.generation = s.generation
+                                      AND m.seq BETWEEN r.lo AND r.hi
+                       WHERE vector_dims(m.embedding) = {d}
+                       ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
+        sources AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
+                    WHERE m.event_id = ANY(%(events)s)),
+        dated AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
+                  WHERE m.occurred_at >= %(d0)s AND m.occurred_at < %(d1)s AND vector_dims(m.embedding) = {d}
+                  ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
+        pool AS (SELECT * FROM lex UNION SELECT * FROM dense UNION SELECT * FROM episode_best
+                 UNION SELECT * FROM range_best UNION SELECT * FROM sources UNION SELECT * FROM dated),
         -- BM25's collection figures over the whole scope: size, mean length, document frequencies.
         stats AS (SELECT (SELECT count(*) FROM messages m JOIN scope USING (thread_id, generation)) AS docs,
                          (SELECT avg(length(m.tsv))
@@ -92,7 +123,8 @@ class PostgresRecallReader(PostgresReader):
                CASE WHEN vector_dims(m.embedding) = {d}
                     THEN 1 - (m.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
                CASE WHEN m.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="m")} END,
-               length(m.tsv), stats.docs, stats.avg_len, stats.df
+               length(m.tsv), tsvector_to_array(to_tsvector('english', m.user_id)) && %(lex)s::text[],
+               stats.docs, stats.avg_len, stats.df
         FROM pool JOIN scope s USING (thread_id)
         JOIN messages m ON m.thread_id = pool.thread_id AND m.generation = s.generation AND m.seq = pool.seq,
         q, stats"""
@@ -111,9 +143,9 @@ class PostgresRecallReader(PostgresReader):
             rows = conn.execute(sql, params).fetchall()
         if not rows:
             return [], TermStats(0, 0.0, (0,) * len(lexemes))
-        docs, avg_len, df = rows[0][13:16]
+        docs, avg_len, df = rows[0][14:17]
         zero = (0,) * len(lexemes)
-        turns = [_candidate(TurnCandidate, r, 10, zero) for r in rows]
+        turns = [replace(_candidate(TurnCandidate, r, 10, zero), author_named=bool(r[13])) for r in rows]
         return turns, TermStats(int(docs or 0), float(avg_len or 0.0), tuple(int(x) for x in df))
 
     def neighbours(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from chatmem.memory.attachments.surrogates import RefState, attachment_lines
+from chatmem.memory.dates import annotate, date_note
 from chatmem.memory.segmentation import SegmenterConfig, SegmenterState, SegTurn, feed
 from chatmem.schemas.records import LoggedEvent
 
@@ -77,6 +78,7 @@ class NewMessage:
     platform_message_id: str | None
     occurred_at: datetime
     embedding: np.ndarray | None
+    dates: str = ""  # the absolute dates its relative ones name (memory/dates.py), full-text indexed
 
 
 @dataclass(frozen=True)
@@ -248,6 +250,7 @@ class _Builder:
                 p.get("platform_message_id"),
                 ev.occurred_at,
                 vector,
+                date_note(text, ev.occurred_at),
             )
         )
         self.plan.attachments += [(ev.event_id, i, ev.user_id) for i in range(len(p.get("attachments") or []))]
@@ -341,16 +344,21 @@ def plan_batch(
 
 
 def texts_to_embed(events: Sequence[LoggedEvent]) -> dict[str, str]:
-    return {ev.event_id: embed_text(ev.payload) for ev in events if ev.type == "message" and message_text(ev.payload)}
+    return {
+        ev.event_id: embed_text(ev.payload, ev.occurred_at)
+        for ev in events
+        if ev.type == "message" and message_text(ev.payload)
+    }
 
 
 AUTHOR_NAME_KEY = "author_name"
 
 
-def embed_text(payload: dict) -> str:
+def embed_text(payload: dict, at: datetime) -> str:
     """What a message's vector is computed from: its text, after the author's display name when
     the platform sent one (metadata `author_name`), since questions about a conversation name
-    people ("what did Anna say about ...")."""
-    text = message_text(payload)
+    people ("what did Anna say about ..."), with its relative dates resolved against the time
+    it was sent ("yesterday [7 May 2023]"), since questions name dates."""
+    text = annotate(message_text(payload), at)
     name = (payload.get("metadata") or {}).get(AUTHOR_NAME_KEY)
     return f"{name}: {text}" if isinstance(name, str) and name.strip() else text

@@ -7,22 +7,30 @@ Why this shape (tuned on the LoCoMo dev split, see docs/read-path.md):
   reciprocal-rank fusion, which throws away how far ahead the best turn is;
 - a turn borrows 0.4 of its best neighbour's score: answers sit next to their questions;
 - an episode's best turns lift the others a little, and a matching episode summary lifts
-  the whole episode and brings its best turns into the pool even when they matched nothing.
+  the whole episode and brings its best turns into the pool even when they matched nothing;
+- second hop: the turns the best summaries cover and the turns the matching facts were drawn
+  from join the pool and are scored like the others (at scale the first stage may miss them);
+- a question naming a day or month lifts the turns sent then; one naming a participant lifts
+  that participant's turns (questions ask what someone said or did);
+- past `episode_cap` turns of one sitting in the answer, each further one pays `cap_decay`,
+  so a single long sitting cannot take the whole answer.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, date, datetime
 from typing import Protocol
 
 import numpy as np
 
 from chatmem.memory.attachments.surrogates import label, short_id
+from chatmem.memory.dates import Period, query_period
 from chatmem.memory.ports import Embedder
 from chatmem.schemas.events import validate_identifier
 from chatmem.schemas.read import CONTEXT_CHARS, SNIPPET_CHARS, Citation, RecallHit, RecallResult, Scope, SourceKind
@@ -54,6 +62,17 @@ class TurnCandidate:
     sim: float
     tf: tuple[int, ...]  # per query lexeme
     length: int
+    author_named: bool = False  # the query names the turn's author
+
+
+@dataclass(frozen=True, slots=True)
+class Hops:
+    """Turns to bring into the candidate pool besides the query's own matches."""
+
+    episodes: tuple[str, ...] = ()  # the best-matching episodes: their closest turns by vector
+    ranges: tuple[tuple[str, int, int], ...] = ()  # (thread, from_seq, upto_seq) the best summaries cover
+    events: tuple[str, ...] = ()  # the turns matching facts were drawn from
+    period: Period | None = None  # turns sent within the period the query names
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +139,10 @@ class RecallStore(Protocol):
     def lexemes(self, text: str) -> list[str]: ...
 
     def turn_candidates(
-        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, episodes: Sequence[str]
-    ) -> tuple[list[TurnCandidate], TermStats]: ...
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, hops: Hops
+    ) -> tuple[list[TurnCandidate], TermStats]:
+        """The query's full-text and vector matches, plus the closest turns of what `hops` names."""
+        ...
 
     def neighbours(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
         """(thread_id, seq) -> 'author: text' of those turns, where they exist."""
@@ -163,6 +184,11 @@ class RankParams:
     sitting_gap_s: float = 3600.0
     summary_boost: float = 0.3
     summary_episodes: int = 3
+    hop_summaries: int = 3  # the best summaries whose turns join the pool
+    date_boost: float = 2.0  # in standard deviations of the pool's scores
+    speaker_boost: float = 0.3  # likewise
+    episode_cap: int = 8  # turns of one sitting in the answer before the decay applies
+    cap_decay: float = 1.0  # per further turn, in standard deviations
     pool: int = 1000
     fact_weight: float = 0.5
     fact_share: float = 0.25  # at most this share of an `all` answer are facts
@@ -215,7 +241,10 @@ def rank_turns(
     stats: TermStats,
     p: RankParams,
     episode_boost: dict[str, float] | None = None,
+    period: Period | None = None,
+    limit: int | None = None,
 ) -> list[tuple[TurnCandidate, float]]:
+    """Candidates best first; the sitting cap orders the first `limit` (all when None)."""
     if not turns:
         return []
     base = fused(turns, stats, p)
@@ -227,13 +256,55 @@ def rank_turns(
         # A neighbour outside the pool matched nothing: it counts as the weakest candidate.
         smoothed[i] += p.neighbour * (max(near) if near else floor)
     final = smoothed.copy()
-    for idx in sittings(turns, p.sitting_gap_s).values():
+    groups = sittings(turns, p.sitting_gap_s)
+    for idx in groups.values():
         top = np.sort(smoothed[idx])[::-1][: p.episode_top]
         final[idx] += p.episode_prior * float(top.mean())
     for i, t in enumerate(turns):
         final[i] += (episode_boost or {}).get(t.episode_id, 0.0)
-    order = sorted(range(len(turns)), key=lambda i: (-final[i], turns[i].thread_id, turns[i].seq))
+    # Lifts in units of the pool's spread weigh the same whatever the query's score scale.
+    spread = float(final.std()) or 1.0
+    if period is not None:
+        final += p.date_boost * spread * np.array([period.first <= _utc_day(t) <= period.last for t in turns])
+    final += p.speaker_boost * spread * np.array([t.author_named for t in turns])
+    sitting = [0] * len(turns)
+    for n, idx in enumerate(groups.values()):
+        for i in idx:
+            sitting[i] = n
+    order = capped(final, sitting, p.episode_cap, p.cap_decay * spread, turns, limit)
     return [(turns[i], float(final[i])) for i in order]
+
+
+def _utc_day(t: TurnCandidate) -> date:
+    return t.occurred_at.astimezone(UTC).date()
+
+
+def capped(
+    scores: np.ndarray,
+    group: Sequence[int],
+    cap: int,
+    decay: float,
+    turns: Sequence[TurnCandidate],
+    limit: int | None = None,
+) -> list[int]:
+    """Indexes best first, where each turn of a group past the first `cap` chosen loses `decay`
+    per turn over the cap (greedy; lazily re-scored, since a penalty only grows). Only the first
+    `limit` are chosen so; the rest follow by score."""
+    chosen: dict[int, int] = defaultdict(int)
+    heap = [(-float(scores[i]), turns[i].thread_id, turns[i].seq, i, 0) for i in range(len(turns))]
+    heapq.heapify(heap)
+    order: list[int] = []
+    while heap and (limit is None or len(order) < limit):
+        neg, thread, seq, i, seen = heapq.heappop(heap)
+        g = group[i]
+        if seen != chosen[g]:
+            penalty = decay * max(0, chosen[g] - cap + 1)
+            heapq.heappush(heap, (-(float(scores[i]) - penalty), thread, seq, i, chosen[g]))
+            continue
+        order.append(i)
+        chosen[g] += 1
+    rest = sorted(heap, key=lambda h: (-float(scores[h[3]]), h[1], h[2]))
+    return order + [h[3] for h in rest]
 
 
 def sittings(turns: Sequence[TurnCandidate], gap_s: float) -> dict[tuple[str, int], list[int]]:
@@ -297,21 +368,24 @@ class Recall:
             return RecallResult(query=query, scope=scope, hits=[])
         lexemes = self.store.lexemes(query)
         qvec = self.embedder.embed([query])[0]
+        p = self.params
         hits: list[RecallHit] = []
+        # Facts first in an `all` answer: the turns they were drawn from are a second hop for the turns.
+        facts = (
+            self._fact_hits(user_id, query, lexemes, max(1, int(limit * p.fact_share))) if scope is Scope.ALL else []
+        )
         if scope in (Scope.ALL, Scope.MESSAGES, Scope.SUMMARIES) and threads:
-            summaries, sstats = self.store.summary_candidates(threads, lexemes, qvec, self.params.pool)
+            summaries, sstats = self.store.summary_candidates(threads, lexemes, qvec, p.pool)
             ranked_summaries = self._rank_summaries(summaries, sstats)
             if scope is Scope.SUMMARIES:
                 hits = [self._summary_hit(s, score) for s, score in ranked_summaries[:limit]]
             else:
-                hits = self._turn_hits(threads, lexemes, qvec, ranked_summaries, limit)
-        p = self.params
-        if scope in (Scope.ALL, Scope.FACTS):
-            if scope is Scope.FACTS:
-                hits = self._fact_hits(user_id, query, lexemes, limit)
-            else:
-                share = max(1, int(limit * p.fact_share))
-                hits = _interleave(hits, self._fact_hits(user_id, query, lexemes, share), p.fact_weight, p, limit)
+                sources = tuple(f.citation.event_id for f in facts if f.citation.event_id)
+                hits = self._turn_hits(threads, query, lexemes, qvec, ranked_summaries, sources, limit)
+        if scope is Scope.FACTS:
+            hits = self._fact_hits(user_id, query, lexemes, limit)
+        elif scope is Scope.ALL:
+            hits = _interleave(hits, facts, p.fact_weight, p, limit)
         if scope in (Scope.ALL, Scope.ARTIFACTS) and threads:
             if scope is Scope.ARTIFACTS:
                 hits = self._artifact_hits(threads, lexemes, qvec, limit)
@@ -365,9 +439,11 @@ class Recall:
     def _turn_hits(
         self,
         threads: list[str],
+        query: str,
         lexemes: list[str],
         qvec: np.ndarray,
         ranked_summaries: list[tuple[SummaryCandidate, float]],
+        fact_sources: tuple[str, ...],
         limit: int,
     ) -> list[RecallHit]:
         p = self.params
@@ -375,9 +451,15 @@ class Recall:
         for s, score in ranked_summaries:
             if s.episode_id and score > 0:
                 boost[s.episode_id] = max(boost.get(s.episode_id, 0.0), p.summary_boost * score)
-        top_episodes = [e for e, _ in sorted(boost.items(), key=lambda kv: -kv[1])[: p.summary_episodes]]
-        turns, stats = self.store.turn_candidates(threads, lexemes, qvec, p.pool, top_episodes)
-        ranked = rank_turns(turns, stats, p, boost)[:limit]
+        best = [s for s, score in ranked_summaries[: p.hop_summaries] if score > 0]
+        hops = Hops(
+            episodes=tuple(e for e, _ in sorted(boost.items(), key=lambda kv: -kv[1])[: p.summary_episodes]),
+            ranges=tuple((s.thread_id, s.from_seq, s.upto_seq) for s in best),
+            events=fact_sources,
+            period=query_period(query),
+        )
+        turns, stats = self.store.turn_candidates(threads, lexemes, qvec, p.pool, hops)
+        ranked = rank_turns(turns, stats, p, boost, hops.period, limit)[:limit]
         keys = [(t.thread_id, t.seq + d) for t, _ in ranked for d in (-1, 1)]
         context = self.store.neighbours(keys)
         return [self._turn_hit(t, score, context) for t, score in ranked]

@@ -36,7 +36,7 @@ from chatmem.memory.offline_llm import OfflineLLM
 from chatmem.memory.pipeline import ThreadProcessor
 from chatmem.memory.ports import Embedder, LeaseLost, TransientError, UnknownThread
 from chatmem.memory.prompts import ImageDescription, Line, Prompt
-from chatmem.memory.recall import ArtifactCandidate, FoundFact, SummaryCandidate, TermStats, TurnCandidate
+from chatmem.memory.recall import ArtifactCandidate, FoundFact, Hops, SummaryCandidate, TermStats, TurnCandidate
 from chatmem.memory.segmentation import SegmenterConfig, SegmenterState
 from chatmem.memory.sequencer import advance_thread
 from chatmem.memory.summaries import LevelItem, StaleGeneration, SummaryRecord
@@ -1167,11 +1167,17 @@ class FakeRecallStore:
         return [(i, sims[i]) for i in sorted(set(lexical) | set(dense))]
 
     def turn_candidates(
-        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, episodes: Sequence[str]
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, hops: Hops
     ) -> tuple[list[TurnCandidate], TermStats]:
         turns = [t for t in self.turns if t.thread_id in threads]
         texts = [t.text for t in turns]
         pool = self._pool(turns, texts, [t.vector for t in turns], lexemes, qvec, limit)
+        # The second hop's turns join the pool as in the SQL (fact sources, the period's turns).
+        pooled = {i for i, _ in pool}
+        for i, t in enumerate(turns):
+            dated = hops.period is not None and hops.period.first <= t.occurred_at.date() <= hops.period.last
+            if i not in pooled and (t.event_id in hops.events or dated):
+                pool.append((i, float(np.dot(t.vector, qvec))))
         found = [
             TurnCandidate(
                 t.thread_id,
@@ -1187,6 +1193,7 @@ class FakeRecallStore:
                 sim,
                 self._tf(t.text, lexemes),
                 len(t.text.split()),
+                author_named=t.user_id.lower() in lexemes,
             )
             for t, sim in ((turns[i], sim) for i, sim in pool)
         ]

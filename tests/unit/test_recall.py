@@ -3,9 +3,22 @@
 import json
 from datetime import UTC, datetime
 
+import numpy as np
 import pytest
 
-from chatmem.memory.recall import RankParams, TermStats, TurnCandidate, bm25, bm25_all, clip, rank_turns
+from chatmem.memory.dates import query_period
+from chatmem.memory.recall import (
+    FoundFact,
+    Hops,
+    RankParams,
+    TermStats,
+    TurnCandidate,
+    bm25,
+    bm25_all,
+    capped,
+    clip,
+    rank_turns,
+)
 from chatmem.memory.recall_tool import execute, format_hits, tool_definition
 from chatmem.memory.tokens import EstimateCounter, TiktokenCounter, default_counter
 from chatmem.schemas.read import Citation, RecallHit, RecallResult, Scope
@@ -13,9 +26,9 @@ from chatmem.schemas.read import Citation, RecallHit, RecallResult, Scope
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def turn(seq, sim=0.0, tf=(0,), length=8, episode="t#1", thread="t"):
+def turn(seq, sim=0.0, tf=(0,), length=8, episode="t#1", thread="t", at=AT, named=False):
     return TurnCandidate(
-        thread, seq, episode, f"e{seq}", f"p{seq}", "u", "user", f"text {seq}", AT, True, sim, tf, length
+        thread, seq, episode, f"e{seq}", f"p{seq}", "u", "user", f"text {seq}", at, True, sim, tf, length, named
     )
 
 
@@ -49,6 +62,43 @@ def test_a_summary_boost_lifts_its_whole_episode():
     plain = [t.seq for t, _ in rank_turns(turns, stats, RankParams())]
     boosted = [t.seq for t, _ in rank_turns(turns, stats, RankParams(), {"t#2": 1.0})]
     assert plain[0] == 1 and boosted[0] == 5
+
+
+def test_a_question_naming_a_day_lifts_the_turns_sent_that_day():
+    stats = TermStats(docs=10, avg_len=8, df=(0,))
+    may7 = datetime(2023, 5, 7, 15, 0, tzinfo=UTC)
+    later = datetime(2023, 6, 20, 15, 0, tzinfo=UTC)
+    turns = [turn(1, sim=0.6, at=later), turn(40, sim=0.5, at=may7), turn(80, sim=0.2, at=later)]
+    assert rank_turns(turns, stats, RankParams())[0][0].seq == 1
+    period = query_period("What did she bake on 7 May, 2023?")
+    assert rank_turns(turns, stats, RankParams(), period=period)[0][0].seq == 40
+
+
+def test_a_question_naming_a_participant_lifts_their_turns():
+    stats = TermStats(docs=10, avg_len=8, df=(0,))
+    turns = [turn(1, sim=0.52), turn(40, sim=0.5, named=True), turn(80, sim=0.1)]
+    assert rank_turns(turns, stats, RankParams(speaker_boost=0.0))[0][0].seq == 1
+    assert rank_turns(turns, stats, RankParams())[0][0].seq == 40
+
+
+def test_one_sitting_cannot_fill_the_answer():
+    # Ten strong turns of one sitting (consecutive, a minute apart) and a weaker one days later.
+    stats = TermStats(docs=20, avg_len=8, df=(0,))
+    sitting = [turn(i, sim=0.9 - i * 0.01, at=AT.replace(minute=i)) for i in range(1, 11)]
+    other = turn(50, sim=0.6, at=AT.replace(day=9))
+    uncapped = [t.seq for t, _ in rank_turns([*sitting, other], stats, RankParams(episode_cap=100))]
+    capped_ = [t.seq for t, _ in rank_turns([*sitting, other], stats, RankParams(episode_cap=3))]
+    assert uncapped.index(50) == 10
+    assert capped_.index(50) < 10 and capped_[:3] == [1, 2, 3]
+
+
+def test_the_cap_only_reorders():
+    scores = np.array([5.0, 4.0, 3.0, 2.0, 1.0])
+    turns = [turn(i) for i in range(5)]
+    assert capped(scores, [0, 0, 0, 1, 1], 2, 10.0, turns) == [0, 1, 3, 4, 2]
+    assert capped(scores, [0, 0, 0, 1, 1], 2, 0.0, turns) == [0, 1, 2, 3, 4]
+    assert capped(scores, [0, 0, 0, 1, 1], 2, 10.0, turns, limit=2) == [0, 1, 2, 3, 4]  # the rest by score
+    assert capped(np.array([]), [], 2, 1.0, []) == []
 
 
 def test_snippets_are_clipped_to_the_limit():
@@ -172,3 +222,43 @@ def test_recall_over_the_fake_store_cites_the_platform_message_and_stays_in_the_
     assert summaries[0].citation.source_ids == ["m1", "m2"]
     with pytest.raises(NotReadable):
         recall("alice", "plans", thread_id="t2")
+
+
+class HopRecorder:
+    """Wraps the fake store and keeps the second-hop requests the ranking sent."""
+
+    def __init__(self, store):
+        self.store = store
+        self.hops: list[Hops] = []
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def turn_candidates(self, threads, lexemes, qvec, limit, hops):
+        self.hops.append(hops)
+        return self.store.turn_candidates(threads, lexemes, qvec, limit, hops)
+
+
+def test_second_hop_asks_for_fact_sources_summary_ranges_and_the_named_day():
+    from chatmem.memory.recall import Recall
+    from tests.fakes import FakeEmbedder, FakeRecallStore
+
+    store = FakeRecallStore(FakeEmbedder())
+    may7 = datetime(2023, 5, 7, 10, 0, tzinfo=UTC)
+    store.add_turn("t1", "alice", "Let us talk about gardens", platform_message_id="m1")
+    store.add_turn("t1", "alice", "The roses finally bloomed", platform_message_id="m2", occurred_at=may7)
+    store.add_turn("t1", "alice", "I adopted a greyhound named Pixel", platform_message_id="m3")
+    store.add_summary("t1", "Alice talked about her gardens and roses.", 1, 2)
+    store.add_summary("t1", "Small talk about the weather.", 3, 3, episode_id="t1#2")
+    citation = Citation(source="fact", thread_id="t1", event_id="t1:3", platform_message_id="m3")
+    store.facts.append(("alice", FoundFact(1, "t1", None, "alice has a dog, a greyhound", "identity", 0.0, citation)))
+    recorder = HopRecorder(store)
+    recall = Recall(recorder, FakeEmbedder())
+    result = recall("alice", "gardens dog on 7 May 2023", limit=5)
+    hops = recorder.hops[-1]
+    assert hops.events == ("t1:3",) and hops.ranges == (("t1", 1, 2),) and hops.episodes == ("t1#1",)
+    assert hops.period is not None and hops.period.first == may7.date()
+    assert result.hits[0].citation.platform_message_id == "m2"  # sent on the day asked about
+    # A messages-only read asks for no facts, so facts add no hop there.
+    recall("alice", "gardens", scope=Scope.MESSAGES)
+    assert recorder.hops[-1].events == () and recorder.hops[-1].period is None

@@ -1,0 +1,78 @@
+"""Recall's indexing of dates and its second hop on real Postgres: relative dates resolved into
+the full-text vector (the shown text unchanged), turns of the day a question names, of the
+summaries' ranges and of fact sources brought into the pool, the author a query names."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from chatmem.memory.dates import day
+from chatmem.memory.recall import Hops
+from tests.conftest import scalar
+from tests.integration.test_episodes import Driver
+from tests.integration.test_read_path import conversation
+
+pytestmark = pytest.mark.integration
+MAY8 = datetime(2023, 5, 8, 10, 0, tzinfo=UTC)  # a Monday
+JUNE = datetime(2023, 6, 20, 10, 0, tzinfo=UTC)
+
+LINES = [
+    "I ran a charity race yesterday, it was exhausting.",
+    "Well done! Which charity was it for?",
+    "A mental health charity, my cousin organised it.",
+]
+LATER = [
+    "Do you know a good pasta recipe?",
+    "Try garlic, olive oil and chilli.",
+]
+
+
+@pytest.fixture
+def memory(container):
+    d = Driver(container)
+    # Two sittings six weeks apart.
+    events = conversation("race", "mel", LINES) + conversation("race", "mel", LATER, start=10)
+    at = [MAY8 + timedelta(minutes=i) for i in range(len(LINES))] + [JUNE + timedelta(minutes=i) for i in range(2)]
+    d.publish([e.model_copy(update={"occurred_at": t}) for e, t in zip(events, at, strict=True)])
+    d.advance("race")
+    return container
+
+
+def test_relative_dates_are_indexed_but_not_shown(memory):
+    c = memory
+    with c.pool.connection() as conn:
+        row = conn.execute("SELECT text, dates FROM messages WHERE thread_id = 'race' AND seq = 1").fetchone()
+    assert row == (LINES[0], "7 May 2023")
+    # The date is in the full-text vector, so a question naming it matches.
+    assert scalar(c, "SELECT count(*) FROM messages WHERE tsv @@ to_tsquery('english', '7 & may & 2023')") == 1
+    hit = c.recall("mel", "charity race on 7 May 2023", limit=3).hits[0]
+    assert hit.citation.platform_message_id == "race-m0" and "[7 May" not in hit.snippet
+
+
+def test_second_hop_turns_join_the_pool_in_one_statement(memory):
+    c = memory
+    reader = c.recall_reader
+    q = "garlic"
+    lexemes, qvec = reader.lexemes(q), c.query_embedder.embed([q])[0]
+    event = scalar(c, "SELECT event_id FROM messages WHERE thread_id = 'race' AND seq = 2")
+    may8 = day(MAY8.date())
+    with reader.session():
+        alone, _ = reader.turn_candidates(["race"], lexemes, qvec, 1, Hops())
+        hopped, stats = reader.turn_candidates(
+            ["race"], lexemes, qvec, 1, Hops(ranges=(("race", 1, 1),), events=(event,))
+        )
+        dated, _ = reader.turn_candidates(["race"], lexemes, qvec, 1, Hops(period=may8))
+    assert {t.seq for t in alone} == {5}  # "Try garlic, ...": the lexical and the dense top 1
+    assert {t.seq for t in hopped} == {1, 2, 5}  # plus the summary's range and the fact's source
+    assert stats.docs == 5  # collection figures stay those of the whole scope
+    assert {t.seq for t in dated} - {5} and all(t.seq in (1, 2, 3, 5) for t in dated)  # a turn of 8 May
+
+
+def test_the_author_a_query_names_is_flagged(memory):
+    c = memory
+    reader = c.recall_reader
+    q = "what did Mel say about the race?"
+    with reader.session():
+        turns, _ = reader.turn_candidates(["race"], reader.lexemes(q), c.query_embedder.embed([q])[0], 10, Hops())
+    flagged = {t.seq: t.author_named for t in turns}
+    assert flagged[1] and not flagged[2]  # mel wrote turn 1, the bot turn 2
