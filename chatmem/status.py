@@ -27,7 +27,8 @@ def table_counts(c: Container) -> dict[str, int]:
                 counts[f"commands_{status}"] = n
             counts["paused_threads"] = scalar(conn, "SELECT count(*) FROM threads WHERE NOT memory_on")
         if scalar(conn, "SELECT to_regclass('event_notices')") is not None:
-            kinds = dict(conn.execute("SELECT kind, count(*) FROM event_notices GROUP BY kind").fetchall())
+            rows = conn.execute("SELECT kind, count(*) FROM event_notices GROUP BY kind").fetchall()
+            kinds: dict[str, int] = {kind: n for kind, n in rows}
             counts["event_conflicts"] = kinds.get("conflict", 0)
             counts["clock_clamped"] = kinds.get("clock", 0)
     if "artifacts" in counts:
