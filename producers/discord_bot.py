@@ -31,13 +31,13 @@ from chatmem.producers.chat import (
     parse_command,
     render_recall,
 )
+from chatmem.producers.discord_ids import PLATFORM, message_event_id, thread_id_for, user_id_for
 from chatmem.schemas.events import Attachment, AttachmentKind, CommandEvent, MessageEditedEvent, MessageEvent, Role
 from chatmem.schemas.read import Citation, RecallResult, Scope
 from chatmem.schemas.records import AnyEvent
 
 log = logging.getLogger(__name__)
 
-PLATFORM = "discord"
 MAX_MESSAGE_CHARS = 2000  # Discord refuses longer message content
 MAX_ATTACHMENTS = 32  # the wire limit per event
 DM_GUILD = "@me"  # the guild part of a DM's message link
@@ -59,7 +59,7 @@ PRIVATE_COMMANDS = frozenset({ChatCommand.WHATDOYOUKNOW})
 
 _DOCUMENT_TYPES = frozenset({"application/pdf", "application/rtf", "application/msword", "application/json"})
 _DOCUMENT_PREFIXES = ("text/", "application/vnd.openxmlformats-officedocument.", "application/vnd.oasis.opendocument.")
-_THREAD_RE = re.compile(r"^discord[:-](\d+)$")  # ours, and the importer's `discord-<channel>`
+_THREAD_RE = re.compile(r"^discord:(\d+)$")
 
 
 class EventPublisher(Protocol):
@@ -73,20 +73,6 @@ GuildLookup = Callable[[int], str | None]
 
 
 # --- ids ------------------------------------------------------------------------------------
-def thread_id_for(channel_id: int) -> str:
-    """One thread per channel, DM or Discord thread (a thread has a channel id of its own)."""
-    return f"{PLATFORM}:{channel_id}"
-
-
-def user_id_for(user_id: int) -> str:
-    return f"{PLATFORM}:{user_id}"
-
-
-def message_event_id(message_id: int) -> str:
-    """Snowflakes are unique across Discord, so a redelivered message maps to the same event."""
-    return f"{PLATFORM}:{message_id}"
-
-
 def edit_event_id(message_id: int, edited_at: datetime) -> str:
     """One event per edit: the edit's own timestamp tells two edits apart, and a repeated
     MESSAGE_UPDATE for the same edit (a pin, a redelivery) maps to the same id."""

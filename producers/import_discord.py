@@ -10,6 +10,7 @@ from typing import Any, BinaryIO
 
 import ijson
 
+from chatmem.producers.discord_ids import message_event_id, thread_id_for, user_id_for
 from chatmem.producers.importers import (
     EMPTY,
     HTTP_URL,
@@ -73,7 +74,7 @@ def discord_items(fh: BinaryIO, base_dir: Path, options: DiscordOptions | None =
 class _Channel:
     def __init__(self, channel_id: str, base_dir: Path, options: DiscordOptions):
         self.channel_id = channel_id
-        self.thread_id = safe_id(f"discord:{channel_id}")
+        self.thread_id = safe_id(thread_id_for(channel_id))
         self.base_dir = base_dir
         self.options = options
 
@@ -140,10 +141,9 @@ class _Channel:
 
         yield from message_events(
             {
-                # Snowflakes are global: the live adapter's id, so the two meet.
-                "event_id": safe_id(f"discord:{msg_id}"),
+                "event_id": safe_id(message_event_id(msg_id)),
                 "thread_id": self.thread_id,
-                "user_id": safe_id(f"discord:{author_id or 'unknown'}"),
+                "user_id": safe_id(user_id_for(author_id or "unknown")),
                 "platform": PLATFORM,
                 "role": role,
                 "text": text,

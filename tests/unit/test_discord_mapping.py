@@ -271,8 +271,9 @@ def test_links_only_for_discord_messages():
     # A summary names no single message: it links to its first source.
     summary = cite("discord:1", None, source="summary", source_ids=["50", "51"])
     assert discord_link(summary, guilds) == "https://discord.com/channels/700/1/50"
-    # Threads made by `chatmem import discord` are spelt discord-<channel>.
-    assert discord_link(cite("discord-1", "99"), guilds) == "https://discord.com/channels/700/1/99"
+    # Ids are anchored: a look-alike thread id gets no link.
+    assert discord_link(cite("discord-1", "99"), guilds) is None
+    assert discord_link(cite("discord:1:2", "99"), guilds) is None
 
 
 class ListPublisher:
