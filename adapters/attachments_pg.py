@@ -19,22 +19,27 @@ from psycopg_pool import ConnectionPool
 from chatmem.adapters.sql import scalar
 from chatmem.memory.attachments import Analysis, Reference, RefState, Sniffed, attachment_lines
 
+# An attachment reference as sent; rows projected before migration 0008 read it from their event
+# (logged in clear then).
+_REF = """coalesce(a.ref, (SELECT e.payload -> 'attachments' -> a.position FROM events e
+                         WHERE e.event_id = a.event_id AND NOT e.payload ? 'sealed'))"""
+
 
 def lock_threads(conn: psycopg.Connection, thread_ids: Sequence[str]) -> None:
     for thread_id in sorted(set(thread_ids)):
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('chatmem.attachments:' || %s, 0))", (thread_id,))
 
 
-def add_references(conn: psycopg.Connection, thread_id: str, refs: Sequence[tuple[str, int, str]]) -> None:
+def add_references(conn: psycopg.Connection, thread_id: str, refs: Sequence[tuple[str, int, str, dict]]) -> None:
     """Record a projected message's attachments (idempotent) and apply any surrogate already known."""
     lock_threads(conn, [thread_id])
     with conn.cursor() as cur:
         cur.executemany(
-            """INSERT INTO attachments (event_id, position, thread_id, user_id) VALUES (%s, %s, %s, %s)
-               ON CONFLICT DO NOTHING""",
-            [(event_id, position, thread_id, user_id) for event_id, position, user_id in refs],
+            """INSERT INTO attachments (event_id, position, thread_id, user_id, ref) VALUES (%s, %s, %s, %s, %s)
+               ON CONFLICT (event_id, position) DO UPDATE SET ref = EXCLUDED.ref WHERE attachments.ref IS NULL""",
+            [(event_id, position, thread_id, user_id, Jsonb(ref)) for event_id, position, user_id, ref in refs],
         )
-    refresh_messages(conn, sorted({event_id for event_id, _, _ in refs}))
+    refresh_messages(conn, sorted({event_id for event_id, *_ in refs}))
 
 
 def refresh_messages(conn: psycopg.Connection, event_ids: Sequence[str]) -> int:
@@ -44,18 +49,17 @@ def refresh_messages(conn: psycopg.Connection, event_ids: Sequence[str]) -> int:
     if not event_ids:
         return 0
     rows = conn.execute(
-        """SELECT e.event_id, e.payload, a.position, a.status, a.reason, a.sha256,
+        f"""SELECT a.event_id, {_REF}, a.position, a.status, a.reason, a.sha256,
                   ar.status, ar.kind, ar.description, ar.reason
-           FROM events e
-           JOIN attachments a ON a.event_id = e.event_id
+           FROM attachments a
            LEFT JOIN artifacts ar ON ar.sha256 = a.sha256
-           WHERE e.event_id = ANY(%s)""",
+           WHERE a.event_id = ANY(%s) ORDER BY a.event_id, a.position""",
         (list(event_ids),),
     ).fetchall()
-    payloads: dict[str, dict] = {}
+    payloads: dict[str, dict] = defaultdict(lambda: {"attachments": []})
     states: dict[str, dict[int, RefState]] = defaultdict(dict)
-    for event_id, payload, pos, status, reason, sha, art_status, kind, description, art_reason in rows:
-        payloads[event_id] = payload
+    for event_id, ref, pos, status, reason, sha, art_status, kind, description, art_reason in rows:
+        payloads[event_id]["attachments"].append(ref or {})
         if status == "failed":
             state = RefState(pos, "failed", kind, sha, reason=reason)
         elif art_status in ("done", "failed"):
@@ -105,10 +109,9 @@ class PostgresAttachmentStore:
     def reference(self, event_id: str, position: int) -> Reference | None:
         with self.pool.connection() as conn:
             row = conn.execute(
-                """SELECT a.thread_id, a.user_id, a.status, e.payload -> 'attachments' -> a.position,
+                f"""SELECT a.thread_id, a.user_id, a.status, {_REF},
                           a.sha256, ar.status, ar.mime_type, ar.kind
                    FROM attachments a
-                   JOIN events e ON e.event_id = a.event_id
                    LEFT JOIN artifacts ar ON ar.sha256 = a.sha256
                    WHERE a.event_id = %s AND a.position = %s""",
                 (event_id, position),

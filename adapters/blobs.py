@@ -37,3 +37,11 @@ class LocalBlobStore:
 
     def get(self, sha256: str) -> bytes:
         return self.path(sha256).read_bytes()
+
+    def delete(self, sha256: str) -> bool:
+        """Remove a blob (erasure); False when it was not there."""
+        try:
+            self.path(sha256).unlink()
+        except FileNotFoundError:
+            return False
+        return True

@@ -19,6 +19,7 @@ EPISODE_FACTS = "chatmem.episode_facts"
 FACT_COMMAND = "chatmem.fact_command"
 SWEEP = "chatmem.sweep"
 PROCESS_ATTACHMENT = "chatmem.process_attachment"
+FORGET_ME = "chatmem.forget_me"
 
 TASK_QUEUES: dict[str, Queue] = {
     ADVANCE_THREAD: Queue.SEGMENT,
@@ -27,6 +28,7 @@ TASK_QUEUES: dict[str, Queue] = {
     FACT_COMMAND: Queue.FACTS,
     SWEEP: Queue.MAINTENANCE,
     PROCESS_ATTACHMENT: Queue.ATTACHMENTS,
+    FORGET_ME: Queue.MAINTENANCE,
 }
 
 
@@ -80,9 +82,12 @@ def ring_thread(app: Celery, thread_id: str, bulk: bool = False, countdown: floa
 
 
 def enqueue_summary(app: Celery, thread_id: str, generation: int, job: Job) -> None:
-    """Queue a planned job: summaries on `summarize`, remember / forget on `facts`."""
+    """Queue a planned job: summaries on `summarize`, remember / forget on `facts`, an erasure
+    (forget_me) on `maintenance`."""
     if job.kind in ("remember", "forget"):
         app.send_task(FACT_COMMAND, args=[thread_id, generation, job.event_id])
+    elif job.kind == "forget_me":
+        app.send_task(FORGET_ME, args=[thread_id, job.event_id])
     else:
         app.send_task(SUMMARIZE, args=[thread_id, generation, job.kind, job.episode_id, job.from_seq, job.upto_seq])
 

@@ -24,6 +24,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESGCMSIV
 
+from chatmem.schemas.events import ERASED
+
 log = logging.getLogger(__name__)
 
 # What a user said or sent, per event type; everything else (ids, type, times, role, the platform
@@ -34,7 +36,6 @@ CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
     "command": ("args", "metadata"),
 }
 SEALED = "sealed"
-ERASED = "erased"
 _NONCE = 12
 
 
@@ -101,15 +102,25 @@ def tombstone(event_type: str) -> dict[str, Any]:
     return {**{k: empty[k] for k in fields if k in empty}, "metadata": {ERASED: True}}
 
 
+def kek_from_setting(value: str) -> bytes:
+    try:
+        key = base64.b64decode(value.strip(), validate=True)
+    except ValueError as error:
+        raise KeyUnusable("CHATMEM_KEK is not base64") from error
+    if len(key) != 32:
+        raise KeyUnusable("CHATMEM_KEK must be 32 bytes (256 bits), base64-encoded")
+    return key
+
+
 def load_or_create_kek(path: Path) -> bytes:
     """The embedded default's KEK: kept beside the data, created on first use. Losing it loses
     every event's content; an operator must back it up (and keep the backup apart from the
     database backups, or erasure means nothing for those)."""
     if path.exists():
-        key = base64.b64decode(path.read_text().strip())
-        if len(key) != 32:
-            raise KeyUnusable(f"{path} does not hold a 256-bit key")
-        return key
+        try:
+            return kek_from_setting(path.read_text())
+        except KeyUnusable as error:
+            raise KeyUnusable(f"{path}: {error}") from error
     key = new_key()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

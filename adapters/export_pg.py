@@ -12,18 +12,25 @@ from typing import Any
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from chatmem.adapters.keys_pg import KID, EventKeys, wrapped_key_sql
+
 
 class PostgresExport:
-    def __init__(self, pool: ConnectionPool):
+    def __init__(self, pool: ConnectionPool, keys: EventKeys):
         self.pool = pool
+        self.keys = keys
 
     def user(self, user_id: str) -> dict[str, Any]:
         with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             events = cur.execute(
-                """SELECT event_id, type, thread_id, occurred_at, received_at, payload FROM events
-                   WHERE user_id = %s ORDER BY thread_id, stream_pos""",
+                f"""SELECT event_id, type, thread_id, occurred_at, received_at, payload,
+                           {wrapped_key_sql("events")} AS wrapped
+                    FROM events WHERE user_id = %s ORDER BY thread_id, stream_pos""",
                 (user_id,),
             ).fetchall()
+            for e in events:  # as published: content opened, the key id dropped
+                opened = self.keys.open(e["payload"], e.pop("wrapped"))
+                e["payload"] = {k: v for k, v in opened.items() if k != KID}
             messages = cur.execute(
                 """SELECT m.thread_id, m.seq, m.episode_id, m.role, m.text, m.platform_message_id, m.occurred_at,
                           m.is_active

@@ -7,14 +7,16 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from chatmem.adapters.keys_pg import EventKeys, wrapped_key_sql
 from chatmem.adapters.sql import scalar
 from chatmem.memory.fact_jobs import FactWrite, UserLine
 from chatmem.memory.facts import FactCandidate, resolve
 
 
 class PostgresFactStore:
-    def __init__(self, pool: ConnectionPool):
+    def __init__(self, pool: ConnectionPool, keys: EventKeys):
         self.pool = pool
+        self.keys = keys
 
     def ledger_get(self, op_key: str) -> dict | None:
         with self.pool.connection() as conn:
@@ -146,11 +148,15 @@ class PostgresFactStore:
 
     def command_event(self, event_id: str) -> dict | None:
         with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(
-                """SELECT thread_id, user_id, payload->>'command' AS command, payload->'args' AS args
+            row = cur.execute(
+                f"""SELECT thread_id, user_id, payload, {wrapped_key_sql("events")} AS wrapped
                    FROM events WHERE event_id = %s AND type = 'command'""",
                 (event_id,),
             ).fetchone()
+        if row is None:
+            return None
+        payload = self.keys.open(row.pop("payload"), row.pop("wrapped"))
+        return {**row, "command": payload.get("command"), "args": payload.get("args") or {}}
 
     def set_command_detail(self, event_id: str, generation: int, detail: str) -> None:
         with self.pool.connection() as conn:

@@ -5,6 +5,7 @@ transient failures raise TransientError and the task retries with backoff."""
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import json
 import threading
@@ -104,13 +105,28 @@ def input_hash(prompt: Prompt) -> bytes:
 class CachedLLM:
     """Replays cost no tokens: an output is reused for the same (model, prompt version, input)."""
 
-    def __init__(self, inner: LLM, pool: ConnectionPool, limiter: RateLimiter | None = None, refresh: bool = False):
+    def __init__(
+        self,
+        inner: LLM,
+        pool: ConnectionPool,
+        limiter: RateLimiter | None = None,
+        refresh: bool = False,
+        thread_id: str | None = None,
+    ):
         self.inner = inner
         self.pool = pool
         self.model = inner.model
         self.limiter = limiter or RateLimiter(0)
         self.refresh = refresh
+        # Outputs are tagged with the thread whose content they were made from: erasing the
+        # thread's content removes them (chatmem erase).
+        self.thread_id = thread_id
         self.calls = 0
+
+    def for_thread(self, thread_id: str) -> CachedLLM:
+        scoped = copy.copy(self)
+        scoped.thread_id = thread_id
+        return scoped
 
     def complete(self, prompt: Prompt, response_model: type[T]) -> T:
         key = (self.model, prompt.version, input_hash(prompt))
@@ -129,8 +145,10 @@ class CachedLLM:
         result = self.inner.complete(prompt, response_model)
         with self.pool.connection() as conn:
             conn.execute(
-                "INSERT INTO llm_cache (model, prompt_version, input_hash, output) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT (model, prompt_version, input_hash) DO UPDATE SET output = EXCLUDED.output",
-                (*key, Jsonb(result.model_dump(mode="json"))),
+                "INSERT INTO llm_cache (model, prompt_version, input_hash, output, thread_id)"
+                " VALUES (%s, %s, %s, %s, %s)"
+                " ON CONFLICT (model, prompt_version, input_hash)"
+                " DO UPDATE SET output = EXCLUDED.output, thread_id = EXCLUDED.thread_id",
+                (*key, Jsonb(result.model_dump(mode="json")), self.thread_id),
             )
         return result

@@ -9,6 +9,8 @@ from typing import Any, NamedTuple
 
 from psycopg_pool import ConnectionPool
 
+from chatmem.adapters.keys_pg import EventKeys, wrapped_key_sql
+
 
 class DeadLetterRow(NamedTuple):
     source: str
@@ -29,8 +31,9 @@ class NoticeRow(NamedTuple):
 
 
 class PostgresNotices:
-    def __init__(self, pool: ConnectionPool):
+    def __init__(self, pool: ConnectionPool, keys: EventKeys):
         self.pool = pool
+        self.keys = keys
 
     def dead_letters(self, limit: int) -> list[DeadLetterRow]:
         with self.pool.connection() as conn:
@@ -45,9 +48,13 @@ class PostgresNotices:
     def notices(self, limit: int, kind: str | None = None) -> list[NoticeRow]:
         with self.pool.connection() as conn:
             rows = conn.execute(
-                """SELECT kind, event_id, stream_pos, detail, payload, created_at FROM event_notices
-                   WHERE %(kind)s::text IS NULL OR kind = %(kind)s
-                   ORDER BY created_at DESC, id DESC LIMIT %(n)s""",
+                f"""SELECT kind, event_id, stream_pos, detail, payload, created_at, {wrapped_key_sql("n")}
+                    FROM event_notices n
+                    WHERE %(kind)s::text IS NULL OR kind = %(kind)s
+                    ORDER BY created_at DESC, id DESC LIMIT %(n)s""",
                 {"kind": kind, "n": limit},
             ).fetchall()
-        return [NoticeRow(*r) for r in rows]
+        return [
+            NoticeRow(k, e, pos, detail, None if payload is None else self.keys.open(payload, wrapped), at)
+            for k, e, pos, detail, payload, at, wrapped in rows
+        ]

@@ -9,6 +9,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from chatmem.adapters.keys_pg import EventKeys, wrapped_key_sql
 from chatmem.adapters.sql import scalar
 from chatmem.memory.ports import LeaseLost, TransientError, UnknownThread
 from chatmem.schemas.records import AcceptedEvent, DeadLetter, LoggedEvent, StoreResult, ThreadLease
@@ -98,8 +99,9 @@ def _members(events: Sequence[AcceptedEvent]) -> set[tuple[str, str]]:
 class PostgresStore:
     _KNOWN_THREADS_MAX = 200_000
 
-    def __init__(self, pool: ConnectionPool):
+    def __init__(self, pool: ConnectionPool, keys: EventKeys):
         self.pool = pool
+        self.keys = keys
         # Thread rows are never deleted, so one seen here needs no further upsert.
         self._known_threads: set[str] = set()
         self._known_members: set[tuple[str, str]] = set()
@@ -119,6 +121,9 @@ class PostgresStore:
         inserted = conflicts = 0
         with self.pool.connection() as conn, conn.transaction():
             if events:
+                payloads = self.keys.seal_payloads(
+                    conn, [(a.event.user_id, a.event.thread_id, a.payload) for a in events]
+                )
                 inserted = bulk_insert(
                     conn,
                     "events",
@@ -132,9 +137,9 @@ class PostgresStore:
                             a.event.thread_id,
                             a.event.user_id,
                             a.event.occurred_at,
-                            a.payload,
+                            payload,
                         )
-                        for a in events
+                        for a, payload in zip(events, payloads, strict=True)
                     ),
                 )
                 if inserted < len(events):  # only then can a duplicate have differed
@@ -216,9 +221,10 @@ class PostgresStore:
 
 
 class PostgresThreadLog:
-    def __init__(self, pool: ConnectionPool, stream_key: str):
+    def __init__(self, pool: ConnectionPool, stream_key: str, keys: EventKeys):
         self.pool = pool
         self.stream_key = stream_key
+        self.keys = keys
 
     def acquire_lease(self, thread_id: str, owner: str, lease_s: int) -> ThreadLease | None:
         with self.pool.connection() as conn:
@@ -257,8 +263,9 @@ class PostgresThreadLog:
     def pending_events(self, thread_id: str, after_pos: int, limit: int) -> list[LoggedEvent]:
         with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             cur.execute(
-                """
-                SELECT stream_pos, event_id, type, thread_id, user_id, occurred_at, payload
+                f"""
+                SELECT stream_pos, event_id, type, thread_id, user_id, occurred_at, payload,
+                       {wrapped_key_sql("events")} AS wrapped
                 FROM events
                 WHERE thread_id = %s AND stream_pos > %s
                   AND stream_pos < (SELECT coalesce(max(watermark), 0) FROM ingest_state WHERE stream_key = %s)
@@ -267,7 +274,12 @@ class PostgresThreadLog:
                 """,
                 (thread_id, after_pos, self.stream_key, limit),
             )
-            return [LoggedEvent(**row) for row in cur.fetchall()]
+            rows = cur.fetchall()
+        events = []
+        for row in rows:
+            wrapped = row.pop("wrapped")
+            events.append(LoggedEvent(**{**row, "payload": self.keys.open(row["payload"], wrapped)}))
+        return events
 
     def advance_cursor(self, lease: ThreadLease, events: Sequence[LoggedEvent]) -> ThreadLease:
         with self.pool.connection() as conn, conn.transaction():

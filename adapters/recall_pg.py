@@ -231,7 +231,7 @@ class PostgresRecallReader(PostgresReader):
         pool AS (SELECT id FROM lex UNION SELECT id FROM dense)
         SELECT t.id, ref.sha256, ar.kind, t.kind, t.text, t.meta,
                m.thread_id, m.episode_id, m.seq, m.event_id, ref.position, m.platform_message_id, m.user_id,
-               m.role, m.occurred_at, e.payload -> 'attachments' -> ref.position ->> 'filename',
+               m.role, m.occurred_at, att.ref ->> 'filename',
                CASE WHEN vector_dims(t.embedding) = {d}
                     THEN 1 - (t.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
                CASE WHEN t.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="t")} END,
@@ -243,7 +243,7 @@ class PostgresRecallReader(PostgresReader):
             ORDER BY r.created_at DESC LIMIT 1) ref
         JOIN threads th ON th.thread_id = ref.thread_id
         JOIN messages m ON m.thread_id = ref.thread_id AND m.generation = th.generation AND m.event_id = ref.event_id
-        JOIN events e ON e.event_id = ref.event_id
+        JOIN attachments att ON att.event_id = ref.event_id AND att.position = ref.position
         LEFT JOIN artifacts ar ON ar.sha256 = ref.sha256"""
         with self._conn() as conn, conn.transaction():
             rows = conn.execute(sql, params).fetchall()

@@ -98,6 +98,24 @@ class RedisEventStream:
     def length(self) -> int:
         return int(self.r.xlen(self.key))
 
+    def erase(self, matches: Callable[[bytes], bool], page: int = 1000) -> int:
+        """Delete the entries still in the stream whose event `matches` selects (erasure), read
+        or not: ingest skips a deleted entry, and its pending acknowledgement goes with it."""
+        dropped, start = 0, "-"
+        while True:
+            entries = _entries(self.r.xrange(self.key, min=start, max="+", count=page) or [])
+            if not entries:
+                return dropped
+            doomed = [e.entry_id for e in entries if e.payload is not None and matches(e.payload)]
+            if doomed:
+                self.r.xdel(self.key, *doomed)
+                try:
+                    self.r.xack(self.key, self.group, *doomed)
+                except redis.ResponseError:
+                    pass  # no consumer group yet
+                dropped += len(doomed)
+            start = "(" + entries[-1].entry_id
+
     def pending_count(self) -> int:
         try:
             return int(self.r.xpending(self.key, self.group)["pending"])

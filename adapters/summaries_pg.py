@@ -7,6 +7,7 @@ from __future__ import annotations
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from chatmem.adapters.keys_pg import EventKeys, wrapped_key_sql
 from chatmem.memory.episodes import Job, log_text
 from chatmem.memory.ports import Embedder
 from chatmem.memory.prompts import Line
@@ -16,8 +17,9 @@ from chatmem.memory.summaries import LevelItem, StaleGeneration, SummaryRecord
 class PostgresSummaryStore:
     """The `SummaryVectors` of memory/jobs.py and the `LostFinals` of memory/sweeper.py."""
 
-    def __init__(self, pool: ConnectionPool):
+    def __init__(self, pool: ConnectionPool, keys: EventKeys):
         self.pool = pool
+        self.keys = keys
 
     def has_summary(self, generation: int, summary_key: str) -> bool:
         with self.pool.connection() as conn:
@@ -41,21 +43,27 @@ class PostgresSummaryStore:
         # the job runs, live or in replay.
         with self.pool.connection() as conn:
             rows = conn.execute(
-                """WITH r AS (SELECT m.seq, m.role, m.platform_message_id, m.stream_pos, e.payload
+                f"""WITH r AS (SELECT m.seq, m.role, m.platform_message_id, m.stream_pos, e.payload,
+                                     {wrapped_key_sql("e")} AS wrapped
                               FROM messages m JOIN events e ON e.event_id = m.event_id
                               WHERE m.thread_id = %(t)s AND m.generation = %(g)s AND m.episode_id = %(ep)s
                               AND m.seq BETWEEN %(lo)s AND %(hi)s),
                         upto AS (SELECT max(stream_pos) AS pos FROM r)
-                   SELECT r.seq, r.role, r.payload,
-                          (SELECT ed.payload FROM events ed, upto WHERE ed.thread_id = %(t)s
-                           AND ed.type = 'message_edited' AND ed.stream_pos <= upto.pos
-                           AND r.platform_message_id IS NOT NULL
-                           AND ed.payload->>'platform_message_id' = r.platform_message_id
-                           ORDER BY ed.stream_pos DESC LIMIT 1)
-                   FROM r ORDER BY r.seq""",
+                   SELECT r.seq, r.role, r.payload, r.wrapped, ed.payload, {wrapped_key_sql("ed")}
+                   FROM r LEFT JOIN LATERAL (
+                       SELECT ed.payload FROM events ed, upto WHERE ed.thread_id = %(t)s
+                       AND ed.type = 'message_edited' AND ed.stream_pos <= upto.pos
+                       AND r.platform_message_id IS NOT NULL
+                       AND ed.payload->>'platform_message_id' = r.platform_message_id
+                       ORDER BY ed.stream_pos DESC LIMIT 1) ed ON true
+                   ORDER BY r.seq""",
                 {"t": thread_id, "g": generation, "ep": episode_id, "lo": from_seq, "hi": upto_seq},
             ).fetchall()
-        return [Line(seq=s, role=r, text=log_text(p, ed)) for s, r, p, ed in rows]
+        open_ = self.keys.open
+        return [
+            Line(seq=s, role=r, text=log_text(open_(p, w), open_(ed, edw) if ed is not None else None))
+            for s, r, p, w, ed, edw in rows
+        ]
 
     def save_summary(self, record: SummaryRecord, *, archive_episode: bool) -> bool:
         r = record

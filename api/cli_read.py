@@ -448,10 +448,43 @@ def export(
     console.print(f"exported {user_id} to {out / 'export.json'}: {counts}, {copied} files")
 
 
+def erase(
+    user: str | None = typer.Option(None, "--user", help="erase this user, in every thread"),
+    thread: str | None = typer.Option(None, "--thread", help="erase this thread, every user's events in it"),
+    yes: bool = typer.Option(False, "--yes", help="do not ask for confirmation"),
+    as_json: bool = typer.Option(False, "--json", help="print the counts as JSON"),
+) -> None:
+    """Erase a user or a thread for good (right to erasure): their data keys are destroyed, so
+    the event log keeps only tombstones that replay cannot read; every projection, cache, file,
+    mem0 memory, dead letter, pending stream entry and spooled event derived from them is
+    removed, and shared threads are rebuilt without them. Prints what was removed per store."""
+    import json
+
+    if (user is None) == (thread is None):
+        raise typer.BadParameter("give exactly one of --user or --thread")
+    user_id = _checked_id(user, "user_id") if user is not None else None
+    thread_id = _checked_id(thread, "thread_id") if thread is not None else None
+    subject = f"user {user_id}" if user_id else f"thread {thread_id}"
+    if not yes and not typer.confirm(f"erase {subject} for good? This cannot be undone"):
+        raise typer.Exit(1)
+    c = cli_container(cli_settings())
+    removed = c.erase(user_id=user_id, thread_id=thread_id, requested_by="cli")
+    if as_json:
+        print(json.dumps({"erased": subject, "removed": removed}, indent=2))
+        return
+    table = Table(title=f"erased {subject}")
+    table.add_column("store")
+    table.add_column("removed", justify="right")
+    for store, count in removed.items():
+        table.add_row(store, f"{count:,}")
+    console.print(table)
+
+
 def register(app: typer.Typer) -> None:
     for fn in (context, recall, threads, episodes, api):
         app.command()(fn)
     app.command("dead-letters")(dead_letters)
     app.command("export")(export)
+    app.command("erase")(erase)
     app.add_typer(keys_app, name="keys")
     app.add_typer(import_app, name="import")

@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from chatmem.adapters.api_keys import KeyInfo
+from chatmem.adapters.api_keys import ALL_USERS, KeyInfo
 from chatmem.bootstrap import Container
 from chatmem.memory.recall import NotReadable
 from chatmem.schemas.events import InvalidEvent, validate_identifier
@@ -166,6 +166,16 @@ def create_app(container: Container) -> FastAPI:
         if ep is None or not container.browser.readable_threads(user_id, ep["thread_id"]):
             raise not_found(f"episode {episode_id!r}")
         return ep
+
+    @app.delete("/v1/users/{user_id}", tags=["privacy"])
+    def erase_user(key: Caller, user_id: Annotated[str, Path(max_length=200)]) -> dict:
+        """Erase a user for good (right to erasure), as `chatmem erase --user` does. Admin keys
+        only (keys for every user, `*`): a key bound to users may not erase them. Returns what
+        was removed, per store."""
+        if ALL_USERS not in key.user_ids:
+            raise ApiError(403, "admin_only", "erasing a user needs an admin API key (one for every user)")
+        user_id = _path_id(user_id, "user_id")
+        return {"erased": user_id, "removed": container.erase(user_id=user_id, requested_by=f"api:{key.name}")}
 
     @app.get("/healthz", tags=["ops"])
     def healthz() -> dict:

@@ -5,6 +5,7 @@ own connections."""
 
 from __future__ import annotations
 
+import json
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,8 @@ from chatmem.adapters.celery_queue import (
     queue_depths,
     ring_thread,
 )
+from chatmem.adapters.crypto import kek_from_setting, load_or_create_kek
+from chatmem.adapters.keys_pg import EventKeys
 from chatmem.adapters.postgres import PostgresStore, PostgresThreadLog, make_pool
 from chatmem.adapters.redis_stream import RedisDoorbell, RedisEventSink, RedisEventStream
 from chatmem.schemas.settings import Settings
@@ -80,12 +83,23 @@ class Container:
         return redis.Redis.from_url(self.urls.redis_url, socket_keepalive=True, health_check_interval=30)
 
     @cached_property
+    def event_keys(self) -> EventKeys:
+        s = self.settings
+
+        def load_kek() -> bytes:
+            if s.kek is not None:
+                return kek_from_setting(s.kek.get_secret_value())
+            return load_or_create_kek(s.kek_file or s.data_dir / "keys" / "kek")
+
+        return EventKeys(load_kek, seal=s.encrypt_events)
+
+    @cached_property
     def store(self) -> PostgresStore:
-        return PostgresStore(self.pool)
+        return PostgresStore(self.pool, self.event_keys)
 
     @cached_property
     def thread_log(self) -> PostgresThreadLog:
-        return PostgresThreadLog(self.pool, self.settings.stream_key)
+        return PostgresThreadLog(self.pool, self.settings.stream_key, self.event_keys)
 
     @cached_property
     def stream(self) -> RedisEventStream:
@@ -134,7 +148,9 @@ class Container:
         llm.model = f"{OfflineLLM.model}+{self.embedder.model}"  # its output depends on the embedder
         return llm
 
-    def llm(self, queue: str, *, refresh: bool = False, offline: bool = False) -> CachedLLM:
+    def llm(
+        self, queue: str, *, refresh: bool = False, offline: bool = False, thread_id: str | None = None
+    ) -> CachedLLM:
         """The LLM for a queue: the configured endpoint, or the offline one (no key, or as the
         last resort when the endpoint keeps failing), behind the output cache."""
         from chatmem.adapters.llm import CachedLLM, OpenAILLM, RateLimiter
@@ -148,6 +164,7 @@ class Container:
             self.pool,
             self._limiters.setdefault(queue, RateLimiter(s.llm_rate_limits.get(queue, 0))),
             refresh=refresh,
+            thread_id=thread_id,
         )
 
     @cached_property
@@ -164,7 +181,7 @@ class Container:
     def summary_store(self) -> PostgresSummaryStore:
         from chatmem.adapters.summaries_pg import PostgresSummaryStore
 
-        return PostgresSummaryStore(self.pool)
+        return PostgresSummaryStore(self.pool, self.event_keys)
 
     @cached_property
     def seg_config(self) -> SegmenterConfig:
@@ -291,7 +308,7 @@ class Container:
     def fact_store(self) -> PostgresFactStore:
         from chatmem.adapters.facts_pg import PostgresFactStore
 
-        return PostgresFactStore(self.pool)
+        return PostgresFactStore(self.pool, self.event_keys)
 
     @cached_property
     def mem0(self) -> Mem0Store:
@@ -340,14 +357,14 @@ class Container:
         """Everything held about one user (`chatmem export`)."""
         from chatmem.adapters.export_pg import PostgresExport
 
-        return PostgresExport(self.pool)
+        return PostgresExport(self.pool, self.event_keys)
 
     @cached_property
     def notices(self) -> PostgresNotices:
         """Dead letters and event notices (conflicts, clocks out of range), newest first."""
         from chatmem.adapters.notices_pg import PostgresNotices
 
-        return PostgresNotices(self.pool)
+        return PostgresNotices(self.pool, self.event_keys)
 
     @cached_property
     def progress(self) -> PostgresProgress:
@@ -451,6 +468,7 @@ class Container:
 
         s = self.settings
         jobs = self.jobs
+        llm = llm.for_thread(thread_id)
         return replay_thread(
             thread_id,
             threads=self.thread_log,
@@ -473,6 +491,7 @@ class Container:
 
         s = self.settings
         jobs = self.jobs
+        llm = llm.for_thread(thread_id)
 
         def summaries_only(job: Job, generation: int) -> None:
             if job.kind in ("running", "chunk", "final"):
@@ -499,6 +518,74 @@ class Container:
             )
         finally:
             self.projections.drop_generation(thread_id, result.generation)
+
+    def erasure_subject(self, thread_id: str, event_id: str) -> str | None:
+        from chatmem.adapters.erase_pg import PostgresErasure
+
+        return PostgresErasure(self.pool, self.event_keys).command_sender(thread_id, event_id)
+
+    def erase(
+        self, *, user_id: str | None = None, thread_id: str | None = None, requested_by: str = "cli"
+    ) -> dict[str, int]:
+        """Erase a user (every thread) or a thread (every user): destroy their data keys, so the
+        log keeps only tombstones; remove what was derived from the content in every store; rebuild
+        the threads without it through replay; record the erasure. Counts per store."""
+        from chatmem.adapters.erase_pg import PostgresErasure
+        from chatmem.producers.spool import Spool
+        from chatmem.schemas.events import CommandEvent, CommandName
+
+        if (user_id is None) == (thread_id is None):
+            raise ValueError("erase needs exactly one of a user or a thread")
+        eraser = PostgresErasure(self.pool, self.event_keys)
+        scope, subject = ("user", user_id) if user_id is not None else ("thread", thread_id)
+        assert subject is not None
+        erasure_id = eraser.record(scope, subject, requested_by)
+        plan = eraser.plan(user_id=user_id, thread_id=thread_id)
+        removed: dict[str, int] = {"threads": len(plan.threads), "keys": eraser.destroy_keys(plan)}
+        removed["clear_events_redacted"] = eraser.redact_clear(plan)
+
+        whole = set(plan.whole)
+
+        def doomed(raw: bytes) -> bool:
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                return False
+            return isinstance(event, dict) and (event.get("thread_id") in whole or event.get("user_id") == user_id)
+
+        removed["stream_entries"] = self.stream.erase(doomed)
+        spools = [self.settings.resolved_spool_dir, self.settings.resolved_spool_dir / "bulk"]
+        removed["spooled_events"] = sum(Spool(d).erase(doomed) for d in spools)
+        counts, orphans = eraser.purge(plan)
+        removed |= counts
+        removed["blobs"] = sum(self.blobs.delete(sha) for sha in orphans)
+        if plan.users:
+            for u in plan.users:
+                for key, n in self.mem0.erase_user(u, plan.mem0_ids).items():
+                    removed[key] = removed.get(key, 0) + n
+        llm = self.llm("maintenance")
+        for t in plan.threads:
+            self.replay(t, llm, f"erase-{erasure_id}")
+        for table, n in self.projections.gc().items():
+            removed[f"old_{table}"] = n
+        # The log records that an erasure happened in each thread, without content.
+        self.sink.add_many(
+            [
+                CommandEvent(
+                    event_id=f"erasure-{erasure_id}-{i}",
+                    thread_id=t,
+                    user_id="chatmem",
+                    platform="chatmem",
+                    command=CommandName.ERASED,
+                    args={"erasure": erasure_id, "scope": scope},
+                )
+                .model_dump_json()
+                .encode()
+                for i, t in enumerate(plan.threads)
+            ]
+        )
+        eraser.finish(erasure_id, removed)
+        return removed
 
     def close(self) -> None:
         if "analysis_reader" in self.__dict__:

@@ -15,6 +15,7 @@ import numpy as np
 from chatmem.memory.attachments.surrogates import RefState, attachment_lines
 from chatmem.memory.dates import annotate, date_note
 from chatmem.memory.segmentation import SegmenterConfig, SegmenterState, SegTurn, feed
+from chatmem.schemas.events import ERASED
 from chatmem.schemas.records import LoggedEvent
 
 # What `configure` may change per thread, and the type each value must have.
@@ -131,7 +132,9 @@ class Plan:
     moves: list[Move] = field(default_factory=list)
     commands: list[CommandAck] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)
-    attachments: list[tuple[str, int, str]] = field(default_factory=list)  # (event_id, position, user_id)
+    attachments: list[tuple[str, int, str, dict]] = field(
+        default_factory=list
+    )  # (event_id, position, user_id, the reference as sent)
     consumed: list[LoggedEvent] = field(default_factory=list)
     context: ThreadContext | None = None
 
@@ -253,7 +256,7 @@ class _Builder:
                 date_note(text, ev.occurred_at),
             )
         )
-        self.plan.attachments += [(ev.event_id, i, ev.user_id) for i in range(len(p.get("attachments") or []))]
+        self.plan.attachments += [(ev.event_id, i, ev.user_id, a) for i, a in enumerate(p.get("attachments") or [])]
         self.episode = replace(ep, pending_tokens=ep.pending_tokens + estimate_tokens(text))
         self.schedule_summaries(force=False)
 
@@ -310,6 +313,12 @@ class _Builder:
                 self.seg_cfg = self.seg_cfg.with_overrides(clean)
                 self.policy = self.policy.with_overrides(clean)
                 ack("applied", "configured " + ", ".join(f"{k}={v}" for k, v in sorted(clean.items())))
+        elif name == "forget_me":
+            # Erasure is not a projection: the maintenance queue runs it (chatmem erase --user).
+            ack("applied", "erasure of the sender queued")
+            self.plan.jobs.append(Job(name, "", 0, 0, ev.event_id))
+        elif name == "erased":
+            ack("applied", "an erasure was done here")
         elif name in ("remember", "forget"):
             # Facts belong to the facts queue; its job fills in the outcome (what matched).
             ack("applied", f"{name}: queued")
@@ -331,6 +340,8 @@ def plan_batch(
     b = _Builder(ctx, seg_cfg.with_overrides(ctx.config), policy.with_overrides(ctx.config))
     for ev in events:
         b.plan.consumed.append(ev)
+        if is_erased(ev.payload):
+            continue  # its content is gone (chatmem erase): it never happened, as far as memory goes
         if ev.type == "message":
             b.message(ev, vectors.get(ev.event_id))
         elif ev.type == "message_edited":
@@ -343,11 +354,16 @@ def plan_batch(
     return b.plan
 
 
+def is_erased(payload: dict) -> bool:
+    """A tombstone: an event whose content was erased (its key destroyed)."""
+    return bool((payload.get("metadata") or {}).get(ERASED))
+
+
 def texts_to_embed(events: Sequence[LoggedEvent]) -> dict[str, str]:
     return {
         ev.event_id: embed_text(ev.payload, ev.occurred_at)
         for ev in events
-        if ev.type == "message" and message_text(ev.payload)
+        if ev.type == "message" and message_text(ev.payload) and not is_erased(ev.payload)
     }
 
 

@@ -78,6 +78,8 @@ class Jobs:
         if job.kind in ("remember", "forget"):
             self.fact_command(thread_id, generation, job.event_id or "")
             return
+        if job.kind == "forget_me":
+            return  # the live task erases; a replay meets the command as a tombstone once it has
 
         def facts_now(t: str, g: int, episode_id: str) -> None:
             self.episode_facts(llm, t, g, episode_id)

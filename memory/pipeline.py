@@ -70,6 +70,6 @@ class ThreadProcessor:
         for job in plan.jobs:
             self.enqueue(lease.thread_id, ctx.generation, job)
         if self.enqueue_attachment is not None:
-            for event_id, position, _ in plan.attachments:
+            for event_id, position, *_ in plan.attachments:
                 self.enqueue_attachment(event_id, position)  # keyed: a repeat does nothing
         return new_lease  # type: ignore[return-value]

@@ -24,6 +24,7 @@ class ChatCommand(StrEnum):
     MEMORY_OFF = "memory_off"
     MEMORY_ON = "memory_on"
     WHATDOYOUKNOW = "whatdoyouknow"
+    FORGET_ME = "forget_me"
 
 
 # Shown by the platforms' command menus (Telegram setMyCommands, Discord slash commands).
@@ -35,7 +36,10 @@ COMMAND_DESCRIPTIONS: dict[ChatCommand, str] = {
     ChatCommand.MEMORY_OFF: "Stop building memory from this chat",
     ChatCommand.MEMORY_ON: "Build memory from this chat again",
     ChatCommand.WHATDOYOUKNOW: "What I remember about you",
+    ChatCommand.FORGET_ME: "Erase everything I hold about you, for good: /forget_me yes",
 }
+# Erasure cannot be undone: it is published only when confirmed in the same message.
+FORGET_ME_CONFIRM = "yes"
 
 # Commands that change memory travel as command events through the log (so replay sees them);
 # /whatdoyouknow only reads and is answered from the read path.
@@ -46,6 +50,7 @@ _EVENT_COMMANDS: dict[ChatCommand, CommandName] = {
     ChatCommand.NEWTOPIC: CommandName.CLOSE_EPISODE,
     ChatCommand.MEMORY_OFF: CommandName.MEMORY_OFF,
     ChatCommand.MEMORY_ON: CommandName.MEMORY_ON,
+    ChatCommand.FORGET_ME: CommandName.FORGET_ME,
 }
 
 _COMMAND_RE = re.compile(r"^/(?P<name>[A-Za-z_]+)(?:@(?P<bot>[A-Za-z0-9_]+))?(?:\s+(?P<arg>.*))?$", re.DOTALL)
@@ -82,7 +87,7 @@ class Origin:
 def command_event(origin: Origin, command: ChatCommand, arg: str) -> CommandEvent | None:
     """The command event for a memory-changing command; None for a read-only one."""
     name = _EVENT_COMMANDS.get(command)
-    if name is None:
+    if name is None or (command is ChatCommand.FORGET_ME and arg.lower() != FORGET_ME_CONFIRM):
         return None
     args: dict[str, Any] = {}
     if command in (ChatCommand.REMEMBER, ChatCommand.FORGET):
@@ -197,6 +202,13 @@ def command_reply(memory: MemoryView | None, command: ChatCommand, arg: str, *, 
         return f"Noted: {arg}" if arg else "Usage: /remember <something about you>"
     if command is ChatCommand.FORGET:
         return f"I'll forget what matches: {arg}" if arg else "Usage: /forget <what to forget>"
+    if command is ChatCommand.FORGET_ME:
+        if arg.lower() != FORGET_ME_CONFIRM:
+            return (
+                "This erases everything I hold about you, in every chat, for good. "
+                f"To confirm, send /forget_me {FORGET_ME_CONFIRM}"
+            )
+        return "Erasing everything I hold about you. This cannot be undone."
     if command is ChatCommand.NEWTOPIC:
         return "OK, new topic."
     if command is ChatCommand.MEMORY_OFF:

@@ -364,6 +364,11 @@ class MemoryCog(commands.Cog, name="chatmem"):
     async def whatdoyouknow(self, interaction: discord.Interaction[Any]) -> None:
         await self.answer_slash(interaction, ChatCommand.WHATDOYOUKNOW, "")
 
+    @app_commands.command(name="forget_me", description=COMMAND_DESCRIPTIONS[ChatCommand.FORGET_ME])
+    @app_commands.describe(confirm="Type yes: erasure cannot be undone")
+    async def forget_me(self, interaction: discord.Interaction[Any], confirm: str = "") -> None:
+        await self.answer_slash(interaction, ChatCommand.FORGET_ME, confirm)
+
     async def answer_slash(self, interaction: discord.Interaction[Any], command: ChatCommand, arg: str) -> None:
         """Publish the command (if it changes memory) and answer it, visible to the caller only."""
         arg = arg.strip()

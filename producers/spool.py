@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from chatmem.adapters.procs import pid_alive
@@ -79,6 +79,30 @@ class Spool:
 
     def pending_count(self) -> int:
         return sum(len(p.read_bytes().splitlines()) for p in self.pending_files())
+
+    def erase(self, matches: Callable[[bytes], bool]) -> int:
+        """Drop the spooled events `matches` selects (erasure): each file is claimed, rewritten
+        whole without them, and put back. Returns how many were dropped."""
+        dropped = 0
+        for path in self.pending_files():
+            claimed = path.with_name(f".claimed-{os.getpid()}-{path.name}")
+            try:
+                os.replace(path, claimed)
+            except FileNotFoundError:
+                continue
+            lines = [line for line in claimed.read_bytes().splitlines() if line]
+            kept = [line for line in lines if not matches(line)]
+            dropped += len(lines) - len(kept)
+            if kept and len(kept) < len(lines):
+                with open(claimed, "wb") as fh:
+                    fh.write(b"\n".join(kept) + b"\n")
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            if kept:
+                os.replace(claimed, path)
+            else:
+                claimed.unlink()
+        return dropped
 
     def deliver(self, sink: EventSink) -> int:
         """Send spooled events oldest first; stop at the first failure (the error propagates)."""

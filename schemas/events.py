@@ -23,6 +23,8 @@ from pydantic import (
 )
 
 SCHEMA_VERSION = 1
+# metadata flag of an event whose content was erased (its data key destroyed): a tombstone
+ERASED = "erased"
 SUPPORTED_SCHEMA_VERSIONS = frozenset({SCHEMA_VERSION})
 DEFAULT_MAX_TEXT_CHARS = 32_000
 DEFAULT_MAX_DATA_URI_BYTES = 65_536
@@ -68,6 +70,8 @@ class CommandName(StrEnum):
     MEMORY_ON = "memory_on"
     MEMORY_OFF = "memory_off"
     CONFIGURE = "configure"
+    FORGET_ME = "forget_me"  # erase everything held about the sender (chatmem erase --user)
+    ERASED = "erased"  # written by chatmem: an erasure happened here (no content)
 
 
 class AttachmentKind(StrEnum):

@@ -73,6 +73,21 @@ class Settings(BaseSettings):
         description="An event dated before this is logged at ingest time (original kept).",
     )
 
+    # --- privacy ---------------------------------------------------------------------------
+    encrypt_events: bool = Field(
+        True,
+        description="Seal the content of logged events with a data key per user and thread, so erasure "
+        "can destroy it (crypto-shredding). Events logged before stay readable as they are.",
+    )
+    kek: SecretStr | None = Field(
+        None,
+        description="Key-encryption key (base64 of 32 bytes) that wraps the data keys; every process needs "
+        "the same one. Unset: read from kek_file, created there on first use.",
+    )
+    kek_file: Path | None = Field(
+        None, description="File holding the key-encryption key. Unset: data_dir/keys/kek. Back it up."
+    )
+
     # --- publisher ------------------------------------------------------------------------
     publish_buffer_bytes: int = Field(
         1 << 20,

@@ -122,6 +122,23 @@ def scalar(c: Container, sql: str, *params) -> object:
         return conn.execute(sql, params).fetchone()[0]
 
 
+def logged_events(c: Container, thread_id: str | None = None) -> list[dict]:
+    """The event log in publish order, content opened (it is sealed at rest)."""
+    from chatmem.adapters.keys_pg import wrapped_key_sql
+
+    with c.pool.connection() as conn:
+        rows = conn.execute(
+            f"""SELECT event_id, thread_id, user_id, occurred_at, stream_pos, payload, {wrapped_key_sql("events")}
+                FROM events WHERE %(t)s::text IS NULL OR thread_id = %(t)s ORDER BY stream_pos""",
+            {"t": thread_id},
+        ).fetchall()
+    return [
+        {"event_id": e, "thread_id": t, "user_id": u, "occurred_at": at, "stream_pos": pos,
+         "payload": c.event_keys.open(payload, wrapped)}
+        for e, t, u, at, pos, payload, wrapped in rows
+    ]  # fmt: skip
+
+
 def stop(proc: subprocess.Popen, timeout: float = 20) -> str:
     if proc.poll() is None:
         proc.terminate()

@@ -45,9 +45,15 @@ class Wiring(Protocol):
     @property
     def celery(self) -> Any: ...  # the Celery app, for what a task queues next
 
-    def llm(self, queue: str, *, refresh: bool = False, offline: bool = False) -> LLM: ...
+    def llm(self, queue: str, *, refresh: bool = False, offline: bool = False, thread_id: str | None = None) -> LLM: ...
 
     def attachment_job(self, *, offline: bool = False) -> AttachmentJob: ...
+
+    def erasure_subject(self, thread_id: str, event_id: str) -> str | None: ...
+
+    def erase(
+        self, *, user_id: str | None = None, thread_id: str | None = None, requested_by: str = "cli"
+    ) -> dict[str, int]: ...
 
 
 _wirings: dict[int, Wiring] = {}
@@ -112,7 +118,7 @@ def summarize(
     c = wiring(self)
     # The last attempt degrades to the offline LLM rather than leave the episode unsummarised.
     last_try = self.request.retries >= max(0, (self.max_retries or 0) - 1)
-    llm = c.llm("summarize", offline=last_try and bool(c.settings.llm_api_key))
+    llm = c.llm("summarize", offline=last_try and bool(c.settings.llm_api_key), thread_id=thread_id)
     app = c.celery
     outcome = c.jobs.summarize(
         llm,
@@ -127,12 +133,23 @@ def summarize(
 @shared_task(name="chatmem.episode_facts", bind=True, **RETRY)
 def episode_facts(self: Task, thread_id: str, generation: int, episode_id: str) -> dict:
     c = wiring(self)
-    return c.jobs.episode_facts(c.llm("facts"), _checked(thread_id), int(generation), str(episode_id))
+    thread_id = _checked(thread_id)
+    return c.jobs.episode_facts(c.llm("facts", thread_id=thread_id), thread_id, int(generation), str(episode_id))
 
 
 @shared_task(name="chatmem.fact_command", bind=True, **RETRY)
 def fact_command(self: Task, thread_id: str, generation: int, event_id: str) -> dict:
     return {"detail": wiring(self).jobs.fact_command(_checked(thread_id), int(generation), str(event_id))}
+
+
+@shared_task(name="chatmem.forget_me", bind=True, **RETRY)
+def forget_me(self: Task, thread_id: str, event_id: str) -> dict:
+    """A forget_me command: erase its sender, as `chatmem erase --user` does."""
+    c = wiring(self)
+    user_id = c.erasure_subject(_checked(thread_id), str(event_id))
+    if user_id is None:
+        return {"erased": None}
+    return {"erased": user_id, "removed": c.erase(user_id=user_id, requested_by=f"command:{event_id}")}
 
 
 @shared_task(name="chatmem.process_attachment", bind=True, acks_late=True)

@@ -11,7 +11,7 @@ from chatmem.memory.sequencer import advance_thread
 from chatmem.producers.publisher import Publisher
 from chatmem.schemas.events import MessageEvent
 from chatmem.workers.ingest import IngestRunner
-from tests.conftest import scalar, spawn, stop, wait_for
+from tests.conftest import logged_events, scalar, spawn, stop, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -65,13 +65,7 @@ def test_redis_down_while_publishing_spools_then_delivers(container, embedded):
     pub.close()
     IngestRunner(container, "c").run(threading.Event(), until_idle=True)
     assert count(container) == 300
-    with container.pool.connection() as conn:
-        order = [
-            r[0]
-            for r in conn.execute(
-                "SELECT (payload->'metadata'->>'n')::int FROM events WHERE thread_id = 't0' ORDER BY stream_pos"
-            )
-        ]
+    order = [int(e["payload"]["metadata"]["n"]) for e in logged_events(container, "t0")]
     assert order == sorted(order)  # the spool was delivered before newer events
 
 

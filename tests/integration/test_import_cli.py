@@ -11,7 +11,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from chatmem.workers.ingest import IngestRunner
-from tests.conftest import ROOT, scalar, settings_env
+from tests.conftest import ROOT, logged_events, scalar, settings_env
 
 pytestmark = pytest.mark.integration
 
@@ -39,12 +39,11 @@ def test_telegram_import_is_stored_once_and_a_second_run_publishes_nothing(conta
     IngestRunner(container, "c").run(threading.Event(), until_idle=True)
     assert scalar(container, "SELECT count(*) FROM events") == 10
     assert scalar(container, "SELECT count(*) FROM dead_letters") == 0
-    with container.pool.connection() as conn:
-        rows = conn.execute(
-            """SELECT payload->>'platform_message_id', thread_id, user_id, payload->>'reply_to', occurred_at,
-                      payload->'attachments'
-               FROM events ORDER BY stream_pos"""
-        ).fetchall()
+    rows = [
+        (p["platform_message_id"], e["thread_id"], e["user_id"], p.get("reply_to"), e["occurred_at"], p["attachments"])
+        for e in logged_events(container)
+        for p in [e["payload"]]
+    ]
     assert [r[0] for r in rows] == ["2", "3", "4", "5", "6", "9", "10", "11", "13", "14"]
     assert {r[1] for r in rows} == {"telegram:-4242"}
     by_id = {r[0]: r for r in rows}

@@ -8,7 +8,7 @@ import pytest
 from chatmem.memory.recall import NotReadable
 from chatmem.schemas.events import CommandEvent, InvalidEvent, MessageEvent
 from chatmem.schemas.read import Budgets, Scope
-from tests.conftest import scalar
+from tests.conftest import logged_events, scalar
 from tests.integration.test_episodes import Driver
 
 pytestmark = pytest.mark.integration
@@ -72,13 +72,11 @@ def test_archived_messages_are_still_recalled_with_citations_to_the_log(memory):
     result = c.recall("alice", "what is the locker code at the allotment?", limit=5)
     top = result.hits[0]
     assert top.kind == "message" and "4512" in top.snippet and top.archived
+    logged = {e["event_id"]: e for e in logged_events(c)}
     for hit in [h for h in result.hits if h.kind == "message"]:
         cit = hit.citation
+        payload, thread = logged[cit.event_id]["payload"], logged[cit.event_id]["thread_id"]
         with c.pool.connection() as conn:
-            (
-                payload,
-                thread,
-            ) = conn.execute("SELECT payload, thread_id FROM events WHERE event_id = %s", (cit.event_id,)).fetchone()
             seq = conn.execute(
                 "SELECT seq FROM messages WHERE event_id = %s AND generation = 1", (cit.event_id,)
             ).fetchone()[0]

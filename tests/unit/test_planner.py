@@ -158,3 +158,19 @@ def test_planning_in_batches_equals_planning_at_once():
     assert opened == whole.opened and jobs == whole.jobs
     assert messages == [(m.seq, m.episode_id) for m in whole.messages]
     assert ctx == whole.context
+
+
+def test_an_erased_event_is_consumed_and_leaves_nothing():
+    from chatmem.adapters.crypto import tombstone
+
+    events = logged([say(1, "Hello there", 0), say(2, "my code is 4512", 1), say(3, "and the weather", 2)])
+    erased = replace(events[1], payload={**events[1].payload, **tombstone("message")})
+    p = plan_batch(fresh(), [events[0], erased, events[2]], {}, NO_SHIFT, SummaryPolicy())
+    assert [m.event_id for m in p.messages] == ["t-1", "t-3"] and [m.seq for m in p.messages] == [1, 2]
+    assert len(p.consumed) == 3  # the cursor moves past it
+
+
+def test_forget_me_plans_an_erasure_and_erased_is_acknowledged():
+    p = plan([say(1, "Hello there", 0), command("t", "forget_me", 2, 1), command("t", "erased", 3, 2)])
+    assert [j for j in p.jobs if j.kind == "forget_me"] == [Job("forget_me", "", 0, 0, "t-cmd-2")]
+    assert [(c.command, c.status) for c in p.commands] == [("forget_me", "applied"), ("erased", "applied")]

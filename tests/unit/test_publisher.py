@@ -98,3 +98,17 @@ def test_frames_split_across_reads_are_reassembled():
         buf += stream[i : i + 7]
         got += _take_frames(buf)
     assert got == payloads and not buf
+
+
+def test_spool_erase_drops_only_the_matching_events_and_keeps_the_order(tmp_path):
+    from chatmem.producers.spool import Spool
+
+    spool = Spool(tmp_path)
+    spool.write([json.dumps({"user_id": u, "n": i}).encode() for i, u in enumerate(["a", "b", "a"])])
+    spool.write([json.dumps({"user_id": "a", "n": 3}).encode()])
+    dropped = spool.erase(lambda raw: json.loads(raw)["user_id"] == "a")
+    assert dropped == 3
+    sink = FakeSink()
+    assert spool.deliver(sink) == 1
+    assert [json.loads(p) for p in sink.payloads] == [{"user_id": "b", "n": 1}]
+    assert list(tmp_path.iterdir()) == []  # the emptied file is gone, nothing is left half-written
