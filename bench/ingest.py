@@ -176,6 +176,17 @@ def multi_consumer_rate(c: Container, n_consumers: int, n_events: int, n_threads
     return stored / span if span > 0 else float("nan")
 
 
+def single_consumer_rate(settings: Settings, payloads: list[bytes]) -> float:
+    """One consumer draining `payloads` from a fresh scratch database and stream."""
+    with scratch(settings) as c:
+        c.sink.add_many(payloads)
+        started = time.perf_counter()
+        IngestRunner(c, "bench").run(threading.Event(), until_idle=True)
+        elapsed = time.perf_counter() - started
+        with c.pool.connection() as conn:
+            return scalar(conn, "SELECT count(*) FROM events") / elapsed
+
+
 def run(settings: Settings, console: Console, *, n_events: int = 100_000, n_threads: int = 1_000) -> dict:
     n_sync = min(10_000, n_events // 10)
     with scratch(settings) as c:
@@ -210,6 +221,9 @@ def run(settings: Settings, console: Console, *, n_events: int = 100_000, n_thre
             stored = scalar(conn, "SELECT count(*) FROM events")
         ingest_rate = stored / ingest_s
         ingest2_rate = multi_consumer_rate(c, 2, n_events, n_threads)
+    # The cost of sealing content (crypto-shredding), side by side: the same events, fresh each.
+    sealed_rate = single_consumer_rate(settings.model_copy(update={"encrypt_events": True}), payloads)
+    clear_rate = single_consumer_rate(settings.model_copy(update={"encrypt_events": False}), payloads)
 
     figures = {
         "sync_p50_us": _pct(sync_ns, 0.50),
@@ -222,6 +236,8 @@ def run(settings: Settings, console: Console, *, n_events: int = 100_000, n_thre
         "ingest_2_consumers_per_s": ingest2_rate,
         "raw_xadd_per_s": xadd_rate,
         "raw_copy_per_s": copy_rate,
+        "ingest_sealed_per_s": sealed_rate,
+        "ingest_clear_per_s": clear_rate,
         "stored": stored,
     }
     table = Table(title=f"chatmem bench ingest · {os.cpu_count()} cores · {datetime.now(UTC):%Y-%m-%d}")
@@ -254,6 +270,13 @@ def run(settings: Settings, console: Console, *, n_events: int = 100_000, n_thre
         f"{copy_rate:,.0f} rows/s COPY",
         f"{ingest2_rate / copy_rate:.0%}",
         "≥ 20,000 ev/s",
+    )
+    table.add_row(
+        "ingest, content sealed (default)",
+        f"{sealed_rate:,.0f} ev/s",
+        f"{clear_rate:,.0f} ev/s encryption off",
+        f"{sealed_rate / clear_rate:.0%}",
+        "",
     )
     table.add_row(
         "events stored (first run)", f"{stored:,}", f"{n_events:,} published", f"{stored / n_events:.0%}", "100%"

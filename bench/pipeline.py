@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
+from psycopg.types.json import Jsonb
 from rich.console import Console
 from rich.table import Table
 
@@ -110,6 +111,31 @@ def wait_until_settled(c, n_messages: int, t0: float, limit_s: float = 900) -> f
     raise TimeoutError("the pipeline did not settle")
 
 
+def replay_rate_of(c, thread_ids: list[str], llm) -> float:  # noqa: ANN001
+    t0 = time.perf_counter()
+    replayed = sum(c.replay(tid, llm, process_name("bench")).events for tid in thread_ids)
+    return replayed / (time.perf_counter() - t0)
+
+
+def clear_copies(c, thread_ids: list[str]) -> list[str]:  # noqa: ANN001
+    """A copy of each thread with its events logged in clear (as with encryption off)."""
+    copies = []
+    with c.pool.connection() as conn, conn.transaction():
+        for tid in thread_ids:
+            copy = f"clear-{tid}"
+            for e in c.thread_log.pending_events(tid, 0, 1_000_000):
+                payload = {**e.payload, "event_id": f"clear-{e.event_id}", "thread_id": copy}
+                conn.execute(
+                    """INSERT INTO events (event_id, stream_pos, type, schema_version, thread_id, user_id,
+                                           occurred_at, payload)
+                       VALUES (%s, %s, %s, 1, %s, %s, %s, %s)""",
+                    (payload["event_id"], e.stream_pos, e.type, copy, e.user_id, e.occurred_at, Jsonb(payload)),
+                )
+            conn.execute("INSERT INTO threads (thread_id) VALUES (%s) ON CONFLICT DO NOTHING", (copy,))
+            copies.append(copy)
+    return copies
+
+
 def run(settings: Settings, console: Console, *, n_messages: int = 2000, n_threads: int = 20) -> dict:
     events = make_conversation(n_messages, n_threads)
     texts = [e.text for e in events]
@@ -129,12 +155,15 @@ def run(settings: Settings, console: Console, *, n_messages: int = 2000, n_threa
             live_s = wait_until_settled(c, len(events), t0)
         live_rate = len(events) / live_s
 
-        t0 = time.perf_counter()
-        replayed = 0
         llm = c.llm("maintenance")
-        for tid in c.thread_log.all_threads():
-            replayed += c.replay(tid, llm, process_name("bench")).events
-        replay_rate = replayed / (time.perf_counter() - t0)
+        sealed_threads = c.thread_log.all_threads()
+        replay_rate = replay_rate_of(c, sealed_threads, llm)
+        # The cost of opening sealed content in replay: the same threads copied with their content
+        # in clear, both replayed again with the same warm caches.
+        clear_threads = clear_copies(c, sealed_threads)
+        replay_rate_of(c, clear_threads, llm)  # their first build warms the caches for their ids
+        clear_replay_rate = replay_rate_of(c, clear_threads, llm)
+        sealed_replay_rate = replay_rate_of(c, sealed_threads, llm)
         with c.pool.connection() as conn:
             n_episodes = conn.execute("SELECT count(*) FROM episodes").fetchone()[0]
             n_summaries = conn.execute("SELECT count(*) FROM summaries").fetchone()[0]
@@ -157,10 +186,24 @@ def run(settings: Settings, console: Console, *, n_messages: int = 2000, n_threa
         f"{replay_rate / live_rate:.1f}×",
         "≥ 5×",
     )
+    table.add_row(
+        "replay again, content sealed (default)",
+        f"{sealed_replay_rate:,.0f} msg/s",
+        f"{clear_replay_rate:,.0f} msg/s in clear",
+        f"{sealed_replay_rate / clear_replay_rate:.0%}",
+        "",
+    )
     table.add_row("LLM calls during replay", str(llm.calls), "", "", "0")
     console.print(
         f"{len(events):,} messages over {n_threads} threads → {n_episodes} episode rows, "
         f"{n_summaries} summary rows (both generations)"
     )
     console.print(table)
-    return {"raw_rate": raw_rate, "live_rate": live_rate, "replay_rate": replay_rate, "llm_calls": llm.calls}
+    return {
+        "raw_rate": raw_rate,
+        "live_rate": live_rate,
+        "replay_rate": replay_rate,
+        "replay_sealed_rate": sealed_replay_rate,
+        "replay_clear_rate": clear_replay_rate,
+        "llm_calls": llm.calls,
+    }
