@@ -20,6 +20,7 @@ FACT_COMMAND = "chatmem.fact_command"
 SWEEP = "chatmem.sweep"
 PROCESS_ATTACHMENT = "chatmem.process_attachment"
 FORGET_ME = "chatmem.forget_me"
+RETENTION = "chatmem.retention"
 
 TASK_QUEUES: dict[str, Queue] = {
     ADVANCE_THREAD: Queue.SEGMENT,
@@ -29,6 +30,7 @@ TASK_QUEUES: dict[str, Queue] = {
     SWEEP: Queue.MAINTENANCE,
     PROCESS_ATTACHMENT: Queue.ATTACHMENTS,
     FORGET_ME: Queue.MAINTENANCE,
+    RETENTION: Queue.MAINTENANCE,
 }
 
 
@@ -90,6 +92,10 @@ def enqueue_summary(app: Celery, thread_id: str, generation: int, job: Job) -> N
         app.send_task(FORGET_ME, args=[thread_id, job.event_id])
     else:
         app.send_task(SUMMARIZE, args=[thread_id, generation, job.kind, job.episode_id, job.from_seq, job.upto_seq])
+
+
+def enqueue_retention(app: Celery) -> None:
+    app.send_task(RETENTION)
 
 
 def enqueue_episode_facts(app: Celery, thread_id: str, generation: int, episode_id: str) -> None:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
 
 from psycopg_pool import ConnectionPool
 
 from chatmem.adapters import crypto
-from chatmem.adapters.keys_pg import EventKeys, wrapped_key_sql
+from chatmem.adapters.keys_pg import KID, EventKeys, wrapped_key_sql
 from chatmem.adapters.llm import input_hash
 from chatmem.memory.episodes import texts_to_embed
 from chatmem.memory.prompts import file_summary
@@ -33,6 +35,24 @@ class ErasurePlan:
     mem0_ids: list[str] = field(default_factory=list)
     users: list[str] = field(default_factory=list)  # users whose facts and files go entirely
     llm_inputs: set[bytes] = field(default_factory=set)  # llm_cache input hashes of their files' summaries
+    event_ids: list[str] | None = None  # set: exactly these events (retention), not a subject
+
+    @property
+    def params(self) -> dict:
+        return {"whole": self.whole, "u": self.user_id, "t": self.threads, "users": self.users, "ids": self.event_ids}
+
+    def rows(self, alias: str = "") -> str:
+        """The covered rows of a table with event_id, thread_id and user_id (`alias` is ours)."""
+        if self.event_ids is not None:
+            return f"{alias}event_id = ANY(%(ids)s)"
+        return _ours(alias)
+
+    @property
+    def facts(self) -> str:
+        """The covered facts: derived from the covered events, or all of the subject's."""
+        if self.event_ids is not None:
+            return "source_event_ids && %(ids)s::text[]"
+        return "(user_id = ANY(%(users)s) OR thread_id = ANY(%(whole)s))"
 
 
 def _ours(alias: str = "") -> str:
@@ -78,12 +98,27 @@ class PostgresErasure:
                     (threads, user_id),
                 )]  # fmt: skip
                 users = [user_id]
+        return self._derived(ErasurePlan(user_id, threads, whole, users=users))
+
+    def plan_events(self, event_ids: Sequence[str]) -> ErasurePlan:
+        """A plan for exactly these events (retention): their threads are rebuilt, nothing else."""
+        with self.pool.connection() as conn:
+            threads = [r[0] for r in conn.execute(
+                "SELECT DISTINCT thread_id FROM events WHERE event_id = ANY(%s) ORDER BY 1", (list(event_ids),)
+            )]  # fmt: skip
+        return self._derived(ErasurePlan(None, threads, [], event_ids=list(event_ids)))
+
+    def _derived(self, plan: ErasurePlan) -> ErasurePlan:
+        """What must be found before the content is gone: hashes of every text derived from it
+        (the embedding cache is keyed by them), its files' summary prompts (the LLM cache) and
+        the mem0 memories of the facts it yields."""
+        p = plan.params
+        with self.pool.connection() as conn:
             rows = conn.execute(
                 f"""SELECT stream_pos, event_id, type, thread_id, user_id, occurred_at, payload,
                            {wrapped_key_sql("e")}
-                    FROM events e WHERE (thread_id = ANY(%(whole)s) OR (user_id = %(u)s AND thread_id = ANY(%(t)s)))
-                      AND type IN ('message', 'message_edited')""",
-                {"whole": whole, "u": user_id, "t": threads},
+                    FROM events e WHERE {plan.rows("e.")} AND type IN ('message', 'message_edited')""",
+                p,
             ).fetchall()
             events = [
                 LoggedEvent(pos, eid, typ, tid, uid, at, self.keys.open(payload, wrapped))
@@ -91,14 +126,13 @@ class PostgresErasure:
             ]
             hashes = {_hash(t) for t in texts_to_embed(events).values()}
             derived = conn.execute(
-                """SELECT text FROM messages
-                   WHERE thread_id = ANY(%(whole)s) OR (user_id = %(u)s AND thread_id = ANY(%(t)s))
-                   UNION ALL SELECT text FROM summaries WHERE thread_id = ANY(%(t)s)
-                   UNION ALL SELECT text FROM facts WHERE user_id = ANY(%(users)s) OR thread_id = ANY(%(whole)s)
-                   UNION ALL SELECT x.text FROM artifact_text x JOIN attachments a
-                       ON x.sha256 = a.sha256 OR (x.event_id = a.event_id AND x.position = a.position)
-                   WHERE a.thread_id = ANY(%(whole)s) OR (a.user_id = %(u)s AND a.thread_id = ANY(%(t)s))""",
-                {"whole": whole, "u": user_id, "t": threads, "users": users},
+                f"""SELECT text FROM messages WHERE {plan.rows()}
+                    UNION ALL SELECT text FROM summaries WHERE thread_id = ANY(%(t)s)
+                    UNION ALL SELECT text FROM facts WHERE {plan.facts}
+                    UNION ALL SELECT x.text FROM artifact_text x JOIN attachments a
+                        ON x.sha256 = a.sha256 OR (x.event_id = a.event_id AND x.position = a.position)
+                    WHERE {plan.rows("a.")}""",
+                p,
             ).fetchall()
             hashes |= {_hash(r[0]) for r in derived}
             # A file's summary is cached by the hash of its prompt, which is rebuilt here from the
@@ -107,8 +141,8 @@ class PostgresErasure:
                 f"""SELECT a.sha256, array_agg(DISTINCT coalesce(a.ref->>'filename', '')),
                            (SELECT array_agg(x.text ORDER BY x.ord) FROM artifact_text x
                             WHERE x.sha256 = a.sha256 AND x.kind = 'chunk')
-                    FROM attachments a WHERE a.sha256 IS NOT NULL AND {_ours("a.")} GROUP BY a.sha256""",
-                {"whole": whole, "u": user_id, "t": threads},
+                    FROM attachments a WHERE a.sha256 IS NOT NULL AND {plan.rows("a.")} GROUP BY a.sha256""",
+                p,
             ).fetchall()
             llm_inputs = {
                 input_hash(file_summary(name or None, list(chunks or [])[:12]))
@@ -116,10 +150,9 @@ class PostgresErasure:
                 for name in names
             }
             mem0_ids = [r[0] for r in conn.execute(
-                "SELECT mem0_id FROM facts WHERE mem0_id IS NOT NULL AND (user_id = ANY(%s) OR thread_id = ANY(%s))",
-                (users, whole),
+                f"SELECT mem0_id FROM facts WHERE mem0_id IS NOT NULL AND {plan.facts}", p
             )]  # fmt: skip
-        return ErasurePlan(user_id, threads, whole, hashes, mem0_ids, users, llm_inputs)
+        return replace(plan, text_hashes=hashes, mem0_ids=mem0_ids, llm_inputs=llm_inputs)
 
     def destroy_keys(self, plan: ErasurePlan) -> int:
         with self.pool.connection() as conn, conn.transaction():
@@ -131,22 +164,20 @@ class PostgresErasure:
     def purge(self, plan: ErasurePlan) -> tuple[dict[str, int], list[str]]:
         """Delete what is not rebuilt by replay; returns counts per table and the sha256 of blobs
         no longer referenced (for the blob store to delete)."""
-        p = {"whole": plan.whole, "u": plan.user_id, "t": plan.threads, "users": plan.users}
-        ours = _ours()
+        p = plan.params
+        ours = plan.rows()
         removed: dict[str, int] = {}
         with self.pool.connection() as conn, conn.transaction():
             removed["event_notices"] = conn.execute(
                 f"DELETE FROM event_notices WHERE event_id IN (SELECT event_id FROM events WHERE {ours})", p
             ).rowcount
-            removed["facts"] = conn.execute(
-                "DELETE FROM facts WHERE user_id = ANY(%(users)s) OR thread_id = ANY(%(whole)s)", p
-            ).rowcount
+            removed["facts"] = conn.execute(f"DELETE FROM facts WHERE {plan.facts}", p).rowcount
             # Ledger entries are keyed by episode (extracted facts) or by command event (remember).
             removed["fact_ledger"] = conn.execute(
                 f"""DELETE FROM fact_ledger l
                     WHERE EXISTS (SELECT 1 FROM episodes e WHERE e.thread_id = ANY(%(t)s)
                                   AND starts_with(l.op_key, e.episode_id || ':'))
-                       OR EXISTS (SELECT 1 FROM events ev WHERE {_ours("ev.")}
+                       OR EXISTS (SELECT 1 FROM events ev WHERE {plan.rows("ev.")}
                                   AND ev.type = 'command' AND starts_with(l.op_key, ev.event_id || ':'))""",
                 p,
             ).rowcount
@@ -192,25 +223,72 @@ class PostgresErasure:
                 ).rowcount
         return removed, orphans
 
-    def redact_clear(self, plan: ErasurePlan) -> int:
-        """Events logged while encryption was off have no key to destroy: their content is
-        overwritten by a tombstone, the one change ever made to the log (the append-only trigger
-        is lifted for this transaction only)."""
-        p = {"whole": plan.whole, "u": plan.user_id, "t": plan.threads}
+    def redact(self, plan: ErasurePlan, *, clear_only: bool) -> int:
+        """Overwrite the content of the covered events with a tombstone, in the log itself: the
+        one change ever made to it (the append-only trigger is lifted for this transaction only).
+        An erasure needs it only for events logged in clear (with encryption off), which have no
+        key to destroy; retention removes expired content, sealed or not, while the key lives on."""
+        p = plan.params
+        sealed = f"AND NOT payload ? '{crypto.SEALED}'" if clear_only else ""
         with self.pool.connection() as conn, conn.transaction():
-            clear = f"""(thread_id = ANY(%(whole)s) OR (user_id = %(u)s AND thread_id = ANY(%(t)s)))
-                        AND NOT payload ? '{crypto.SEALED}' AND type IN ('message', 'message_edited', 'command')"""
+            clear = f"""{plan.rows()} {sealed} AND type IN ('message', 'message_edited', 'command')
+                        AND NOT coalesce(payload->'metadata' ? '{ERASED}', false)"""
             if conn.execute(f"SELECT 1 FROM events WHERE {clear} LIMIT 1", p).fetchone() is None:
                 return 0
             conn.execute("ALTER TABLE events DISABLE TRIGGER events_append_only")
             n = conn.execute(
-                f"""UPDATE events SET payload = (payload - 'text' - 'attachments' - 'metadata' - 'args')
+                f"""UPDATE events SET payload = (payload - 'text' - 'attachments' - 'metadata' - 'args'
+                                                     - '{crypto.SEALED}' - '{KID}')
                                              || jsonb_build_object('metadata', jsonb_build_object('{ERASED}', true))
                     WHERE {clear}""",
                 p,
             ).rowcount
             conn.execute("ALTER TABLE events ENABLE TRIGGER events_append_only")
         return n
+
+    def expired(self, now: datetime, days: float | None, days_by: dict[str, float], limit: int = 10_000) -> list[str]:
+        """Events past their retention at `now`, content not yet removed: a thread's own period
+        wins over its platform's, which wins over the global one; 0 keeps forever."""
+        threads = {k.split(":", 1)[1]: v for k, v in days_by.items() if k.startswith("thread:")}
+        platforms = {k.split(":", 1)[1]: v for k, v in days_by.items() if k.startswith("platform:")}
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                f"""WITH policy AS (
+                        SELECT e.event_id, e.occurred_at, coalesce(t.days, p.days, %(days)s::float8) AS days
+                        FROM events e
+                        LEFT JOIN unnest(%(tids)s::text[], %(tdays)s::float8[]) t(thread_id, days)
+                            ON t.thread_id = e.thread_id
+                        LEFT JOIN unnest(%(pnames)s::text[], %(pdays)s::float8[]) p(platform, days)
+                            ON p.platform = e.payload->>'platform'
+                        WHERE e.type IN ('message', 'message_edited', 'command')
+                          AND NOT coalesce(e.payload->'metadata' ? '{ERASED}', false))
+                    SELECT event_id FROM policy
+                    WHERE days > 0 AND occurred_at < %(now)s - make_interval(secs => days * 86400)
+                    ORDER BY occurred_at LIMIT %(n)s""",
+                {
+                    "days": days,
+                    "tids": list(threads),
+                    "tdays": list(threads.values()),
+                    "pnames": list(platforms),
+                    "pdays": list(platforms.values()),
+                    "now": now,
+                    "n": limit,
+                },
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def expire_dead_letters(self, before: datetime) -> int:
+        with self.pool.connection() as conn:
+            return conn.execute("DELETE FROM dead_letters WHERE last_seen < %s", (before,)).rowcount
+
+    def last_runs(self) -> dict[str, Any]:
+        """For status: the latest erasure and the latest retention run."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                """SELECT DISTINCT ON (scope = 'retention') scope, finished_at, removed FROM erasures
+                   WHERE finished_at IS NOT NULL ORDER BY scope = 'retention', finished_at DESC"""
+            ).fetchall()
+        return {("retention" if scope == "retention" else "erasure"): (at, removed) for scope, at, removed in rows}
 
     def command_sender(self, thread_id: str, event_id: str) -> str | None:
         """The sender of a forget_me command of this thread, unless an erasure already answered it."""

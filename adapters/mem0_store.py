@@ -138,35 +138,42 @@ class Mem0Store:
 
     def erase_user(self, user_id: str, memory_ids: Sequence[str] = ()) -> dict[str, int]:
         """Everything mem0 holds about a user: their memories (and the given ids, in case a
-        filter misses one), and the rows of its history database that keep old texts of those
-        memories and the messages it was sent."""
+        filter misses one), the history rows that keep old texts of them, and the messages it
+        was sent for that user."""
         user_id = validate_identifier(user_id, "user_id")
         found = self.memory.get_all(filters={"user_id": user_id}, top_k=100_000).get("results", [])
-        ids = sorted({r["id"] for r in found} | set(memory_ids))
+        counts = self.erase_memories(sorted({r["id"] for r in found} | set(memory_ids)))
+        db = self.memory.db
+        with db._lock:  # mem0 serialises its own writes with this lock
+            db.connection.execute("PRAGMA secure_delete = ON")
+            scope = "user_id=" + user_id.replace("%", "%25").replace("&", "%26").replace("=", "%3D")
+            tail = "&" + scope  # scopes are sorted key=value pairs; user_id comes last
+            counts["mem0_history"] += db.connection.execute(
+                "DELETE FROM messages WHERE session_scope = ? OR substr(session_scope, -?) = ?",
+                (scope, len(tail), tail),
+            ).rowcount
+            db.connection.commit()
+        return counts
+
+    def erase_memories(self, memory_ids: Sequence[str]) -> dict[str, int]:
+        """Delete these memories and their history rows (mem0's delete writes one more, with the
+        old text). Deleted rows are overwritten with zeros, not left in free pages of the file."""
+        ids = list(memory_ids)
         for memory_id in ids:
             try:
                 self.memory.delete(memory_id)
             except Exception:  # already gone
                 pass
         db = self.memory.db
-        with db._lock:  # mem0 serialises its own writes with this lock
-            # Deleted rows are overwritten with zeros, not left in free pages of the file.
+        history = 0
+        with db._lock:
             db.connection.execute("PRAGMA secure_delete = ON")
-            history = (
-                db.connection.execute(
+            if ids:
+                history = db.connection.execute(
                     f"DELETE FROM history WHERE memory_id IN ({','.join('?' * len(ids))})", ids
                 ).rowcount
-                if ids
-                else 0
-            )
-            scope = "user_id=" + user_id.replace("%", "%25").replace("&", "%26").replace("=", "%3D")
-            tail = "&" + scope  # scopes are sorted key=value pairs; user_id comes last
-            messages = db.connection.execute(
-                "DELETE FROM messages WHERE session_scope = ? OR substr(session_scope, -?) = ?",
-                (scope, len(tail), tail),
-            ).rowcount
             db.connection.commit()
-        return {"mem0_memories": len(ids), "mem0_history": history + messages}
+        return {"mem0_memories": len(ids), "mem0_history": history}
 
     def search(self, query: str, *, user_id: str, limit: int = 5, thread_id: str | None = None) -> list[dict]:
         filters: dict[str, Any] = {"user_id": validate_identifier(user_id, "user_id")}

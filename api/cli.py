@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -166,10 +167,16 @@ def worker(
 @app.command()
 def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps")) -> None:
     """Re-ring lagging threads; re-queue lost final summaries and attachments (memory/sweeper.py)."""
+    from chatmem.adapters.celery_queue import enqueue_retention
+
     c = cli_container(cli_settings())
     stop = _stop_on_signals()
     log = logging.getLogger("chatmem.sweeper")
+    next_retention = time.monotonic()
     while not stop.is_set():
+        if c.settings.retention_set and time.monotonic() >= next_retention:
+            enqueue_retention(c.celery)  # the maintenance queue runs it; one at a time is enough
+            next_retention = time.monotonic() + c.settings.retention_every_s
         result = c.sweeper.sweep()
         if result.rung or result.finals or result.attachments:
             log.info(
@@ -318,6 +325,24 @@ def _check_replay(c: Container, ids: list[str], llm: CachedLLM) -> int:
         return 1
     console.print(f"[green]replay reproduces all {len(ids)} thread(s) exactly[/green]")
     return 0
+
+
+@app.command()
+def retention(
+    now: str | None = typer.Option(None, help="ISO time to judge expiry at, instead of the clock (for a dry clock)"),
+) -> None:
+    """Shred the content of events past their retention (CHATMEM_RETENTION_DAYS and
+    CHATMEM_RETENTION_DAYS_BY) and rebuild their threads, now; the sweeper queues this job every
+    CHATMEM_RETENTION_EVERY_S."""
+    from datetime import datetime
+
+    c = cli_container(cli_settings())
+    if not c.settings.retention_set:
+        console.print("no retention is set (CHATMEM_RETENTION_DAYS, CHATMEM_RETENTION_DAYS_BY): nothing expires")
+        return
+    at = datetime.fromisoformat(now) if now else None
+    removed = c.apply_retention(at)
+    console.print("retention: " + ", ".join(f"{k} {n}" for k, n in removed.items()))
 
 
 @app.command()

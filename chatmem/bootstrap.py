@@ -6,6 +6,7 @@ own connections."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -542,7 +543,7 @@ class Container:
         erasure_id = eraser.record(scope, subject, requested_by)
         plan = eraser.plan(user_id=user_id, thread_id=thread_id)
         removed: dict[str, int] = {"threads": len(plan.threads), "keys": eraser.destroy_keys(plan)}
-        removed["clear_events_redacted"] = eraser.redact_clear(plan)
+        removed["clear_events_redacted"] = eraser.redact(plan, clear_only=True)
 
         whole = set(plan.whole)
 
@@ -585,6 +586,43 @@ class Container:
             ]
         )
         eraser.finish(erasure_id, removed)
+        return removed
+
+    def apply_retention(self, now: datetime | None = None) -> dict[str, int]:
+        """Shred the content of events past their retention (settings: retention_days,
+        retention_days_by) and rebuild their threads without it, as erasure does for a subject;
+        dead letters older than the global period go too. `now` is for a fake clock. Counts."""
+        from datetime import UTC, timedelta
+
+        from chatmem.adapters.erase_pg import PostgresErasure
+
+        s = self.settings
+        now = now or datetime.now(UTC)
+        eraser = PostgresErasure(self.pool, self.event_keys)
+        removed: dict[str, int] = {"events": 0}
+        threads: set[str] = set()
+        while ids := eraser.expired(now, s.retention_days, s.retention_days_by):
+            plan = eraser.plan_events(ids)
+            removed["events"] += eraser.redact(plan, clear_only=False)
+            counts, orphans = eraser.purge(plan)
+            counts["blobs"] = sum(self.blobs.delete(sha) for sha in orphans)
+            if plan.mem0_ids:
+                counts |= self.mem0.erase_memories(plan.mem0_ids)
+            for key, n in counts.items():
+                removed[key] = removed.get(key, 0) + n
+            threads.update(plan.threads)
+        if s.retention_days is not None:
+            removed["dead_letters_expired"] = eraser.expire_dead_letters(now - timedelta(days=s.retention_days))
+        if threads:
+            llm = self.llm("maintenance")
+            for t in sorted(threads):
+                self.replay(t, llm, "retention")
+            for table, n in self.projections.gc().items():
+                removed[f"old_{table}"] = n
+        removed["threads"] = len(threads)
+        if removed["events"] or removed.get("dead_letters_expired"):  # a quiet run leaves no record
+            run = eraser.record("retention", f"{removed['events']} events", "retention")
+            eraser.finish(run, removed)
         return removed
 
     def close(self) -> None:

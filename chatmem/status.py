@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from chatmem.adapters import pgcheck, services
 from chatmem.adapters.celery_queue import queue_depths
-from chatmem.adapters.sql import scalar
+from chatmem.adapters.sql import one, scalar
 from chatmem.bootstrap import Container
 from chatmem.producers.spool import Spool
 from chatmem.schemas.status import Lag, PostgresState, ServiceState, StatusReport, StreamState
@@ -31,6 +31,14 @@ def table_counts(c: Container) -> dict[str, int]:
             kinds: dict[str, int] = {kind: n for kind, n in rows}
             counts["event_conflicts"] = kinds.get("conflict", 0)
             counts["clock_clamped"] = kinds.get("clock", 0)
+        if scalar(conn, "SELECT to_regclass('erasures')") is not None:
+            erasures, runs, shredded = one(
+                conn,
+                """SELECT count(*) FILTER (WHERE scope <> 'retention'), count(*) FILTER (WHERE scope = 'retention'),
+                          coalesce(sum((removed->>'events')::bigint) FILTER (WHERE scope = 'retention'), 0)
+                   FROM erasures WHERE finished_at IS NOT NULL""",
+            )
+            counts |= {"erasures": erasures, "retention_runs": runs, "retention_shredded_events": shredded}
     if "artifacts" in counts:
         counts |= {f"attachments_{k}": n for k, n in c.attachment_store.status_counts().items()}
     return counts

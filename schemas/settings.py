@@ -7,7 +7,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "CHATMEM_"
@@ -86,6 +86,21 @@ class Settings(BaseSettings):
     )
     kek_file: Path | None = Field(
         None, description="File holding the key-encryption key. Unset: data_dir/keys/kek. Back it up."
+    )
+
+    retention_days: float | None = Field(
+        None,
+        gt=0,
+        description="Events older than this many days (by occurred_at) are shredded and their projections "
+        "rebuilt. Unset: kept until erased.",
+    )
+    retention_days_by: dict[str, float] = Field(
+        default_factory=dict,
+        description='Retention per platform or thread, over the global one: {"platform:telegram": 30, '
+        '"thread:support-1": 365}; 0 keeps that platform or thread forever. A thread entry wins over its platform.',
+    )
+    retention_every_s: float = Field(
+        3600.0, gt=0, description="How often the sweeper queues the retention job (when any retention is set)."
     )
 
     # --- publisher ------------------------------------------------------------------------
@@ -257,6 +272,21 @@ class Settings(BaseSettings):
     def supervisor_state_file(self) -> Path:
         """Where `chatmem up` keeps the state of its processes for `chatmem status`."""
         return self.data_dir / "supervisor.json"
+
+    @field_validator("retention_days_by")
+    @classmethod
+    def _retention_keys(cls, value: dict[str, float]) -> dict[str, float]:
+        for key, days in value.items():
+            kind, _, name = key.partition(":")
+            if kind not in ("platform", "thread") or not name:
+                raise ValueError(f"{key!r}: keys are platform:<name> or thread:<id>")
+            if days < 0:
+                raise ValueError(f"{key!r}: days must be 0 (keep forever) or more")
+        return value
+
+    @property
+    def retention_set(self) -> bool:
+        return self.retention_days is not None or any(d > 0 for d in self.retention_days_by.values())
 
     @model_validator(mode="after")
     def _reject_unknown_env(self) -> Settings:

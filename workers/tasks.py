@@ -51,6 +51,8 @@ class Wiring(Protocol):
 
     def erasure_subject(self, thread_id: str, event_id: str) -> str | None: ...
 
+    def apply_retention(self) -> dict[str, int]: ...
+
     def erase(
         self, *, user_id: str | None = None, thread_id: str | None = None, requested_by: str = "cli"
     ) -> dict[str, int]: ...
@@ -150,6 +152,12 @@ def forget_me(self: Task, thread_id: str, event_id: str) -> dict:
     if user_id is None:
         return {"erased": None}
     return {"erased": user_id, "removed": c.erase(user_id=user_id, requested_by=f"command:{event_id}")}
+
+
+@shared_task(name="chatmem.retention", bind=True, **RETRY)
+def retention(self: Task) -> dict:
+    """Shred events past their retention and rebuild their threads (queued by the sweeper)."""
+    return wiring(self).apply_retention()
 
 
 @shared_task(name="chatmem.process_attachment", bind=True, acks_late=True)
