@@ -42,6 +42,13 @@ worker: install
 bench: install
 	$(CHATMEM) bench ingest
 
+# Retrains the segmenter's boundary scorer (memory/segmenter_weights.json, fixed seed) on the
+# development splits; embeddings are cached under .chatmem/segmenter, so a retrain embeds nothing.
+TOPICSEG_DATA ?= ../shared/eval/topicseg
+.PHONY: train-segmenter
+train-segmenter: install
+	$(CHATMEM) bench train-segmenter --data $(TOPICSEG_DATA)
+
 TYPECHECK := $(VENV)/typecheck
 
 lint: install

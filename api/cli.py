@@ -379,15 +379,29 @@ def bench_ingest(
 def bench_topicseg(
     data: Path = typer.Option(..., exists=True, dir_okay=False, help="TIAGE .json or Def-DTS .jsonl"),
     out: Path = typer.Option(None, help="write predictions here, one JSON line per dialogue"),
+    baseline: bool = typer.Option(True, help="also score the rule-based segmenter the learned one replaced"),
 ) -> None:
     """Topic segmentation with the workers' segmenter: Pk, WD, F1 and Score."""
     from chatmem.adapters.embedders import MiniLMEmbedder
     from chatmem.bench.topicseg import run
-    from chatmem.memory.segmentation import SegmenterConfig
 
     cli_settings()
-    s = run(data, out, MiniLMEmbedder(), SegmenterConfig())
-    console.print(f"{data.name}: Pk {s.pk:.3f} · WD {s.wd:.3f} · F1 {s.f1:.3f} · Score {s.score:.3f}")
+    for name, s in run(data, out, MiniLMEmbedder(), baseline).items():
+        console.print(f"{data.name} ({name}): Pk {s.pk:.3f} · WD {s.wd:.3f} · F1 {s.f1:.3f} · Score {s.score:.3f}")
+
+
+@bench_app.command("train-segmenter")
+def bench_train_segmenter(
+    data: Path = typer.Option(..., exists=True, file_okay=False, help="folder with TIAGE and SuperDialseg files"),
+    cache: Path = typer.Option(Path(".chatmem/segmenter"), help="embedding cache and the held-out sets written"),
+    out: Path = typer.Option(None, help="weights file (default: the one shipped in chatmem.memory)"),
+) -> None:
+    """Train the segmenter's boundary scorer (fixed seed) and write its weights."""
+    from chatmem.adapters.embedders import MiniLMEmbedder
+    from chatmem.bench.train_segmenter import run
+
+    cli_settings()
+    run(data, cache, out, MiniLMEmbedder(), console.print)
 
 
 @bench_app.command("pipeline")

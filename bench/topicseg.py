@@ -1,4 +1,5 @@
-"""`chatmem bench topicseg`: the workers' segmenter on dialogue topic-segmentation data.
+"""`chatmem bench topicseg`: the workers' segmenter on dialogue topic-segmentation data, next to
+the rule-based segmenter it replaced (bench/topicseg_rules.py) as the baseline.
 
 Reads TIAGE (`.json`: id -> [[utterance, label], ...]) and Def-DTS (`.jsonl`: {id, dialogue}
 with `role: text` lines joined by [NEWLINE] and a [BOUNDARY] line after each segment). Each
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chatmem.bench import topicseg_rules
 from chatmem.memory.ports import Embedder
 from chatmem.memory.segmentation import SegmenterConfig, SegTurn, segment
 
@@ -64,14 +66,20 @@ def _defdts(row: dict) -> Dialogue:
     return Dialogue(str(row["id"]), roles, texts, ends)
 
 
-def predict(dialogue: Dialogue, vectors: np.ndarray, cfg: SegmenterConfig) -> list[int]:
+def predict(dialogue: Dialogue, vectors: np.ndarray, segmenter: str = "learned") -> list[int]:
+    """`learned`: the workers' segmenter with its defaults; `rules`: the baseline."""
     t0 = datetime(2024, 1, 1, tzinfo=UTC)
     turns = [
         SegTurn(i, role, text, t0 + timedelta(seconds=i), vectors[i])
         for i, (role, text) in enumerate(zip(dialogue.roles, dialogue.texts, strict=True))
     ]
+    bounds = (
+        segment(turns, SegmenterConfig())
+        if segmenter == "learned"
+        else topicseg_rules.segment(turns, topicseg_rules.RulesConfig())
+    )
     ends = [0] * len(turns)
-    for b in segment(turns, cfg):
+    for b in bounds:
         if 0 < b.seq < len(turns):
             ends[b.seq - 1] = 1
     if ends:
@@ -139,12 +147,17 @@ def embed_all(dialogues: list[Dialogue], embedder: Embedder) -> list[np.ndarray]
     return out
 
 
-def run(data: Path, out: Path | None, embedder: Embedder, cfg: SegmenterConfig) -> Scores:
+def run(data: Path, out: Path | None, embedder: Embedder, baseline: bool) -> dict[str, Scores]:
+    """Scores of the learned segmenter (its predictions go to `out`) and, with `baseline`, of the
+    rule-based one on the same vectors."""
     dialogues = load(data)
     vectors = embed_all(dialogues, embedder)
-    hyps = [predict(d, v, cfg) for d, v in zip(dialogues, vectors, strict=True)]
-    if out is not None:
-        with open(out, "w") as fh:
-            for d, h in zip(dialogues, hyps, strict=True):
-                fh.write(json.dumps({"id": d.id, "ends_segment": h}) + "\n")
-    return evaluate([d.ends_segment for d in dialogues], hyps)
+    scores: dict[str, Scores] = {}
+    for segmenter in ("learned", "rules") if baseline else ("learned",):
+        hyps = [predict(d, v, segmenter) for d, v in zip(dialogues, vectors, strict=True)]
+        if out is not None and segmenter == "learned":
+            with open(out, "w") as fh:
+                for d, h in zip(dialogues, hyps, strict=True):
+                    fh.write(json.dumps({"id": d.id, "ends_segment": h}) + "\n")
+        scores[segmenter] = evaluate([d.ends_segment for d in dialogues], hyps)
+    return scores

@@ -22,7 +22,6 @@ from chatmem.schemas.records import LoggedEvent
 CONFIGURABLE: dict[str, type] = {
     "time_gap_hours": float,
     "shift_threshold": float,
-    "window": int,
     "markers": list,
     "running_summary_every": int,
     "running_summary_tokens": int,

@@ -3,23 +3,32 @@
 A new episode starts
 - on a time gap longer than `time_gap_hours`;
 - on an explicit marker in a user message ("by the way", "кстати", ...), at once;
-- on a topic shift: a user message whose similarity to the current episode (the centroid of its
-  recent turns) is below `shift_threshold`, confirmed by hysteresis: the next user message must
-  be shifted too (a one-turn digression never splits). The boundary is then placed at the first
-  shifted message, so messages after it move to the new episode when the shift is confirmed.
+- on a topic shift judged by the learned boundary scorer (memory/boundary_scorer.py). Every user
+  turn is a candidate boundary with a window: the candidate and the turns after it up to the next
+  user turn (the hysteresis window of two user turns). The scorer gives the probability that the
+  topic changes at the candidate when it arrives, after each reply, and when the next user turn
+  closes the window. A shift is declared when the probability that the topic continues falls
+  below `shift_threshold`; before the window closes it must fall below it by the scorer's early
+  margin. A closed window that stayed above it is no boundary. So every decision is made within
+  two user turns of the boundary, never later; a boundary decided late lies at an earlier
+  message, and the messages after it move to the new episode.
 
-The state is small and JSON-serialisable, so the worker keeps it per thread between batches;
-the same function runs in the workers and in `chatmem bench topicseg`.
+The state is small and JSON-serialisable (the last few turns' vectors and cues), so the worker
+keeps it per thread between batches; the same function runs in the workers, in `chatmem bench
+topicseg` and in the trainer (bench/train_segmenter.py), which reads the features through it.
 """
 
 from __future__ import annotations
 
-import re
+import base64
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any, Protocol
 
 import numpy as np
+
+from chatmem.memory.boundary_scorer import LEFT_CONTEXT, TurnInfo, shipped_scorer
 
 DEFAULT_MARKERS: tuple[str, ...] = (
     # English
@@ -50,18 +59,26 @@ DEFAULT_MARKERS: tuple[str, ...] = (
     "а вот ещё",
 )
 
+MAX_WINDOW = 8  # turns in a window without a second user turn: then it closes undecided (bounds the state)
+
+
+class Scorer(Protocol):
+    @property
+    def threshold(self) -> float: ...
+
+    @property
+    def early_margin(self) -> float: ...
+
+    def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float: ...
+
 
 @dataclass(frozen=True)
 class SegmenterConfig:
-    # Defaults tuned on the development splits of TIAGE and SuperDialseg (docs/benchmarks.md).
     time_gap_hours: float = 8.0
-    shift_threshold: float = 0.20
-    window: int = 2  # recent turns of the current episode that form its centroid
-    # Dialogue cues adjust the similarity: a reply to a question continues the topic; a new
-    # question that answers nothing tends to open one; a few-word acknowledgement never does.
-    answer_bonus: float = 0.3
-    question_penalty: float = 0.4
-    min_shift_words: int = 3
+    # A shift when the scorer's probability that the topic continues falls below this. None: the
+    # threshold trained with the shipped weights, one default for every kind of conversation.
+    # A value at or below 0 turns topic shifts off (gaps, markers and length still split).
+    shift_threshold: float | None = None
     markers: tuple[str, ...] = DEFAULT_MARKERS
     max_episode_turns: int = 400  # a very long episode is cut so summaries stay bounded
 
@@ -87,41 +104,57 @@ class Boundary:
     reason: str  # gap | marker | shift | length
 
 
+def _vector_json(v: np.ndarray | None) -> str | None:
+    # float32 bytes: exact across the JSON round trip and a fraction of the size of a float list
+    return None if v is None else base64.b64encode(np.asarray(v, dtype=np.float32).tobytes()).decode()
+
+
+def _vector_from(s: str | None) -> np.ndarray | None:
+    return None if s is None else np.frombuffer(base64.b64decode(s), dtype=np.float32).copy()
+
+
 @dataclass
 class SegmenterState:
-    window: list[list[float]] = field(default_factory=list)  # recent vectors of the episode
-    pending: list[tuple[int, list[float] | None]] = field(default_factory=list)  # first shifted user turn on
     last_at: str | None = None
     turns: int = 0  # turns in the current episode
-    prev_question: bool = False  # the previous message asked something
+    recent: list[TurnInfo] = field(default_factory=list)  # left context, then the open window
+    window: int = 0  # the last `window` turns of `recent` are the open window (0: none)
 
-    def to_json(self) -> dict:
+    @property
+    def pending_since(self) -> int | None:
+        """The candidate of the open window: it and the messages after it may still move to a
+        new episode."""
+        return self.recent[-self.window].seq if self.window else None
+
+    def to_json(self) -> dict[str, Any]:
         return {
-            "window": self.window,
-            "pending": self.pending,
             "last_at": self.last_at,
             "turns": self.turns,
-            "prev_question": self.prev_question,
+            "recent": [
+                {
+                    "seq": t.seq,
+                    "role": t.role,
+                    "v": _vector_json(t.vector),
+                    "words": t.words,
+                    "q": t.question,
+                    "cues": t.cues,
+                }
+                for t in self.recent
+            ],
+            "window": self.window,
         }
 
     @classmethod
     def from_json(cls, data: dict | None) -> SegmenterState:
-        if not data:
-            return cls()
-        return cls(
-            window=[list(v) for v in data.get("window", [])],
-            pending=[(int(s), v) for s, v in data.get("pending", [])],
-            last_at=data.get("last_at"),
-            turns=int(data.get("turns", 0)),
-            prev_question=bool(data.get("prev_question", False)),
-        )
-
-    @property
-    def pending_since(self) -> int | None:
-        return self.pending[0][0] if self.pending else None
-
-
-_WORD = re.compile(r"[\w']+", re.UNICODE)
+        if not data or "recent" not in data:
+            # Empty, or kept by the rule-based segmenter before the learned scorer: start afresh
+            # on this thread's next message, keeping the clock for the time-gap rule.
+            return cls(last_at=(data or {}).get("last_at"), turns=int((data or {}).get("turns", 0)))
+        recent = [
+            TurnInfo(int(r["seq"]), str(r["role"]), _vector_from(r["v"]), int(r["words"]), bool(r["q"]), int(r["cues"]))
+            for r in data["recent"]
+        ]
+        return cls(data.get("last_at"), int(data.get("turns", 0)), recent, int(data.get("window", 0)))
 
 
 def has_marker(text: str, markers: Sequence[str]) -> bool:
@@ -140,144 +173,62 @@ def has_marker(text: str, markers: Sequence[str]) -> bool:
     return False
 
 
-def _centroid(vectors: Sequence[Sequence[float]]) -> np.ndarray | None:
-    if not vectors:
-        return None
-    c = np.mean(np.asarray(vectors, dtype=np.float32), axis=0)
-    norm = float(np.linalg.norm(c))
-    return c / norm if norm > 0 else None
-
-
-def similarity(vector: np.ndarray | None, window: Sequence[Sequence[float]]) -> float | None:
-    centroid = _centroid(window)
-    if vector is None or centroid is None:
-        return None
-    return float(np.dot(vector, centroid))
-
-
-def _push(window: list[list[float]], vector: np.ndarray | None, size: int) -> None:
-    if vector is not None:
-        window.append([float(x) for x in vector])
-        del window[:-size]
-
-
-def asks(text: str) -> bool:
-    return "?" in text
-
-
-def shift_score(
-    turn: SegTurn, window: Sequence[Sequence[float]], prev_question: bool, cfg: SegmenterConfig
-) -> float | None:
-    """Similarity of the turn to the topic, adjusted by dialogue cues; below the threshold is a shift."""
-    sim = similarity(turn.vector, window)
-    if sim is None:
-        return None
-    if len(_WORD.findall(turn.text)) < cfg.min_shift_words:
-        return 1.0
-    if prev_question and not asks(turn.text):
-        sim += cfg.answer_bonus
-    elif asks(turn.text) and not prev_question:
-        sim -= cfg.question_penalty
-    return sim
-
-
-def feed(state: SegmenterState, turn: SegTurn, cfg: SegmenterConfig) -> tuple[SegmenterState, list[Boundary]]:
-    """Consume one message; return the new state and any boundaries decided now (a confirmed
-    shift's boundary lies at an earlier message: the first shifted one)."""
-    st, bounds = _feed(state, turn, cfg)
-    st.prev_question = asks(turn.text)
-    return st, bounds
-
-
-def _feed(state: SegmenterState, turn: SegTurn, cfg: SegmenterConfig) -> tuple[SegmenterState, list[Boundary]]:
-    st = SegmenterState(list(state.window), list(state.pending), state.last_at, state.turns, state.prev_question)
-    at_iso = turn.at.isoformat()
-    gap = (
-        st.last_at is not None
-        and (turn.at - datetime.fromisoformat(st.last_at)).total_seconds() > cfg.time_gap_hours * 3600
+def feed(
+    state: SegmenterState, turn: SegTurn, cfg: SegmenterConfig, scorer: Scorer | None = None
+) -> tuple[SegmenterState, list[Boundary]]:
+    """Consume one message; return the new state and the boundaries decided now (a shift decided
+    after replies or at the next user turn lies at the earlier candidate turn)."""
+    judge: Scorer = scorer or shipped_scorer()
+    info = TurnInfo.of(turn.seq, turn.role, turn.text, turn.vector)
+    at = turn.at.isoformat()
+    if state.turns == 0:
+        return SegmenterState(at, 1, [info], 0), []
+    gap = state.last_at is not None and (
+        (turn.at - datetime.fromisoformat(state.last_at)).total_seconds() > cfg.time_gap_hours * 3600
     )
-    st.last_at = at_iso
-    if st.turns == 0:
-        st.turns = 1
-        _push(st.window, turn.vector, cfg.window)
-        return st, []
-    if gap or st.turns >= cfg.max_episode_turns:
-        return _restart(turn, cfg), [Boundary(turn.seq, "gap" if gap else "length")]
+    hard = (
+        "gap"
+        if gap
+        else "length"
+        if state.turns >= cfg.max_episode_turns
+        else "marker"
+        if turn.role == "user" and has_marker(turn.text, cfg.markers)
+        else None
+    )
+    if hard:
+        # A window still open is dropped: the episode restarts here.
+        return SegmenterState(at, 1, [info], 0), [Boundary(turn.seq, hard)]
 
-    if turn.role != "user":
-        # Replies follow the user's topic: they extend whichever topic is pending or current.
-        if st.pending:
-            st.pending.append((turn.seq, None if turn.vector is None else [float(x) for x in turn.vector]))
-        else:
-            _push(st.window, turn.vector, cfg.window)
-        st.turns += 1
-        return st, []
-
-    if has_marker(turn.text, cfg.markers):
-        return _restart(turn, cfg), [Boundary(turn.seq, "marker")]
-
-    score = shift_score(turn, st.window, st.prev_question, cfg)
-    shifted = score is not None and score < cfg.shift_threshold
-    if st.pending:
-        if not _returns(turn, st, score, cfg):
-            # The shift persisted: the episode starts at the first shifted user turn.
-            first = st.pending[0][0]
-            new = SegmenterState(window=[], pending=[], last_at=at_iso, turns=len(st.pending) + 1)
-            for _, vec in st.pending:
-                if vec is not None:
-                    _push(new.window, np.asarray(vec), cfg.window)
-            # This turn may itself open the next topic (a chain of new questions): judge it
-            # against the new episode as any turn is.
-            own = shift_score(turn, new.window, st.prev_question, cfg)
-            if own is not None and own < cfg.shift_threshold:
-                new.pending = [(turn.seq, [float(x) for x in turn.vector])]  # type: ignore[union-attr]
-            else:
-                _push(new.window, turn.vector, cfg.window)
-            return new, [Boundary(first, "shift")]
-        # A one-turn digression: stay, and keep the digression out of the topic centroid.
-        st.pending = []
-        _push(st.window, turn.vector, cfg.window)
-        st.turns += 1
-        return st, []
-    if shifted:
-        st.pending = [(turn.seq, [float(x) for x in turn.vector])]  # type: ignore[union-attr]
-    else:
-        _push(st.window, turn.vector, cfg.window)
-    st.turns += 1
-    return st, []
+    threshold = judge.threshold if cfg.shift_threshold is None else cfg.shift_threshold
+    recent, window, turns = [*state.recent, info], state.window, state.turns + 1
+    bounds: list[Boundary] = []
+    if window:
+        window += 1
+        closes = turn.role == "user"
+        p = judge.boundary_probability(recent[:-window][-LEFT_CONTEXT:], recent[-window:])
+        if 1.0 - p < threshold - (0.0 if closes else judge.early_margin):
+            bounds.append(Boundary(recent[-window].seq, "shift"))
+            turns, window = window, 0
+        elif closes or window >= MAX_WINDOW:
+            window = 0
+    if turn.role == "user" and not window and threshold > 0:
+        left = recent[:-1][-LEFT_CONTEXT:]
+        if info.vector is not None and any(t.vector is not None for t in left):
+            window = 1
+            p = judge.boundary_probability(left, [info])
+            if 1.0 - p < threshold - judge.early_margin:
+                bounds.append(Boundary(info.seq, "shift"))
+                turns, window = 1, 0
+    return SegmenterState(at, turns, recent[-(window + LEFT_CONTEXT) :], window), bounds
 
 
-def _returns(turn: SegTurn, st: SegmenterState, score_old: float | None, cfg: SegmenterConfig) -> bool:
-    """Is this user turn, the one after a shifted turn, back on the old topic (a digression
-    ended) rather than going on with the new one?"""
-    pending_vecs = [v for _, v in st.pending if v is not None]
-    if st.prev_question and not asks(turn.text):
-        # It answers what was just asked: it goes on with whichever topic that question was on.
-        question = pending_vecs[-1] if len(pending_vecs) > 1 else None
-        if question is None or (similarity(np.asarray(question), pending_vecs[:1]) or 0.0) > (
-            similarity(np.asarray(question), st.window) or 0.0
-        ):
-            return False
-    if score_old is not None and score_old < cfg.shift_threshold:
-        return False  # still away from the old topic
-    sim_old = similarity(turn.vector, st.window)
-    sim_new = similarity(turn.vector, pending_vecs)
-    if sim_old is None or sim_new is None:
-        return sim_new is None
-    return sim_old >= sim_new
-
-
-def _restart(turn: SegTurn, cfg: SegmenterConfig) -> SegmenterState:
-    st = SegmenterState(window=[], pending=[], last_at=turn.at.isoformat(), turns=1)
-    _push(st.window, turn.vector, cfg.window)
-    return st
-
-
-def segment(turns: Iterable[SegTurn], cfg: SegmenterConfig, state: SegmenterState | None = None) -> list[Boundary]:
+def segment(
+    turns: Iterable[SegTurn], cfg: SegmenterConfig, state: SegmenterState | None = None, scorer: Scorer | None = None
+) -> list[Boundary]:
     """Boundaries over a whole sequence (what the benchmark and tests use)."""
     st = state or SegmenterState()
     out: list[Boundary] = []
     for turn in turns:
-        st, bounds = feed(st, turn, cfg)
+        st, bounds = feed(st, turn, cfg, scorer)
         out.extend(bounds)
     return out

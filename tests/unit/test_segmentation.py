@@ -1,9 +1,25 @@
+import json
+import random
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 
-from chatmem.bench.topicseg import evaluate, pk, window_k, windowdiff
-from chatmem.memory.segmentation import SegmenterConfig, SegmenterState, SegTurn, feed, has_marker, segment
+from chatmem.bench.topicseg import Dialogue, evaluate, pk, window_k, windowdiff
+from chatmem.bench.train_segmenter import EmbeddingCache, Labelled, fold_of, run, train, write_defdts
+from chatmem.memory.boundary_scorer import FEATURES, LEFT_CONTEXT, BoundaryScorer, TurnInfo, shipped_scorer
+from chatmem.memory.segmentation import (
+    MAX_WINDOW,
+    Boundary,
+    SegmenterConfig,
+    SegmenterState,
+    SegTurn,
+    feed,
+    has_marker,
+    segment,
+)
+from tests.fakes import FakeEmbedder
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 DIM = 8
@@ -25,6 +41,46 @@ def conv(spec):
 
 
 CFG = SegmenterConfig()
+
+TOPICS = {
+    "travel": "flight lisbon hotel booking airport luggage passport train ticket beach",
+    "laptop": "laptop crashes linux driver battery screen keyboard update thinkpad memory",
+    "cooking": "recipe pasta tomato oven garlic basil dinner sauce bake cheese",
+    "garden": "garden roses soil water seeds tomatoes shovel compost weeds sunlight",
+}
+
+
+def chat(seed: int, n_topics: int = 5) -> list[SegTurn]:
+    """A user/assistant chat hopping between topics, the assistant sometimes answering twice;
+    vectors from the fake bag-of-words embedder."""
+    rng = random.Random(seed)
+    names = list(TOPICS)
+    texts, roles = [], []
+    for k in range(n_topics):
+        words = TOPICS[names[(k + seed) % len(names)]].split()
+        for j in range(rng.randint(2, 4)):
+            ask = "?" if rng.random() < 0.5 else "."
+            texts.append(("hi, " if k == 0 and j == 0 else "") + " ".join(rng.sample(words, 5)) + ask)
+            roles.append("user")
+            for _ in range(rng.choice((1, 1, 2))):
+                texts.append(" ".join(rng.sample(words, 6)) + ".")
+                roles.append("assistant")
+    vectors = FakeEmbedder(dim=64).embed(texts)
+    at = [T0 + timedelta(minutes=i) for i in range(len(texts))]
+    return [SegTurn(i, *turn) for i, turn in enumerate(zip(roles, texts, at, vectors, strict=True))]
+
+
+class StubScorer:
+    """The topic changes at the candidate when both it and the window's latest turn are far from
+    the left context; decisions wait for the closed window (no probability passes the margin)."""
+
+    threshold = 0.5
+    early_margin = 1.0
+
+    def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float:
+        lv = np.mean([t.vector for t in left if t.vector is not None], axis=0)
+        lv /= np.linalg.norm(lv)
+        return float(1.0 - max(np.dot(lv, window[0].vector), np.dot(lv, window[-1].vector)))
 
 
 def test_time_gap_starts_an_episode():
@@ -51,9 +107,14 @@ def test_persistent_shift_splits_at_the_first_shifted_turn():
         ]
     )
     assert [(b.seq, b.reason) for b in segment(turns, CFG)] == [(4, "shift")]
+    assert [(b.seq, b.reason) for b in segment(turns, CFG, scorer=StubScorer())] == [(4, "shift")]
 
 
-def test_one_turn_digression_never_splits():
+def test_a_window_that_returns_to_the_topic_is_no_boundary():
+    # Behaviour changed with the learned scorer: a digression the scorer is sure of at once (at
+    # the candidate or its reply) splits then, as most one-question segments in the data do; one
+    # it leaves for the closed window is judged with the next user turn, and a return to the old
+    # topic there keeps the episode whole.
     turns = conv(
         [
             ("user", 0, "my flights to lisbon in may", 0),
@@ -65,7 +126,7 @@ def test_one_turn_digression_never_splits():
             ("user", 0, "book the early lisbon flight", 6),
         ]
     )
-    assert segment(turns, CFG) == []
+    assert segment(turns, CFG, scorer=StubScorer()) == []
 
 
 def test_russian_and_english_markers_split_at_once():
@@ -82,6 +143,29 @@ def test_russian_and_english_markers_split_at_once():
     assert not has_marker("the way I see it, flights are fine", CFG.markers)
 
 
+def _streamed(turns: list[SegTurn], cfg: SegmenterConfig) -> list[tuple[Boundary, int]]:
+    """Fed one message at a time with the state through JSON in between, as the worker keeps it:
+    each boundary with the seq of the message that decided it."""
+    state, out = SegmenterState(), []
+    for t in turns:
+        state, bounds = feed(state, t, cfg)
+        out += [(b, t.seq) for b in bounds]
+        state = SegmenterState.from_json(json.loads(json.dumps(state.to_json())))
+    return out
+
+
+def test_streaming_message_by_message_through_json_equals_one_pass_and_decides_within_two_user_turns():
+    for seed in range(6):
+        turns = chat(seed)
+        whole = segment(turns, CFG)
+        streamed = _streamed(turns, CFG)
+        assert [b for b, _ in streamed] == whole
+        assert any(b.reason == "shift" for b in whole)
+        for b, decided_at in streamed:
+            user_turns = [t for t in turns if b.seq <= t.seq <= decided_at and t.role == "user"]
+            assert decided_at >= b.seq and len(user_turns) <= 2
+
+
 def test_streaming_in_batches_through_json_state_equals_one_pass():
     spec = [("user", (i // 5) % 3, f"message number {i} here", i) for i in range(30)]
     turns = conv(spec)
@@ -95,9 +179,97 @@ def test_streaming_in_batches_through_json_state_equals_one_pass():
     assert pieces == whole and whole
 
 
+def test_state_stays_bounded_and_a_long_window_closes_undecided():
+    turns = chat(1, n_topics=30)
+    monologue = [SegTurn(len(turns) + i, "assistant", "more laptop drivers.", T0, turns[-1].vector) for i in range(40)]
+    state = SegmenterState()
+    biggest = 0
+    for t in [*turns, *monologue]:
+        state, _ = feed(state, t, CFG)
+        assert len(state.recent) <= LEFT_CONTEXT + MAX_WINDOW and state.window < MAX_WINDOW
+        biggest = max(biggest, len(json.dumps(state.to_json())))
+    assert state.window == 0 and biggest < 40_000
+
+
+def test_shift_threshold_at_or_below_zero_turns_shifts_off():
+    turns = chat(2)
+    off = SegmenterConfig(shift_threshold=-1.0)
+    assert segment(turns, off) == [] and segment(turns, CFG)
+
+
+def test_state_kept_by_the_rule_based_segmenter_starts_afresh():
+    old = {"window": [[0.1] * DIM], "pending": [[3, [0.2] * DIM]], "last_at": T0.isoformat(), "turns": 4}
+    state = SegmenterState.from_json(old)
+    assert state.turns == 4 and state.recent == []
+    later = SegTurn(5, "user", "hello again", T0 + timedelta(hours=9), topic(1))
+    assert feed(state, later, CFG)[1] == [Boundary(5, "gap")]
+
+
 def test_per_thread_overrides():
-    cfg = CFG.with_overrides({"time_gap_hours": 1, "markers": ["NEW TOPIC"], "ignored": 5})
-    assert cfg.time_gap_hours == 1 and cfg.markers == ("new topic",)
+    cfg = CFG.with_overrides({"time_gap_hours": 1, "markers": ["NEW TOPIC"], "ignored": 5, "shift_threshold": 0.5})
+    assert cfg.time_gap_hours == 1 and cfg.markers == ("new topic",) and cfg.shift_threshold == 0.5
+
+
+def test_the_shipped_weights_load_and_give_probabilities():
+    scorer = shipped_scorer()
+    assert 0.0 < scorer.threshold < 1.0 and 0.0 <= scorer.early_margin < scorer.threshold
+    turns = chat(3)
+    infos = [TurnInfo.of(t.seq, t.role, t.text, t.vector) for t in turns]
+    for i in range(2, len(infos) - 2):
+        p = scorer.boundary_probability(infos[max(0, i - LEFT_CONTEXT) : i], infos[i : i + 2])
+        assert 0.0 <= p <= 1.0
+
+
+def _tiny_corpus() -> tuple[list[Dialogue], list[Dialogue]]:
+    """TIAGE-like (all user) and SuperDialseg-like (user/agent) dialogues over the fake topics."""
+    rng = random.Random(7)
+    names = list(TOPICS)
+    tiage, superseg = [], []
+    for n in range(30):
+        roles, texts, ends = [], [], []
+        for k in range(rng.randint(2, 3)):
+            words = TOPICS[names[(n + k) % len(names)]].split()
+            for _ in range(rng.randint(2, 4)):
+                roles.append("user" if n < 15 or not len(roles) % 2 == 1 else "assistant")
+                texts.append(" ".join(rng.sample(words, 4)) + rng.choice(("?", ".")))
+                ends.append(0)
+            ends[-1] = 1
+        ends[-1] = 0
+        (tiage if n < 15 else superseg).append(Dialogue(f"d{n}", roles, texts, ends))
+    return tiage, superseg
+
+
+def _labelled(dialogues: list[Dialogue], kind: str) -> list[Labelled]:
+    embedder = FakeEmbedder(dim=16)
+    return [Labelled(d, list(embedder.embed(d.texts)), kind, fold_of(d.id)) for d in dialogues]
+
+
+def test_training_is_reproducible_with_the_fixed_seed():
+    tiage, superseg = _tiny_corpus()
+    a = train(_labelled(tiage, "tiage"), _labelled(superseg, "superseg"))
+    b = train(_labelled(tiage, "tiage"), _labelled(superseg, "superseg"))
+    assert a.scorer.to_json(a.summary) == b.scorer.to_json(b.summary)
+    assert a.summary["rows"] > 0 and set(a.summary["cross_validated"]) >= {"tiage", "superseg"}
+
+
+def test_training_script_writes_weights_the_segmenter_loads(tmp_path: Path):
+    tiage, superseg = _tiny_corpus()
+    data = tmp_path / "data"
+    data.mkdir()
+    labels = {d.id: [[t, "-1" if i == 0 else str(d.ends_segment[i - 1])] for i, t in enumerate(d.texts)] for d in tiage}
+    (data / "anno_train.json").write_text(json.dumps(labels))
+    write_defdts(data / "superseg_validation.defdts.jsonl", superseg)
+    out = tmp_path / "weights.json"
+    embedder = FakeEmbedder(dim=16)
+    run(data, tmp_path / "cache", out, embedder, lambda _: None)
+    scorer = BoundaryScorer.from_json(json.loads(out.read_text()))
+    assert json.loads(out.read_text())["features"] == list(FEATURES)
+    assert (tmp_path / "cache" / "superseg_tune.jsonl").exists()
+    assert segment(chat(0), CFG, scorer=scorer) == segment(chat(0), CFG, scorer=scorer)
+    # The embedding cache answers a second run without the embedder.
+    calls = len(embedder.calls)
+    EmbeddingCache(embedder, tmp_path / "cache").embed(tiage[0].texts)
+    assert len(embedder.calls) == calls
 
 
 def test_metrics_match_nltk_reference_values():

@@ -1,0 +1,401 @@
+"""`chatmem bench train-segmenter`: trains the boundary scorer shipped as
+`memory/segmenter_weights.json`.
+
+Data (the development splits, `../shared/eval/topicseg`): TIAGE train, and SuperDialseg
+validation split by a hash of the dialogue id into a training part (70%) and a tune part (30%)
+that training never sees. TIAGE dev is not read. Synthetic dialogues are added the way
+task-oriented segmentation sets are built: 2–5 pieces (one to three consecutive gold segments,
+or a dialogue's first segment, i.e. one task) of different dialogues concatenated, each next
+piece half the time a near neighbour of the previous one (by mean embedding) so that a change of
+task within one domain is seen too. Their rows weigh half as much as natural dialogues' (full
+weight made the model lean on the large jumps between pieces and miss TIAGE's subtler shifts).
+
+The features are read through the segmenter itself (`feed` with a recording scorer), so training
+sees exactly what the workers compute, stage by stage of each candidate's window. The model is
+one small MLP (numpy, fixed seed). The threshold and the early margin are chosen by 5-fold
+cross-validation over the training material (folds by dialogue; synthetic dialogues are built
+within a fold), maximising the mean Score over TIAGE, SuperDialseg and the synthetic dialogues.
+
+Written next to the cache: the tune part (`superseg_tune.jsonl`) and a synthetic task-oriented
+set built from it (`taskconcat_tune.jsonl`, first segments of held-apart dialogues, each next
+one a near neighbour), both in Def-DTS format for `chatmem bench topicseg --data`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chatmem.bench.topicseg import Dialogue, Scores, evaluate, load
+from chatmem.memory.boundary_scorer import (
+    FEATURES,
+    STAGES,
+    WEIGHTS_FILE,
+    BoundaryScorer,
+    Mlp,
+    TurnInfo,
+    features,
+    model_input,
+    stage_of,
+)
+from chatmem.memory.ports import Embedder
+from chatmem.memory.segmentation import SegmenterConfig, SegTurn, segment
+
+SEED = 0
+FOLDS = 5
+TUNE_SHARE = 30  # percent of SuperDialseg validation held apart
+HIDDEN = 8
+EPOCHS = 300
+LEARNING_RATE = 0.01
+L2 = 1e-3
+SYNTHETIC_PER_FOLD = 300
+SYNTHETIC_WEIGHT = 0.5  # per row, against 1 for natural dialogues: chosen by cross-validation (ties 0.25)
+THRESHOLDS = (0.55, 0.6, 0.65, 0.7, 0.75, 0.8)  # on P(topic continues)
+MARGINS = (0.0, 0.1, 0.2)
+TASK_EVAL_DIALOGUES = 300
+
+
+def hash_percent(key: str) -> int:
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % 100
+
+
+def is_tune(dialogue_id: str) -> bool:
+    return hash_percent(dialogue_id) < TUNE_SHARE
+
+
+def fold_of(dialogue_id: str) -> int:
+    return hash_percent("fold:" + dialogue_id) % FOLDS
+
+
+class EmbeddingCache:
+    """Vectors by (model, sha256 of text) in one .npz per model, so retraining embeds nothing."""
+
+    def __init__(self, embedder: Embedder, folder: Path) -> None:
+        self.embedder = embedder
+        self.path = folder / f"embeddings-{hashlib.sha256(embedder.model.encode()).hexdigest()[:12]}.npz"
+        self.vectors: dict[str, np.ndarray] = {}
+        if self.path.exists():
+            with np.load(self.path) as z:
+                self.vectors = dict(zip(z["keys"].tolist(), z["vectors"], strict=True))
+
+    @staticmethod
+    def key(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def embed(self, texts: Sequence[str]) -> list[np.ndarray]:
+        missing = sorted({t for t in texts if self.key(t) not in self.vectors})
+        if missing:
+            for text, vec in zip(missing, self.embedder.embed(missing), strict=True):
+                self.vectors[self.key(text)] = np.asarray(vec, dtype=np.float32)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            keys = sorted(self.vectors)
+            np.savez(self.path, keys=np.array(keys), vectors=np.stack([self.vectors[k] for k in keys]))
+        return [self.vectors[self.key(t)] for t in texts]
+
+
+@dataclass(frozen=True)
+class Labelled:
+    dialogue: Dialogue
+    vectors: list[np.ndarray]
+    kind: str  # tiage | superseg | synthetic
+    fold: int
+
+
+def segments(d: Dialogue) -> list[tuple[int, int]]:
+    starts = [0] + [i + 1 for i, e in enumerate(d.ends_segment) if e]
+    return list(zip(starts, [*starts[1:], len(d.texts)], strict=True))
+
+
+def _piece(item: Labelled, start: int, end: int) -> Labelled | None:
+    d = item.dialogue
+    while start < end and d.roles[start] != "user":  # candidates are user turns: a piece opens with one
+        start += 1
+    if end - start < 2:
+        return None
+    ends = list(d.ends_segment[start:end])
+    ends[-1] = 0
+    piece = Dialogue(d.id, d.roles[start:end], d.texts[start:end], ends)
+    return Labelled(piece, item.vectors[start:end], item.kind, item.fold)
+
+
+def _concat(pieces: list[Labelled], did: str, fold: int) -> Labelled:
+    roles: list[str] = []
+    texts: list[str] = []
+    ends: list[int] = []
+    vectors: list[np.ndarray] = []
+    for p in pieces:
+        if ends:
+            ends[-1] = 1
+        roles += p.dialogue.roles
+        texts += p.dialogue.texts
+        ends += p.dialogue.ends_segment
+        vectors += p.vectors
+    ends[-1] = 0
+    return Labelled(Dialogue(did, roles, texts, ends), vectors, "synthetic", fold)
+
+
+def synthetic(
+    source: Sequence[Labelled],
+    n: int,
+    rng: random.Random,
+    *,
+    first_only: bool,
+    near: float,
+    sizes: tuple[int, int],
+    prefix: str,
+) -> list[Labelled]:
+    """Concatenations of pieces of different dialogues (see the module's docstring)."""
+    pieces: list[Labelled] = []
+    for item in source:
+        segs = segments(item.dialogue)
+        a = 0 if first_only else rng.randrange(len(segs))
+        z = a + 1 if first_only else min(len(segs), a + rng.randint(1, 3))
+        piece = _piece(item, segs[a][0], segs[z - 1][1])
+        if piece is not None:
+            pieces.append(piece)
+    if len(pieces) < sizes[1] + 1:
+        return []
+    means = np.stack([np.mean(p.vectors, axis=0) for p in pieces])
+    means /= np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-9)
+    neighbours = np.argsort(-(means @ means.T), axis=1)[:, 1:11]
+    out = []
+    for k in range(n):
+        cur = rng.randrange(len(pieces))
+        chosen = [cur]
+        for _ in range(rng.randint(*sizes) - 1):
+            pool = [int(j) for j in neighbours[cur]] if rng.random() < near else range(len(pieces))
+            options = [j for j in pool if j not in chosen and pieces[j].dialogue.id != pieces[cur].dialogue.id]
+            if not options:
+                break
+            cur = rng.choice(options)
+            chosen.append(cur)
+        out.append(_concat([pieces[j] for j in chosen], f"{prefix}-{k}", pieces[chosen[0]].fold))
+    return out
+
+
+class Recorder:
+    """A scorer that never splits and keeps every feature row the segmenter asked it about."""
+
+    threshold = 1.0  # shifts on (windows open), yet P(continues) = 1 is never below it
+    early_margin = 0.0
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, str, np.ndarray]] = []
+
+    def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float:
+        stage = stage_of(window)
+        self.rows.append((window[0].seq, stage, model_input(stage, features(left, window))))
+        return 0.0
+
+
+def turns_of(d: Dialogue, vectors: Sequence[np.ndarray]) -> list[SegTurn]:
+    t0 = datetime(2024, 1, 1, tzinfo=UTC)
+    return [
+        SegTurn(i, role, text, t0 + timedelta(seconds=i), vec)
+        for i, (role, text, vec) in enumerate(zip(d.roles, d.texts, vectors, strict=True))
+    ]
+
+
+@dataclass
+class Rows:
+    """Feature rows of every stage of every candidate: x, label, and where they came from."""
+
+    x: np.ndarray
+    y: np.ndarray
+    item: np.ndarray  # index of the dialogue in the list the rows were read from
+    seq: np.ndarray  # the candidate turn
+    closed: np.ndarray  # the row is a closed window (the others are decided early or not at all)
+
+
+def read_rows(items: Sequence[Labelled]) -> Rows:
+    xs, ys, its, seqs, closed = [], [], [], [], []
+    for k, item in enumerate(items):
+        rec = Recorder()
+        segment(turns_of(item.dialogue, item.vectors), SegmenterConfig(), scorer=rec)
+        for seq, stage, x in rec.rows:
+            xs.append(x)
+            ys.append(float(item.dialogue.ends_segment[seq - 1]))
+            its.append(k)
+            seqs.append(seq)
+            closed.append(stage == "closed")
+    width = len(FEATURES) + len(STAGES) - 1
+    return Rows(
+        np.asarray(xs, dtype=np.float64).reshape(-1, width),
+        np.asarray(ys),
+        np.asarray(its, dtype=np.int64),
+        np.asarray(seqs, dtype=np.int64),
+        np.asarray(closed, dtype=bool),
+    )
+
+
+def fit_mlp(x: np.ndarray, y: np.ndarray, weights: np.ndarray, seed: int) -> Mlp:
+    """Full-batch Adam on the row-weighted logistic loss with L2; deterministic for a seed."""
+    rng = np.random.default_rng(seed)
+    weights = weights / weights.mean()
+    mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-6
+    z = (x - mean) / scale
+    n, k = z.shape
+    params = [
+        rng.normal(0.0, 1.0 / np.sqrt(k), (k, HIDDEN)),
+        np.zeros(HIDDEN),
+        rng.normal(0.0, 1.0 / np.sqrt(HIDDEN), HIDDEN),
+        np.zeros(1),
+    ]
+    m1 = [np.zeros_like(p) for p in params]
+    m2 = [np.zeros_like(p) for p in params]
+    for t in range(1, EPOCHS + 1):
+        hidden = np.tanh(z @ params[0] + params[1])
+        p = 1.0 / (1.0 + np.exp(-(hidden @ params[2] + params[3][0])))
+        g = weights * (p - y) / n
+        d_hidden = np.outer(g, params[2]) * (1.0 - hidden**2)
+        grads = [
+            z.T @ d_hidden + L2 * params[0],
+            d_hidden.sum(axis=0),
+            hidden.T @ g + L2 * params[2],
+            np.array([g.sum()]),
+        ]
+        for i, grad in enumerate(grads):
+            m1[i] = 0.9 * m1[i] + 0.1 * grad
+            m2[i] = 0.999 * m2[i] + 0.001 * grad**2
+            params[i] = params[i] - LEARNING_RATE * (m1[i] / (1 - 0.9**t)) / (np.sqrt(m2[i] / (1 - 0.999**t)) + 1e-8)
+    return Mlp(mean, scale, params[0], params[1], params[2], float(params[3][0]))
+
+
+def decide(items: Sequence[Labelled], rows: Rows, p: np.ndarray, threshold: float, margin: float) -> list[list[int]]:
+    """What the segmenter decides from these probabilities: a candidate is a boundary when its
+    closed window, or any earlier stage by the margin, falls below the threshold. (Features do not
+    depend on earlier decisions, so this equals running `feed` with the model.)"""
+    bar = np.where(rows.closed, threshold, threshold - margin)
+    hyps = [[0] * len(it.dialogue.texts) for it in items]
+    for k, seq in zip(rows.item[1.0 - p < bar], rows.seq[1.0 - p < bar], strict=True):
+        hyps[k][seq - 1] = 1
+    for h in hyps:
+        h[-1] = 0
+    return hyps
+
+
+def scores_by_kind(items: Sequence[Labelled], rows: Rows, p: np.ndarray, threshold: float, margin: float) -> dict:
+    hyps = decide(items, rows, p, threshold, margin)
+    out: dict[str, Scores] = {}
+    for kind in sorted({it.kind for it in items}):
+        ks = [k for k, it in enumerate(items) if it.kind == kind]
+        out[kind] = evaluate([items[k].dialogue.ends_segment for k in ks], [hyps[k] for k in ks])
+    return out
+
+
+@dataclass(frozen=True)
+class Trained:
+    scorer: BoundaryScorer
+    summary: dict[str, Any]
+
+
+def train(tiage: Sequence[Labelled], superseg: Sequence[Labelled], seed: int = SEED) -> Trained:
+    rng = random.Random(seed)
+    base = [*tiage, *superseg]
+    synth: list[Labelled] = []
+    for fold in range(FOLDS):
+        members = [it for it in base if it.fold == fold]
+        for first_only in (False, True):
+            synth += synthetic(
+                members,
+                min(SYNTHETIC_PER_FOLD // 2, len(members)),
+                rng,
+                first_only=first_only,
+                near=0.5,
+                sizes=(2, 5),
+                prefix=f"synthetic-{fold}-{'first' if first_only else 'any'}",
+            )
+    items = [*base, *synth]
+    rows = read_rows(items)
+    folds = np.array([items[k].fold for k in rows.item])
+    weights = np.array([SYNTHETIC_WEIGHT if items[k].kind == "synthetic" else 1.0 for k in rows.item])
+    oof = np.zeros(len(rows.y))
+    for fold in range(FOLDS):
+        train_rows = folds != fold
+        if train_rows.all() or not train_rows.any():
+            continue
+        model = fit_mlp(rows.x[train_rows], rows.y[train_rows], weights[train_rows], seed)
+        oof[~train_rows] = model.probability(rows.x[~train_rows])
+    grid = {(t, m): scores_by_kind(items, rows, oof, t, m) for t in THRESHOLDS for m in MARGINS if t - m > 0}
+    threshold, margin = max(grid, key=lambda tm: (np.mean([s.score for s in grid[tm].values()]), tm[0], -tm[1]))
+    mlp = fit_mlp(rows.x, rows.y, weights, seed)
+    summary = {
+        "seed": seed,
+        "dialogues": {kind: sum(it.kind == kind for it in items) for kind in ("tiage", "superseg", "synthetic")},
+        "rows": len(rows.y),
+        "cross_validated": {
+            kind: {"pk": round(s.pk, 4), "wd": round(s.wd, 4), "f1": round(s.f1, 4), "score": round(s.score, 4)}
+            for kind, s in grid[(threshold, margin)].items()
+        },
+    }
+    return Trained(BoundaryScorer(mlp, threshold, margin), summary)
+
+
+def labelled(dialogues: Sequence[Dialogue], cache: EmbeddingCache, kind: str) -> list[Labelled]:
+    vectors = cache.embed([t for d in dialogues for t in d.texts])
+    out, pos = [], 0
+    for d in dialogues:
+        out.append(Labelled(d, vectors[pos : pos + len(d.texts)], kind, fold_of(d.id)))
+        pos += len(d.texts)
+    return out
+
+
+def write_defdts(path: Path, dialogues: Sequence[Dialogue]) -> None:
+    with open(path, "w") as fh:
+        for d in dialogues:
+            lines: list[str] = []
+            for role, text, end in zip(d.roles, d.texts, d.ends_segment, strict=True):
+                lines.append(f"{'user' if role == 'user' else 'agent'}: {text}")
+                if end:
+                    lines.append("[BOUNDARY]")
+            fh.write(json.dumps({"id": d.id, "dialogue": "[NEWLINE]".join(lines)}) + "\n")
+
+
+def shipped_weights_path() -> Path:
+    return Path(str(resources.files("chatmem.memory").joinpath(WEIGHTS_FILE)))
+
+
+def run(
+    data_dir: Path, cache_dir: Path, out: Path | None, embedder: Embedder, say: Callable[[str], None], seed: int = SEED
+) -> Trained:
+    """Train, write the weights to `out` (default: the package's), and write the held-out sets."""
+    out = out or shipped_weights_path()
+    cache = EmbeddingCache(embedder, cache_dir)
+    tiage = labelled(load(data_dir / "anno_train.json"), cache, "tiage")
+    superseg_all = load(data_dir / "superseg_validation.defdts.jsonl")
+    superseg = labelled([d for d in superseg_all if not is_tune(d.id)], cache, "superseg")
+    tune = [d for d in superseg_all if is_tune(d.id)]
+    say(f"training on {len(tiage)} TIAGE and {len(superseg)} SuperDialseg dialogues (+ synthetic)")
+    trained = train(tiage, superseg, seed)
+    out.write_text(json.dumps(trained.scorer.to_json(trained.summary), separators=(",", ":")) + "\n")
+    say(
+        f"wrote {out} ({out.stat().st_size:,} bytes): shift_threshold {trained.scorer.threshold}, "
+        f"early margin {trained.scorer.early_margin}"
+    )
+    for kind, s in trained.summary["cross_validated"].items():
+        say(f"  cross-validated {kind}: Pk {s['pk']} · WD {s['wd']} · F1 {s['f1']} · Score {s['score']}")
+    write_defdts(cache_dir / "superseg_tune.jsonl", tune)
+    held = labelled(tune, cache, "superseg")
+    task = synthetic(
+        held,
+        min(TASK_EVAL_DIALOGUES, len(held)),
+        random.Random(seed + 1),
+        first_only=True,
+        near=1.0,
+        sizes=(3, 6),
+        prefix="task",
+    )
+    write_defdts(cache_dir / "taskconcat_tune.jsonl", [t.dialogue for t in task])
+    say(
+        f"held-out sets for `chatmem bench topicseg --data`: {cache_dir / 'superseg_tune.jsonl'} ({len(tune)}), "
+        f"{cache_dir / 'taskconcat_tune.jsonl'} ({len(task)})"
+    )
+    return trained

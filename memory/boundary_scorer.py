@@ -1,0 +1,245 @@
+"""The learned boundary scorer: features of a candidate topic boundary and a tiny MLP over them.
+
+A candidate is a user turn; the segmenter asks for the probability that it opens a new topic
+at up to three moments, each seeing more of the turns after it (the streaming window):
+
+- `open`: the candidate has just arrived (left context + the candidate);
+- `reply`: replies to it have arrived (+ the non-user turns after it);
+- `closed`: the next user turn has arrived, the window is complete.
+
+Features never look further right than that window. They are similarities of the candidate
+and the window to the left context at several widths, TextTiling depth scores, and dialogue
+cues (questions and answers, speaker, length, greetings, closings, continuation words). The
+weights ship as package data (`segmenter_weights.json`), trained by `chatmem bench
+train-segmenter` (bench/train_segmenter.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+WEIGHTS_FILE = "segmenter_weights.json"
+STAGES: tuple[str, ...] = ("open", "reply", "closed")
+LEFT_WIDTHS: tuple[int, ...] = (1, 2, 3, 4)
+LEFT_CONTEXT = 5  # turns before a candidate that features read (depth over 2-turn windows needs 5)
+
+_WORD = re.compile(r"[\w']+", re.UNICODE)
+# Cues in English and Russian, the languages of the explicit markers. Matched at the start of a
+# message, except closings, which count anywhere ("ok thanks, bye").
+_GREETING = re.compile(
+    r"^\W*(hi|hello|hey|hiya|greetings|good (morning|afternoon|evening)|привет|здравствуй|здравствуйте|"
+    r"добрый (день|вечер)|доброе утро)\b",
+    re.IGNORECASE,
+)
+_CLOSING = re.compile(
+    r"\b(thanks|thank you|thank u|thx|bye|goodbye|good bye|see you|that's all|that is all|that's it|"
+    r"have a (nice|good|great)|you're welcome|you are welcome|спасибо|пока|до свидания|всего доброго)\b",
+    re.IGNORECASE,
+)
+_CONTINUES = re.compile(
+    r"^\W*(and|but|so|also|or|because|then|it|its|it's|that|that's|this|they|them|those|these|he|she|his|her|"
+    r"yes|yeah|no|nope|ok|okay|sure|right|и|а|но|так|это|он|она|они|да|нет|ок|хорошо)\b",
+    re.IGNORECASE,
+)
+_REQUEST = re.compile(
+    r"^\W*(what about|how about|what else|anything else|another|one more|i also|can you also|i'd also|"
+    r"i would also|i need|i want|i'd like|i would like|i'm looking|i am looking|can you|could you|please|find|"
+    r"where|when|what|how|who|which|why|is there|are there|do you|does|do i|can i|should i|а что|а как|ещё|еще|"
+    r"скажи|подскажи|найди|где|когда|что|как|кто|почему)\b",
+    re.IGNORECASE,
+)
+GREETING, CLOSING, CONTINUES, REQUEST = 1, 2, 4, 8
+
+FEATURES: tuple[str, ...] = (
+    *(f"sim_left{w}_{part}" for w in LEFT_WIDTHS for part in ("cand", "window", "last")),
+    "sim_cand_last",
+    "depth1",
+    "depth2",
+    "question_before",
+    "question_cand",
+    "question_last",
+    "answers",
+    "user_before",
+    "log_words_cand",
+    "log_words_before",
+    "log_words_last",
+    "short_cand",
+    "short_before",
+    "greeting_cand",
+    "closing_before",
+    "closing_cand",
+    "continues_cand",
+    "request_cand",
+)
+
+
+@dataclass(frozen=True)
+class TurnInfo:
+    """What the scorer needs of one turn; small, so the segmenter's state can keep a few."""
+
+    seq: int
+    role: str
+    vector: np.ndarray | None  # float32, unit-normalised
+    words: int
+    question: bool
+    cues: int  # bit set of GREETING, CLOSING, CONTINUES, REQUEST
+
+    @classmethod
+    def of(cls, seq: int, role: str, text: str, vector: np.ndarray | None) -> TurnInfo:
+        cues = (
+            GREETING * bool(_GREETING.search(text))
+            | CLOSING * bool(_CLOSING.search(text))
+            | CONTINUES * bool(_CONTINUES.search(text))
+            | REQUEST * bool(_REQUEST.search(text))
+        )
+        vec = None if vector is None else np.asarray(vector, dtype=np.float32)
+        return cls(seq, role, vec, len(_WORD.findall(text)), "?" in text, cues)
+
+
+def _unit_mean(vectors: Sequence[np.ndarray]) -> np.ndarray:
+    m = np.mean(np.asarray(vectors, dtype=np.float64), axis=0)
+    norm = float(np.linalg.norm(m))
+    return m / norm if norm > 0 else m
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    return float(np.dot(a, b)) / (na * nb) if na > 0 and nb > 0 else 0.0
+
+
+def _depth(gaps: list[float], at: int) -> float:
+    """TextTiling depth of gap `at`: how far its similarity dips below the highest gap on each side
+    (within what the window lets us see)."""
+    left, right = gaps[:at], gaps[at + 1 :]
+    return (max(left) - gaps[at] if left else 0.0) + (max(right) - gaps[at] if right else 0.0)
+
+
+def features(left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> np.ndarray:
+    """Features of the candidate `window[0]` given up to `LEFT_CONTEXT` turns before it (`left`)
+    and the turns after it seen so far (`window[1:]`). The candidate and at least one left turn
+    have vectors."""
+    cand, last, before = window[0], window[-1], left[-1]
+    assert cand.vector is not None
+    lv = [t.vector for t in left if t.vector is not None]
+    rv = [t.vector for t in window if t.vector is not None]
+    last_vec = rv[-1]
+    right = _unit_mean(rv)
+    sims: list[float] = []
+    for w in LEFT_WIDTHS:
+        lw = _unit_mean(lv[-w:])
+        sims += [_cos(lw, cand.vector), _cos(lw, right), _cos(lw, last_vec)]
+    seq = lv + rv  # vector-bearing turns in order; gap g sits before seq[g]
+    at = len(lv)
+    adjacent = [_cos(seq[g - 1], seq[g]) for g in range(max(1, at - 3), len(seq))]
+    paired = [
+        _cos(_unit_mean(seq[max(0, g - 2) : g]), _unit_mean(seq[g : g + 2])) for g in range(max(1, at - 3), len(seq))
+    ]
+    here = at - max(1, at - 3)
+    q_before = float(before.question)
+    return np.array(
+        [
+            *sims,
+            _cos(cand.vector, last_vec),
+            _depth(adjacent, here),
+            _depth(paired, here),
+            q_before,
+            float(cand.question),
+            float(last.question),
+            q_before * float(not cand.question),
+            float(before.role == "user"),
+            np.log1p(cand.words),
+            np.log1p(before.words),
+            np.log1p(last.words),
+            float(cand.words < 3),
+            float(before.words < 3),
+            float(bool(cand.cues & GREETING)),
+            float(any(t.cues & CLOSING for t in left[-2:])),
+            float(bool(cand.cues & CLOSING)),
+            float(bool(cand.cues & CONTINUES)),
+            float(bool(cand.cues & REQUEST)),
+        ],
+        dtype=np.float64,
+    )
+
+
+def stage_of(window: Sequence[TurnInfo]) -> str:
+    if len(window) == 1:
+        return "open"
+    return "closed" if window[-1].role == "user" else "reply"
+
+
+def model_input(stage: str, x: np.ndarray) -> np.ndarray:
+    """One network serves every stage: the stage is a one-hot appended to the features."""
+    return np.concatenate([x, [float(stage == "reply"), float(stage == "closed")]])
+
+
+@dataclass(frozen=True)
+class Mlp:
+    """One hidden tanh layer over standardised inputs, a logistic output."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    w1: np.ndarray
+    b1: np.ndarray
+    w2: np.ndarray
+    b2: float
+
+    def probability(self, inputs: np.ndarray) -> np.ndarray:
+        hidden = np.tanh(((inputs - self.mean) / self.scale) @ self.w1 + self.b1)
+        return 1.0 / (1.0 + np.exp(-(hidden @ self.w2 + self.b2)))
+
+    def to_json(self) -> dict[str, Any]:
+        r = lambda a: np.round(np.asarray(a, dtype=np.float64), 6).tolist()  # noqa: E731
+        return {
+            "mean": r(self.mean),
+            "scale": r(self.scale),
+            "w1": r(self.w1),
+            "b1": r(self.b1),
+            "w2": r(self.w2),
+            "b2": round(float(self.b2), 6),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Mlp:
+        a = lambda k: np.asarray(data[k], dtype=np.float64)  # noqa: E731
+        return cls(a("mean"), a("scale"), a("w1"), a("b1"), a("w2"), float(data["b2"]))
+
+
+@dataclass(frozen=True)
+class BoundaryScorer:
+    mlp: Mlp
+    threshold: float  # the default `shift_threshold`: a shift when P(topic continues) falls below it
+    early_margin: float  # an undecided window (open, reply) must be this much surer
+
+    def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float:
+        stage = stage_of(window)
+        return float(self.mlp.probability(model_input(stage, features(left, window))[None, :])[0])
+
+    def to_json(self, trained: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "features": list(FEATURES),
+            "stages": list(STAGES),
+            "threshold": self.threshold,
+            "early_margin": self.early_margin,
+            "mlp": self.mlp.to_json(),
+            "trained": trained,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BoundaryScorer:
+        if list(data["features"]) != list(FEATURES):
+            raise ValueError("segmenter weights were trained on other features; retrain with `make train-segmenter`")
+        return cls(Mlp.from_json(data["mlp"]), float(data["threshold"]), float(data["early_margin"]))
+
+
+@lru_cache(maxsize=1)
+def shipped_scorer() -> BoundaryScorer:
+    text = resources.files("chatmem.memory").joinpath(WEIGHTS_FILE).read_text()
+    return BoundaryScorer.from_json(json.loads(text))
