@@ -5,7 +5,7 @@ import pytest
 
 from chatmem.producers.publisher import Publisher
 from tests.conftest import scalar, spawn, stop, wait_for
-from tests.scripted import EXPECTED_STARTS, script_events
+from tests.scripted import EXPECTED_EPISODES, EXPECTED_STARTS, script_events
 
 pytestmark = pytest.mark.e2e
 
@@ -23,9 +23,10 @@ def test_scripted_conversation_through_real_workers(container):
         with Publisher.from_settings(s) as pub:
             for event in script_events():
                 pub.publish_nowait(event)
-        finals = lambda: scalar(container, "SELECT count(*) FROM summaries WHERE kind = 'final'") == 3  # noqa: E731
+        closed = len(EXPECTED_EPISODES) - 1
+        finals = lambda: scalar(container, "SELECT count(*) FROM summaries WHERE kind = 'final'") == closed  # noqa: E731
         assert wait_for(finals, timeout=180), stop(procs[1])[-3000:]
-        facts_done = lambda: scalar(container, "SELECT count(*) FROM fact_ledger") == 3  # noqa: E731
+        facts_done = lambda: scalar(container, "SELECT count(*) FROM fact_ledger") == closed  # noqa: E731 (one per episode)
         assert wait_for(facts_done, timeout=120), stop(procs[4])[-3000:]
     finally:
         outputs = [stop(p) for p in procs]

@@ -12,7 +12,7 @@ from chatmem.memory.summaries import run_job
 from chatmem.producers.publisher import Publisher
 from chatmem.workers.ingest import IngestRunner
 from tests.conftest import scalar
-from tests.scripted import EXPECTED_STARTS, command, script_events
+from tests.scripted import EXPECTED_EPISODES, EXPECTED_STARTS, command, script_events
 
 pytestmark = pytest.mark.integration
 
@@ -97,18 +97,35 @@ def test_scripted_conversation_yields_the_expected_episodes(container):
     assert d.advance("script").applied == 16
     eps = episodes(container)
     assert {e[2]: e[5] for e in eps} == EXPECTED_STARTS
-    assert [(e[2], e[3]) for e in eps] == [(1, 8), (9, 10), (11, 14), (15, None)]
+    assert [(e[2], e[3]) for e in eps] == EXPECTED_EPISODES
     with container.pool.connection() as conn:
         digression = conn.execute(
-            "SELECT episode_id FROM messages WHERE thread_id = 'script' AND seq IN (5, 6, 7)"
+            "SELECT seq, episode_id FROM messages WHERE thread_id = 'script' AND seq IN (4, 5, 6, 7)"
         ).fetchall()
-    assert {r[0] for r in digression} == {"script#1"}  # the one-turn digression stayed in episode 1
+    # the one-turn digression is an episode of its own, between the two about the flights
+    assert dict(digression) == {4: "script#1", 5: "script#2", 6: "script#2", 7: "script#3"}
     outcomes = d.run_jobs()
-    assert outcomes.count("saved") >= 3
+    closed = len(EXPECTED_EPISODES) - 1
+    assert outcomes.count("saved") >= closed
     finals = [s for s in summaries(container) if s[1] == "final"]
-    assert [s[0] for s in finals] == ["script#1:final", "script#2:final", "script#3:final"]
+    assert [s[0] for s in finals] == [f"script#{n}:final" for n in range(1, closed + 1)]
     assert "Lisbon" in finals[0][5] and finals[0][6]["topic_label"]
     assert any("prefer" in f for f in finals[0][6]["facts_candidates"])
+
+
+@pytest.mark.xfail(strict=True, reason="known over-split of the shipped scorer (docs/benchmarks.md)")
+def test_a_follow_up_on_the_same_subject_after_a_shift_is_no_boundary():
+    # The script's laptop follow-up (seq 13) right after the shift to the laptop (seq 11): the left
+    # context still holds the hotel turns before it and the scorer splits. Strict: a scorer that
+    # gets it right fails this, and EXPECTED_STARTS (tests/scripted.py) should then lose 13.
+    from chatmem.adapters.embedders import MiniLMEmbedder
+    from chatmem.memory.segmentation import SegmenterConfig, SegTurn, segment
+
+    events = script_events()
+    vectors = MiniLMEmbedder().embed([e.text for e in events])
+    pairs = enumerate(zip(events, vectors, strict=True), start=1)
+    turns = [SegTurn(i, e.role, e.text, e.occurred_at, v) for i, (e, v) in pairs]
+    assert 13 not in [b.seq for b in segment(turns, SegmenterConfig())]
 
 
 def test_two_workers_racing_on_one_thread_keep_order_and_never_double_apply(container):
@@ -136,7 +153,7 @@ def test_replay_reproduces_the_same_episodes_and_summaries(settings_factory):
     from chatmem.adapters.services import ServiceUrls
     from chatmem.bootstrap import Container
 
-    s = settings_factory(rollup_fanin=2, rollup_keep=1)  # 3 episodes: enough for a level-2 roll-up
+    s = settings_factory(rollup_fanin=2, rollup_keep=1)  # 6 closed episodes: two level-2 roll-ups
     container = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
     d = Driver(container)
     d.publish(script_events())
@@ -148,7 +165,7 @@ def test_replay_reproduces_the_same_episodes_and_summaries(settings_factory):
     assert llm.calls == 0  # warm caches: no new LLM work
     assert episodes(container, generation=2) == episodes(container, generation=1)
     assert summaries(container, generation=2) == summaries(container, generation=1)
-    assert [r[2] for r in summaries(container, generation=2) if r[1] == "rollup"] == [2]
+    assert [r[2] for r in summaries(container, generation=2) if r[1] == "rollup"] == [2, 2]
     assert scalar(container, "SELECT generation FROM threads WHERE thread_id = 'script'") == 2
     removed = container.projections.gc()
     assert removed["messages"] == 16 and episodes(container, generation=1) == []
@@ -249,9 +266,10 @@ def test_close_summarize_now_and_configure_commands(container):
     assert "bogus" in acks[1][2]
     assert [j.kind for _, _, j in d.jobs][:2] == ["running", "final"]
     eps = episodes(container)
-    # closed by command after message 3; the 8-hour gap no longer splits (time_gap_hours=100)
-    assert [(e[2], e[3], e[5]) for e in eps] == [(1, 3, "first"), (4, None, "command")]
-    assert scalar(container, "SELECT count(DISTINCT episode_id) FROM messages WHERE seq BETWEEN 4 AND 10") == 1
+    # closed by command after message 3; the 8-hour gap no longer splits (time_gap_hours=100): only
+    # topic shifts split after it (the cat at seq 5, the hotel at seq 9)
+    assert [(e[2], e[3], e[5]) for e in eps][:2] == [(1, 3, "first"), (4, 4, "command")]
+    assert {e[5] for e in eps[2:]} == {"shift"}
 
 
 def test_summary_inputs_come_from_the_log_as_of_the_ranges_last_message(container):
