@@ -168,6 +168,8 @@ def test_replay_rebuilds_exactly_what_live_built_whatever_the_batches_and_job_ti
 
     rng = random.Random(seed)
     policy = SummaryPolicy(running_every=3, running_tokens=10_000, chunk_every=5)
+    # shift_threshold bars the learned scorer's P(topic continues) now (it was a cosine distance,
+    # 0.3): at 0.5 the two topics of the fake bag-of-words vectors shift.
     rig = MemoryRig(policy=policy, seg_cfg=SegmenterConfig(shift_threshold=0.5))
     log, i = _mixed_log(seed), 0
     while i < len(log):  # batches of any size; jobs run late, in any order, like async workers
