@@ -569,6 +569,14 @@ class Container:
             self.replay(t, llm, f"erase-{erasure_id}")
         for table, n in self.projections.gc().items():
             removed[f"old_{table}"] = n
+        # A job already past reading the content when the keys went may have written after the
+        # purge (a fact, a mem0 memory): a second pass, now that the replays held every lease.
+        late, late_orphans = eraser.purge(plan)
+        late["blobs"] = sum(self.blobs.delete(sha) for sha in late_orphans)
+        for u in plan.users:
+            late |= {k: late.get(k, 0) + n for k, n in self.mem0.erase_user(u).items()}
+        for key, n in late.items():
+            removed[key] = removed.get(key, 0) + n
         # The log records that an erasure happened in each thread, without content.
         self.sink.add_many(
             [

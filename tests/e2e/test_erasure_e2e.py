@@ -142,3 +142,36 @@ def test_erasing_a_user_removes_their_token_everywhere_and_keeps_the_other_user(
     assert any(b in f.value for f in container.what_do_you_know("bob").facts)
     assert scalar(container, "SELECT count(*) FROM summaries WHERE thread_id = 'g1' AND text LIKE %s", f"%{b}%") >= 1
     assert scalar(container, "SELECT removed->>'keys' FROM erasures WHERE subject = 'alice'") == "2"
+
+
+def test_a_forget_me_command_from_a_bot_erases_its_sender_through_the_workers(container):
+    s = container.settings
+    a = f"tok{uuid.uuid4().hex[:12]}carol"
+    procs = [spawn(s, "ingest"), spawn(s, "worker", "--queues", "all", "--concurrency", "2")]
+
+    def count(sql: str) -> int:
+        return int(scalar(container, sql))
+
+    try:
+        pub = Publisher(container.sink, s.resolved_spool_dir)
+        pub.publish_many(
+            [
+                msg("dm-carol", "carol", 1, f"my door code is {a}"),
+                cmd("dm-carol", "carol", 1, "remember", text=f"door code {a}"),
+            ]
+        )
+        # The remember job done, its mem0 write included (the ledger is written last).
+        remembered = "SELECT count(*) FROM fact_ledger WHERE starts_with(op_key, 'dm-carol-c1:')"
+        assert wait_for(lambda: count(remembered) >= 1, timeout=180), stop(procs[1])[-3000:]
+        pub.publish(cmd("dm-carol", "carol", 2, "forget_me"))
+        done = "SELECT count(*) FROM erasures WHERE subject = 'carol' AND finished_at IS NOT NULL"
+        assert wait_for(lambda: count(done) == 1, timeout=240), stop(procs[1])[-3000:]
+        # The erased command event is logged in the thread: the erasure is on record, without content.
+        erased = "SELECT count(*) FROM commands_applied WHERE command = 'erased' AND status = 'applied'"
+        assert wait_for(lambda: count(erased) >= 1, timeout=120), stop(procs[1])[-3000:]
+    finally:
+        for p in procs:
+            stop(p)
+    assert scalar(container, "SELECT requested_by FROM erasures WHERE subject = 'carol'") == "command:dm-carol-c2"
+    assert a not in pg_dump(s.database_url)
+    assert container.recall("carol", "door code").hits == [] and container.what_do_you_know("carol").facts == []

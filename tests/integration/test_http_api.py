@@ -118,3 +118,18 @@ def test_health_readiness_and_openapi(server):
     assert httpx.get(f"{url}/docs").status_code == 200
     bad = httpx.post(f"{url}/v1/recall", json={"user_id": "alice"}, headers={"X-API-Key": "x"})
     assert bad.status_code in (401, 422)
+
+
+def test_only_an_admin_key_erases_a_user_and_reads_find_nothing_after(server):
+    url, keys, c = server
+    r = httpx.delete(f"{url}/v1/users/alice", headers={"X-API-Key": keys["alice"]})
+    assert r.status_code == 403 and r.json()["error"] == "admin_only"  # a key for alice may not erase her
+    assert c.recall("alice", "locker code").hits  # nothing was touched
+    r = httpx.delete(f"{url}/v1/users/alice", headers={"X-API-Key": keys["all"]}, timeout=120)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["erased"] == "alice" and body["removed"]["keys"] >= 1 and body["removed"]["threads"] == 1
+    with ChatmemClient(url, keys["alice"]) as alice:
+        assert alice.recall(user_id="alice", query="locker code").hits == []
+    with ChatmemClient(url, keys["bob"]) as bob:
+        assert bob.recall(user_id="bob", query="laptop").hits  # bob's memory is untouched
