@@ -155,13 +155,13 @@ class PostgresAttachmentStore:
             refresh_messages(conn, [ref.event_id])
             return status
 
-    def save_caption(self, ref: Reference, text: str, vector: np.ndarray) -> None:
+    def save_caption(self, ref: Reference, text: str, vector: np.ndarray, model: str | None = None) -> None:
         with self.pool.connection() as conn:
             conn.execute(
-                """INSERT INTO artifact_text (event_id, position, kind, ord, text, embedding)
-                   VALUES (%s, %s, 'user_caption', 0, %s, %s)
+                """INSERT INTO artifact_text (event_id, position, kind, ord, text, embedding, embed_model)
+                   VALUES (%s, %s, 'user_caption', 0, %s, %s, %s)
                    ON CONFLICT (event_id, position, kind) WHERE event_id IS NOT NULL DO NOTHING""",
-                (ref.event_id, ref.position, text, vector),
+                (ref.event_id, ref.position, text, vector, model),
             )
 
     def claim(self, sha256: str, claim_s: int) -> bool:
@@ -186,16 +186,19 @@ class PostgresAttachmentStore:
                 (sha256,),
             )
 
-    def finish(self, sha256: str, analysis: Analysis, vectors: np.ndarray) -> None:
+    def finish(self, sha256: str, analysis: Analysis, vectors: np.ndarray, model: str | None = None) -> None:
         with self.pool.connection() as conn, conn.transaction():
             if not self._unsettled(conn, sha256):
                 return  # a worker that took over an expired claim got there first
             with conn.cursor() as cur:
                 cur.executemany(
-                    """INSERT INTO artifact_text (sha256, kind, ord, text, meta, embedding)
-                       VALUES (%s, %s, %s, %s, %s, %s)
+                    """INSERT INTO artifact_text (sha256, kind, ord, text, meta, embedding, embed_model)
+                       VALUES (%s, %s, %s, %s, %s, %s, %s)
                        ON CONFLICT (sha256, kind, ord) WHERE sha256 IS NOT NULL DO NOTHING""",
-                    [(sha256, t.kind, t.ord, t.text, Jsonb(t.meta), vectors[i]) for i, t in enumerate(analysis.texts)],
+                    [
+                        (sha256, t.kind, t.ord, t.text, Jsonb(t.meta), vectors[i], model)
+                        for i, t in enumerate(analysis.texts)
+                    ],
                 )
             self._settle(conn, sha256, "done", None, analysis.description, analysis.meta)
 

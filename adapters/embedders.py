@@ -6,8 +6,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from psycopg_pool import ConnectionPool
@@ -80,6 +83,61 @@ class OpenAIEmbedder:
         reply = self.client.embeddings.create(model=self.model, input=list(texts))
         vectors = np.asarray([d.embedding for d in reply.data], dtype=np.float32)
         return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+class HashingEmbedder:
+    """Feature hashing of words into `dim` signed buckets: tiny, deterministic, no model file.
+    A stand-in where meaning matters less than speed (tests, a re-embedding rehearsal); its
+    vectors only match texts that share words."""
+
+    def __init__(self, dim: int = 64):
+        self.dim = dim
+        self.model = f"hashing-{dim}"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+                out[i, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+
+class SwitchingEmbedder:
+    """The embedder in use now (embedding_state, read at most every `ttl_s`): a re-embedding
+    switches models while processes run. `current()` gives one concrete embedder, so a caller
+    that embeds and then records the model uses the same one for both."""
+
+    def __init__(self, resolve: Callable[[], Any], build: Callable[[Any], Any], ttl_s: float = 0.0):
+        self._resolve, self._build, self.ttl_s = resolve, build, ttl_s
+        self._built: dict[Any, Any] = {}
+        self._spec: Any = None
+        self._at = -1e18
+        self._lock = threading.Lock()
+
+    def current(self) -> Any:
+        with self._lock:
+            now = time.monotonic()
+            if self._spec is None or now - self._at >= self.ttl_s:
+                self._spec, self._at = self._resolve(), now
+            if self._spec not in self._built:
+                self._built[self._spec] = self._build(self._spec)
+            return self._built[self._spec]
+
+    @property
+    def model(self) -> str:
+        return self.current().model
+
+    @property
+    def dim(self) -> int:
+        return self.current().dim
+
+    @property
+    def inner(self) -> Any:
+        return self.current().inner
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.current().embed(texts)
 
 
 def text_hash(text: str) -> bytes:

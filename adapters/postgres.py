@@ -232,9 +232,10 @@ class PostgresThreadLog:
                 """
                 UPDATE threads SET lease_owner = %s, lease_until = now() + make_interval(secs => %s)
                 WHERE thread_id = %s AND (lease_owner IS NULL OR lease_owner = %s OR lease_until < now())
+                  AND (starts_with(%s, 'reembed') OR NOT EXISTS (SELECT 1 FROM embedding_state WHERE paused))
                 RETURNING cursor_pos
                 """,
-                (owner, lease_s, thread_id, owner),
+                (owner, lease_s, thread_id, owner, owner),
             ).fetchone()
             if (
                 row is None

@@ -4,7 +4,9 @@ by the summary jobs through adapters/summaries_pg.py."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -13,6 +15,7 @@ from psycopg_pool import ConnectionPool
 
 from chatmem.adapters.attachments_pg import add_references, edited_text
 from chatmem.adapters.postgres import bulk_insert
+from chatmem.adapters.sql import scalar
 from chatmem.memory.episodes import OpenEpisode, Plan, ThreadContext
 from chatmem.memory.ports import LeaseLost, UnknownThread
 from chatmem.memory.segmentation import SegmenterState
@@ -153,7 +156,7 @@ class PostgresProjections:
             bulk_insert(
                 conn,
                 "messages",
-                (*MESSAGE_COLUMNS, "dates"),
+                (*MESSAGE_COLUMNS, "dates", "embed_model"),
                 (
                     (
                         tid,
@@ -169,10 +172,11 @@ class PostgresProjections:
                         m.occurred_at,
                         m.embedding,
                         m.dates,
+                        plan.embed_model if m.embedding is not None else None,
                     )
                     for m in plan.messages
                 ),
-                types=(*MESSAGE_TYPES, "text"),
+                types=(*MESSAGE_TYPES, "text", "text"),
             )
         for mv in plan.moves:
             conn.execute(
@@ -220,6 +224,54 @@ class PostgresProjections:
                 return False
             self.save_state(conn, ctx, cursor_pos=lease.cursor_pos)
             return True
+
+    def applied_events(self) -> int:
+        with self.pool.connection() as conn:
+            return int(scalar(conn, "SELECT coalesce(sum(applied_events), 0) FROM threads"))
+
+    def switch_all(self, built: Sequence[Any], also: Callable[[psycopg.Connection], None]) -> None:
+        """Switch every rebuilt thread to its new generation, and do `also`, in one transaction:
+        a reader sees all the old generations or all the new ones."""
+        with self.pool.connection() as conn, conn.transaction():
+            for r in built:
+                self.save_state(conn, r.context)
+            conn.execute(
+                """UPDATE artifact_text SET embedding = embedding_next, embed_model = embed_model_next,
+                          embedding_next = NULL, embed_model_next = NULL
+                   WHERE embed_model_next IS NOT NULL"""
+            )
+            also(conn)
+
+    def stage_artifact_vectors(self, embedder: Any, *, in_place: bool = False, batch: int = 256) -> int:
+        """The vector of every artifact text under `embedder`, beside the one in use until the
+        switch; `in_place` (after the switch): straight into use, for the texts the attachments
+        worker wrote meanwhile with the old model."""
+        target = "embedding = %s, embed_model = %s" if in_place else "embedding_next = %s, embed_model_next = %s"
+        done, last = 0, 0
+        while True:
+            with self.pool.connection() as conn:
+                rows = conn.execute(
+                    f"""SELECT id, text FROM artifact_text
+                        WHERE id > %s AND {"embed_model" if in_place else "embed_model_next"} IS DISTINCT FROM %s
+                        ORDER BY id LIMIT %s""",
+                    (last, embedder.model, batch),
+                ).fetchall()
+            if not rows:
+                return done
+            vectors = embedder.embed([r[1] for r in rows])
+            with self.pool.connection() as conn, conn.cursor() as cur:
+                cur.executemany(
+                    f"UPDATE artifact_text SET {target} WHERE id = %s",
+                    [(v, embedder.model, r[0]) for r, v in zip(rows, vectors, strict=True)],
+                )
+            done, last = done + len(rows), rows[-1][0]
+
+    def unstage_artifact_vectors(self) -> None:
+        with self.pool.connection() as conn:
+            conn.execute(
+                """UPDATE artifact_text SET embedding_next = NULL, embed_model_next = NULL
+                   WHERE embed_model_next IS NOT NULL"""
+            )
 
     def generation_rows(self, thread_id: str, generation: int) -> dict[str, set[tuple]]:
         """What a generation holds, in comparable form (`replay --check`)."""

@@ -50,12 +50,26 @@ _FACT_CITED = """
 """
 
 
+def _vec_ok(alias: str, d: int) -> str:
+    """The row's vector is comparable with the query's: same size, same model."""
+    return f"vector_dims({alias}.embedding) = {d} AND coalesce({alias}.embed_model, %(legacy)s) = %(model)s"
+
+
 class PostgresRecallReader(PostgresReader):
     """The `RecallStore` of memory/recall.py."""
 
-    def __init__(self, connections: ReadConnections, vector_dim: int):
+    def __init__(self, connections: ReadConnections, query_model: Callable[[], str], legacy_model: str):
         super().__init__(connections)
-        self.dim = int(vector_dim)
+        # Vectors are compared only with those of the query's model: `query_model` names the
+        # model the query embedder uses now; rows written before models were recorded (NULL)
+        # are the configured one's.
+        self.query_model = query_model
+        self.legacy_model = legacy_model
+
+    def _vector_params(self, qvec: np.ndarray) -> tuple[int, dict[str, str]]:
+        """The query's dimension (from the vector itself, so a model switch between embedding
+        and reading never makes a malformed query) and the model filter."""
+        return int(len(qvec)), {"model": self.query_model(), "legacy": self.legacy_model}
 
     def lexemes(self, text: str) -> list[str]:
         with self._conn() as conn:
@@ -66,9 +80,10 @@ class PostgresRecallReader(PostgresReader):
     def turn_candidates(
         self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, hops: Hops
     ) -> tuple[list[TurnCandidate], TermStats]:
-        d = self.dim
+        d, models = self._vector_params(qvec)
         period = hops.period
         params = {
+            **models,
             "threads": list(threads),
             "lex": list(lexemes),
             "q": qvec,
@@ -88,10 +103,10 @@ class PostgresRecallReader(PostgresReader):
         lex AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation), q
                 WHERE m.tsv @@ q.tsq ORDER BY ts_rank(m.tsv, q.tsq) DESC LIMIT %(n)s),
         dense AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
-                  WHERE vector_dims(m.embedding) = {d}
+                  WHERE {_vec_ok("m", d)}
                   ORDER BY (m.embedding::vector({d}) <=> %(q)s::vector({d})){{exact}} LIMIT %(n)s),
         episode_best AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
-                         WHERE m.episode_id = ANY(%(eps)s) AND vector_dims(m.embedding) = {d}
+                         WHERE m.episode_id = ANY(%(eps)s) AND {_vec_ok("m", d)}
                          ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
         -- Second hop: the turns the best summaries cover, the turns facts came from, and the
         -- turns sent on the day or month the query names, each through an index, never a scan.
@@ -100,12 +115,12 @@ class PostgresRecallReader(PostgresReader):
                        JOIN scope s USING (thread_id)
                        JOIN messages m ON m.thread_id = r.thread_id AND m.generation = s.generation
                                       AND m.seq BETWEEN r.lo AND r.hi
-                       WHERE vector_dims(m.embedding) = {d}
+                       WHERE {_vec_ok("m", d)}
                        ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
         sources AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
                     WHERE m.event_id = ANY(%(events)s)),
         dated AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
-                  WHERE m.occurred_at >= %(d0)s AND m.occurred_at < %(d1)s AND vector_dims(m.embedding) = {d}
+                  WHERE m.occurred_at >= %(d0)s AND m.occurred_at < %(d1)s AND {_vec_ok("m", d)}
                   ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
         pool AS (SELECT * FROM lex UNION SELECT * FROM dense UNION SELECT * FROM episode_best
                  UNION SELECT * FROM range_best UNION SELECT * FROM sources UNION SELECT * FROM dated),
@@ -120,7 +135,7 @@ class PostgresRecallReader(PostgresReader):
                                ON df.lexeme = x.l ORDER BY x.i) AS df)
         SELECT m.thread_id, m.seq, m.episode_id, m.event_id, m.platform_message_id, m.user_id, m.role, m.text,
                m.occurred_at, m.is_active,
-               CASE WHEN vector_dims(m.embedding) = {d}
+               CASE WHEN {_vec_ok("m", d)}
                     THEN 1 - (m.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
                CASE WHEN m.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="m")} END,
                length(m.tsv), tsvector_to_array(to_tsvector('english', m.user_id)) && %(lex)s::text[],
@@ -165,19 +180,19 @@ class PostgresRecallReader(PostgresReader):
     def summary_candidates(
         self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int
     ) -> tuple[list[SummaryCandidate], TermStats]:
-        d = self.dim
-        params = {"threads": list(threads), "lex": list(lexemes), "q": qvec, "n": limit}
+        d, models = self._vector_params(qvec)
+        params = {"threads": list(threads), "lex": list(lexemes), "q": qvec, "n": limit, **models}
         sql = f"""
         WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
         q AS (SELECT {_OR_QUERY} AS tsq),
         lex AS (SELECT s.id FROM summaries s JOIN scope USING (thread_id, generation), q
                 WHERE s.tsv @@ q.tsq ORDER BY ts_rank(s.tsv, q.tsq) DESC LIMIT %(n)s),
         dense AS (SELECT s.id FROM summaries s JOIN scope USING (thread_id, generation)
-                  WHERE vector_dims(s.embedding) = {d}
+                  WHERE {_vec_ok("s", d)}
                   ORDER BY (s.embedding::vector({d}) <=> %(q)s::vector({d})) + 0 LIMIT %(n)s),
         pool AS (SELECT id FROM lex UNION SELECT id FROM dense)
         SELECT s.id, s.thread_id, s.episode_id, s.kind, s.level, s.from_seq, s.upto_seq, s.text, s.is_active,
-               CASE WHEN vector_dims(s.embedding) = {d}
+               CASE WHEN {_vec_ok("s", d)}
                     THEN 1 - (s.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
                CASE WHEN s.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="s")} END,
                length(s.tsv)
@@ -210,8 +225,8 @@ class PostgresRecallReader(PostgresReader):
     def artifact_candidates(
         self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int
     ) -> tuple[list[ArtifactCandidate], TermStats]:
-        d = self.dim
-        params = {"threads": list(threads), "lex": list(lexemes), "q": qvec, "n": limit}
+        d, models = self._vector_params(qvec)
+        params = {"threads": list(threads), "lex": list(lexemes), "q": qvec, "n": limit, **models}
         # Visible texts: what was derived from files linked in these threads, and their captions.
         visible = """
         refs AS (SELECT event_id, position, sha256, thread_id, created_at FROM attachments
@@ -226,13 +241,13 @@ class PostgresRecallReader(PostgresReader):
         lex AS (SELECT t.id FROM artifact_text t JOIN visible USING (id), q
                 WHERE t.tsv @@ q.tsq ORDER BY ts_rank(t.tsv, q.tsq) DESC LIMIT %(n)s),
         dense AS (SELECT t.id FROM artifact_text t JOIN visible USING (id)
-                  WHERE vector_dims(t.embedding) = {d}
+                  WHERE {_vec_ok("t", d)}
                   ORDER BY (t.embedding::vector({d}) <=> %(q)s::vector({d})) + 0 LIMIT %(n)s),
         pool AS (SELECT id FROM lex UNION SELECT id FROM dense)
         SELECT t.id, ref.sha256, ar.kind, t.kind, t.text, t.meta,
                m.thread_id, m.episode_id, m.seq, m.event_id, ref.position, m.platform_message_id, m.user_id,
                m.role, m.occurred_at, att.ref ->> 'filename',
-               CASE WHEN vector_dims(t.embedding) = {d}
+               CASE WHEN {_vec_ok("t", d)}
                     THEN 1 - (t.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
                CASE WHEN t.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="t")} END,
                length(t.tsv)

@@ -9,7 +9,7 @@ from psycopg_pool import ConnectionPool
 
 from chatmem.adapters.keys_pg import EventKeys, wrapped_key_sql
 from chatmem.memory.episodes import Job, log_text
-from chatmem.memory.ports import Embedder
+from chatmem.memory.ports import Embedder, concrete
 from chatmem.memory.prompts import Line
 from chatmem.memory.summaries import LevelItem, StaleGeneration, SummaryRecord
 
@@ -149,11 +149,12 @@ class PostgresSummaryStore:
             ).fetchall()
         if not rows:
             return 0
+        embedder = concrete(embedder)
         vectors = embedder.embed([r[1] for r in rows])
         with self.pool.connection() as conn, conn.cursor() as cur:
             cur.executemany(
-                "UPDATE summaries SET embedding = %s WHERE id = %s AND embedding IS NULL",
-                [(v, r[0]) for r, v in zip(rows, vectors, strict=True)],
+                "UPDATE summaries SET embedding = %s, embed_model = %s WHERE id = %s AND embedding IS NULL",
+                [(v, embedder.model, r[0]) for r, v in zip(rows, vectors, strict=True)],
             )
         return len(rows)
 

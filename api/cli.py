@@ -328,6 +328,46 @@ def _check_replay(c: Container, ids: list[str], llm: CachedLLM) -> int:
 
 
 @app.command()
+def reembed(
+    provider: str = typer.Option(..., help="minilm, openai or hashing"),
+    model: str | None = typer.Option(None, help="the model name (openai)"),
+    dim: int | None = typer.Option(None, help="the vector size (openai, hashing)"),
+) -> None:
+    """Re-embed everything with another embedder: every thread is rebuilt into a new generation
+    through replay while reads go on from the current one, then all switch at once, with the
+    model. Live projection waits meanwhile (events stay in the log). Rollback: run it again
+    with the previous embedder (its vectors are still cached, so it costs no model time) before
+    `chatmem gc`. See docs/operations.md."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from chatmem.adapters.embedders import MINILM
+    from chatmem.adapters.embedding_state_pg import EmbedderSpec
+
+    if provider == "minilm":
+        target = EmbedderSpec("minilm", MINILM, 384)
+    elif provider == "openai" and model and dim:
+        target = EmbedderSpec("openai", model, dim)
+    elif provider == "hashing":
+        target = EmbedderSpec("hashing", f"hashing-{dim or 64}", dim or 64)
+    else:
+        raise typer.BadParameter("--provider minilm | hashing [--dim D] | openai --model M --dim D")
+    c = cli_container(cli_settings())
+    current = c.embedding_state.spec()
+    if current == target:
+        console.print(f"already in use: {target.model}")
+        return
+    console.print(f"re-embedding with {target.model} ({target.dim}-d); in use until the switch: {current.model}")
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} events"))
+    with Progress(*columns, TimeElapsedColumn(), TimeRemainingColumn(), console=console) as progress:
+        task = progress.add_task("rebuilding", total=None)
+        done = c.reembed(target, on_progress=lambda n, total: progress.update(task, completed=n, total=total))
+    console.print(
+        f"switched to {target.model}: {done['threads']} threads, {done['events']:,} events, "
+        f"{done['artifact_texts']:,} attachment texts; `chatmem gc` drops the old generations"
+    )
+
+
+@app.command()
 def retention(
     now: str | None = typer.Option(None, help="ISO time to judge expiry at, instead of the clock (for a dry clock)"),
 ) -> None:

@@ -6,6 +6,7 @@ own connections."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,8 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.adapters.blobs import LocalBlobStore
     from chatmem.adapters.browse_pg import PostgresBrowser
     from chatmem.adapters.context_pg import PostgresContextReader
-    from chatmem.adapters.embedders import CachedEmbedder, QueryEmbedder
+    from chatmem.adapters.embedders import CachedEmbedder, SwitchingEmbedder
+    from chatmem.adapters.embedding_state_pg import EmbedderSpec, EmbeddingState
     from chatmem.adapters.export_pg import PostgresExport
     from chatmem.adapters.facts_pg import PostgresFactStore
     from chatmem.adapters.fetch import UrlFetcher
@@ -53,7 +55,7 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.memory.jobs import Jobs
     from chatmem.memory.offline_llm import OfflineLLM
     from chatmem.memory.pipeline import ThreadProcessor
-    from chatmem.memory.ports import LLM
+    from chatmem.memory.ports import LLM, Embedder
     from chatmem.memory.recall import Recall
     from chatmem.memory.replay import ReplayResult
     from chatmem.memory.segmentation import SegmenterConfig
@@ -124,22 +126,63 @@ class Container:
         return RedisDoorbell(self.redis, lambda tid, bulk: ring_thread(app, tid, bulk), self.settings.doorbell_dedupe_s)
 
     @cached_property
-    def embedder(self) -> CachedEmbedder:
-        from chatmem.adapters.embedders import CachedEmbedder, MiniLMEmbedder, OpenAIEmbedder
+    def embedding_state(self) -> EmbeddingState:
+        from chatmem.adapters.embedding_state_pg import EmbedderSpec, EmbeddingState
 
         s = self.settings
-        inner = (
-            OpenAIEmbedder(s.embedding_model, s.embedding_dim, s.llm_api_key, s.llm_base_url)
-            if s.embedding_provider == "openai"
-            else MiniLMEmbedder()
-        )
-        return CachedEmbedder(inner, self.pool)
+        if s.embedding_provider == "openai":
+            spec = EmbedderSpec("openai", s.embedding_model, s.embedding_dim)
+        elif s.embedding_provider == "hashing":
+            spec = EmbedderSpec("hashing", f"hashing-{s.embedding_dim}", s.embedding_dim)
+        else:
+            from chatmem.adapters.embedders import MINILM
+
+            spec = EmbedderSpec("minilm", MINILM, 384)
+        return EmbeddingState(self.pool, spec)
+
+    def inner_embedder(self, spec: EmbedderSpec) -> Embedder:
+        """The model behind a spec, loaded once per process."""
+        from chatmem.adapters.embedders import HashingEmbedder, MiniLMEmbedder, OpenAIEmbedder
+
+        if spec not in self._inner_embedders:
+            s = self.settings
+            self._inner_embedders[spec] = (
+                OpenAIEmbedder(spec.model, spec.dim, s.llm_api_key, s.llm_base_url)
+                if spec.provider == "openai"
+                else HashingEmbedder(spec.dim)
+                if spec.provider == "hashing"
+                else MiniLMEmbedder()
+            )
+        return self._inner_embedders[spec]
 
     @cached_property
-    def query_embedder(self) -> QueryEmbedder:
-        from chatmem.adapters.embedders import QueryEmbedder
+    def _inner_embedders(self) -> dict[EmbedderSpec, Embedder]:
+        return {}
 
-        return QueryEmbedder(self.embedder.inner)
+    @cached_property
+    def embedder(self) -> SwitchingEmbedder:
+        """The pipeline's embedder: the model in use (it changes when `chatmem reembed`
+        switches), behind the shared vector cache."""
+        from chatmem.adapters.embedders import CachedEmbedder, SwitchingEmbedder
+
+        state = self.embedding_state
+        # Read on every use (one small query a batch): a batch after a switch must not be embedded
+        # with the old model, or its vectors would not match the generation it lands in.
+        return SwitchingEmbedder(state.spec, lambda spec: CachedEmbedder(self.inner_embedder(spec), self.pool), 0.0)
+
+    @cached_property
+    def query_embedder(self) -> SwitchingEmbedder:
+        from chatmem.adapters.embedders import QueryEmbedder, SwitchingEmbedder
+
+        state = self.embedding_state
+        return SwitchingEmbedder(state.spec, lambda spec: QueryEmbedder(self.inner_embedder(spec)), 2.0)
+
+    @cached_property
+    def configured_embedder(self) -> CachedEmbedder:
+        """mem0 keeps the model its collection was made with (a re-embedding does not move it)."""
+        from chatmem.adapters.embedders import CachedEmbedder
+
+        return CachedEmbedder(self.inner_embedder(self.embedding_state.configured), self.pool)
 
     @cached_property
     def offline_llm(self) -> OfflineLLM:
@@ -158,7 +201,9 @@ class Container:
 
         s = self.settings
         inner: LLM = (
-            OpenAILLM(s.llm_model, s.llm_api_key, s.llm_base_url) if s.llm_api_key and not offline else self.offline_llm
+            OpenAILLM(s.llm_model, s.llm_api_key, s.llm_base_url, s.llm_timeout_s)
+            if s.llm_api_key and not offline
+            else self.offline_llm
         )
         return CachedLLM(
             inner,
@@ -262,7 +307,12 @@ class Container:
         s = self.settings
         if not s.vision_model:
             return None
-        return OpenAIVision(s.vision_model, s.vision_api_key or s.llm_api_key, s.vision_base_url or s.llm_base_url)
+        return OpenAIVision(
+            s.vision_model,
+            s.vision_api_key or s.llm_api_key,
+            s.vision_base_url or s.llm_base_url,
+            timeout_s=1.5 * s.llm_timeout_s,  # an image takes longer than text
+        )
 
     @cached_property
     def analysis_reader(self) -> IsolatedReader:
@@ -313,17 +363,18 @@ class Container:
 
     @cached_property
     def mem0(self) -> Mem0Store:
+        from chatmem.adapters.embedders import QueryEmbedder
         from chatmem.adapters.mem0_store import Mem0Store
 
         s = self.settings
         return Mem0Store(
             self.pool,
             s.data_dir,
-            self.embedder,
+            self.configured_embedder,
             llm_api_key=s.llm_api_key,
             llm_base_url=s.llm_base_url,
             llm_model=s.llm_model,
-            query_embedder=self.query_embedder,
+            query_embedder=QueryEmbedder(self.configured_embedder.inner),
         )
 
     # --- read path ------------------------------------------------------------------------------
@@ -338,7 +389,8 @@ class Container:
     def recall_reader(self) -> PostgresRecallReader:
         from chatmem.adapters.recall_pg import PostgresRecallReader
 
-        return PostgresRecallReader(self.read_connections, self.settings.vector_dim)
+        query = self.query_embedder
+        return PostgresRecallReader(self.read_connections, lambda: query.model, self.embedding_state.configured.model)
 
     @cached_property
     def context_reader(self) -> PostgresContextReader:
@@ -595,6 +647,64 @@ class Container:
         )
         eraser.finish(erasure_id, removed)
         return removed
+
+    def reembed(self, target: EmbedderSpec, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """Build every thread's projections again with another embedder, into new generations,
+        and switch to all of them and to the new model in one transaction (memory/replay.py's
+        machinery). Reads go on from the old generations meanwhile; live projection is held
+        (events wait in the log) so the new generations are complete when they switch. Facts
+        and mem0 stay as they are. `on_progress(events done, events in all)`."""
+        from chatmem.adapters.embedders import CachedEmbedder
+        from chatmem.adapters.migrate import ensure_vector_indexes
+        from chatmem.memory.jobs import Jobs
+        from chatmem.memory.replay import replay_thread
+
+        s = self.settings
+        state = self.embedding_state
+        state.begin(target)
+        new = CachedEmbedder(self.inner_embedder(target), self.pool)
+        built: list[ReplayResult] = []
+        try:
+            ensure_vector_indexes(self.urls.database_url, target.dim)
+            jobs = Jobs(self.summary_store, new, self.fact_store, None, s.rollup_fanin, s.rollup_keep)
+            llm = self.llm("maintenance")
+            threads = self.thread_log.all_threads()
+            total, done = self.projections.applied_events(), 0
+            for thread_id in threads:
+                scoped = llm.for_thread(thread_id)
+
+                def summaries_only(job: Job, generation: int, t: str = thread_id, llm_t: CachedLLM = scoped) -> None:
+                    if job.kind in ("running", "chunk", "final"):
+                        jobs.summarize(llm_t, t, generation, job, facts_next=lambda *_: None)
+
+                built.append(
+                    replay_thread(
+                        thread_id,
+                        threads=self.thread_log,
+                        projections=self.projections,
+                        embedder=new,
+                        run=summaries_only,
+                        seg_cfg=self.seg_config,
+                        policy=self.summary_policy,
+                        owner="reembed",
+                        lease_s=s.thread_lease_s,
+                        batch_size=s.apply_batch_size,
+                        switch=False,
+                    )
+                )
+                done += built[-1].events
+                if on_progress:
+                    on_progress(done, total)
+            artifacts = self.projections.stage_artifact_vectors(new)
+            self.projections.switch_all(built, lambda conn: state.switch(conn, target))
+        except BaseException:
+            for r in built:
+                self.projections.drop_generation(r.thread_id, r.generation)
+            self.projections.unstage_artifact_vectors()
+            state.abort()
+            raise
+        artifacts += self.projections.stage_artifact_vectors(new, in_place=True)
+        return {"threads": len(built), "events": done, "artifact_texts": artifacts}
 
     def apply_retention(self, now: datetime | None = None) -> dict[str, int]:
         """Shred the content of events past their retention (settings: retention_days,

@@ -136,6 +136,7 @@ class Plan:
     )  # (event_id, position, user_id, the reference as sent)
     consumed: list[LoggedEvent] = field(default_factory=list)
     context: ThreadContext | None = None
+    embed_model: str | None = None  # the model of the messages' vectors (set by who embedded them)
 
 
 def episode_id(thread_id: str, ordinal: int) -> str:

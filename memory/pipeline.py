@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from chatmem.memory.episodes import Job, Plan, SummaryPolicy, ThreadContext, plan_batch, texts_to_embed
-from chatmem.memory.ports import Embedder
+from chatmem.memory.ports import Embedder, concrete
 from chatmem.memory.segmentation import SegmenterConfig
 from chatmem.schemas.records import LoggedEvent, ThreadLease
 
@@ -62,8 +62,10 @@ class ThreadProcessor:
             if not self.projections.memory_on_ahead(lease.thread_id, lease.cursor_pos, self.stream_key):
                 return lease  # paused: events wait in the log (no progress ends the drain)
             ctx = replace(ctx, memory_on=True)  # catch up, in order, up to and past the memory_on
-        vectors = embed_batch(self.embedder, batch)
+        embedder = concrete(self.embedder)
+        vectors = embed_batch(embedder, batch)
         plan = plan_batch(ctx, batch, vectors, self.seg_cfg, self.policy)
+        plan.embed_model = embedder.model
         new_lease = self.projections.apply(plan, lease=lease, advance=self.advance)
         for ack in plan.commands:
             log.info("thread %s: %s %s (%s): %s", lease.thread_id, ack.command, ack.status, ack.event_id, ack.detail)

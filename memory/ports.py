@@ -101,10 +101,20 @@ class LeaseLost(Exception):
 class Embedder(Protocol):
     """Text -> unit-normalised vectors (rows), batched."""
 
-    model: str
-    dim: int
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def concrete(embedder: Embedder) -> Embedder:
+    """The one embedder to use for a batch: an embedder that switches models (a re-embedding)
+    names the one in use now, so the vectors and the model recorded with them agree."""
+    current = getattr(embedder, "current", None)
+    return current() if callable(current) else embedder
 
 
 class LLM(Protocol):

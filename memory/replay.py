@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from chatmem.memory.episodes import Job, SummaryPolicy, ThreadContext, plan_batch
 from chatmem.memory.pipeline import embed_batch
-from chatmem.memory.ports import Embedder, LeaseLost, ThreadLog
+from chatmem.memory.ports import Embedder, LeaseLost, ThreadLog, concrete
 from chatmem.memory.segmentation import SegmenterConfig, SegmenterState
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,7 @@ class ReplayResult:
     events: int
     episodes: int
     seconds: float
+    context: ThreadContext | None = None  # where the rebuild ended (to switch to it later)
 
 
 def replay_thread(
@@ -61,6 +62,7 @@ def replay_thread(
     """`switch=False` builds the generation and leaves the active one in place (`replay --check`
     compares the two, then drops the scratch one)."""
     started = time.monotonic()
+    embedder = concrete(embedder)  # one model for the whole rebuild
     lease = None
     while lease is None:
         lease = threads.acquire_lease(thread_id, owner, lease_s)
@@ -80,6 +82,7 @@ def replay_thread(
                 # As live: paused until a memory_on, which the live cursor has passed if we are here.
                 ctx = replace(ctx, memory_on=True)
             plan = plan_batch(ctx, batch, embed_batch(embedder, batch), seg_cfg, policy)
+            plan.embed_model = embedder.model
             projections.apply(plan, lease=None, advance=None)
             for job in plan.jobs:  # inline and in order: the same summaries and facts as live
                 run(job, generation)
@@ -95,6 +98,6 @@ def replay_thread(
                 raise LeaseLost(thread_id)
             if after_switch is not None:
                 after_switch(generation)
-        return ReplayResult(thread_id, generation, applied, ctx.episode_count, time.monotonic() - started)
+        return ReplayResult(thread_id, generation, applied, ctx.episode_count, time.monotonic() - started, ctx)
     finally:
         threads.release_lease(thread_id, owner)

@@ -137,15 +137,24 @@ class Settings(BaseSettings):
     )
     llm_api_key: str | None = Field(None, description="Key for the LLM endpoint. Unset: the offline deterministic LLM.")
     llm_model: str = Field("gpt-4o-mini", description="Model name at the LLM endpoint.")
+    llm_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Longest wait for one LLM or vision request; a stalled endpoint then counts as down "
+        "(retried with backoff, the last attempt falls back to the offline model).",
+    )
     llm_rate_limits: dict[str, int] = Field(
         default_factory=dict,
         description='LLM calls per minute per queue, as JSON, e.g. {"summarize": 60}; missing or 0: no limit.',
     )
     embedding_provider: str = Field(
-        "minilm", pattern="^(minilm|openai)$", description="minilm (offline, 384-d) or openai."
+        "minilm",
+        pattern="^(minilm|openai|hashing)$",
+        description="minilm (offline, 384-d), openai, or hashing (feature hashing of words, embedding_dim wide: "
+        "tiny and deterministic, for tests).",
     )
     embedding_model: str = Field("text-embedding-3-small", description="Model name when embedding_provider=openai.")
-    embedding_dim: int = Field(1536, ge=1, description="Dimensions when embedding_provider=openai.")
+    embedding_dim: int = Field(1536, ge=1, description="Dimensions when embedding_provider=openai or hashing.")
 
     # --- episodes and summaries (a thread's `configure` command overrides these) -----------
     time_gap_hours: float = Field(8.0, gt=0, description="A pause longer than this starts a new episode.")

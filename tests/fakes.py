@@ -374,7 +374,7 @@ class FakeAttachmentStore:
         self.updated[(ref.event_id, ref.position)] = self.clock
         return art["status"]
 
-    def save_caption(self, ref: Reference, text: str, vector: np.ndarray) -> None:
+    def save_caption(self, ref: Reference, text: str, vector: np.ndarray, model: str | None = None) -> None:
         self.captions[(ref.event_id, ref.position)] = text
 
     def claim(self, sha256: str, claim_s: int) -> bool:
@@ -389,7 +389,7 @@ class FakeAttachmentStore:
         if self.artifacts[sha256]["status"] == "processing":
             self.artifacts[sha256]["status"] = "pending"
 
-    def finish(self, sha256: str, analysis: Analysis, vectors: np.ndarray) -> None:
+    def finish(self, sha256: str, analysis: Analysis, vectors: np.ndarray, model: str | None = None) -> None:
         assert len(vectors) == len(analysis.texts)
         self.artifacts[sha256].update(status="done", description=analysis.description, texts=analysis.texts)
 

@@ -15,7 +15,7 @@ import numpy as np
 from chatmem.memory.attachments.errors import BadFile
 from chatmem.memory.attachments.filetypes import Sniffed, declared_mismatch, sniff
 from chatmem.memory.attachments.ports import Analyze, AttachmentStore, BlobStore, Fetcher, Reference
-from chatmem.memory.ports import Embedder, TransientError
+from chatmem.memory.ports import Embedder, TransientError, concrete
 
 
 @dataclass
@@ -63,7 +63,9 @@ class AttachmentJob:
             raise BadFile(mismatch)
         sha = self.blobs.put(data)
         if att.get("caption"):
-            self.store.save_caption(ref, att["caption"], self.embedder.embed([att["caption"]])[0])
+            embedder = concrete(self.embedder)
+            vector = embedder.embed([att["caption"]])[0]
+            self.store.save_caption(ref, att["caption"], vector, model=embedder.model)
         status = self.store.link(ref, sha, sniffed, len(data))
         return Reference(
             ref.event_id,
@@ -85,12 +87,14 @@ class AttachmentJob:
             return "claimed elsewhere"  # the claimant refreshes every message that sent it
         try:
             analysis = self.analyze(self.blobs.get(sha), Sniffed(ref.mime, ref.kind), ref.attachment.get("filename"))
-            vectors = self.embedder.embed([t.text for t in analysis.texts]) if analysis.texts else None
+            embedder = concrete(self.embedder)
+            vectors = embedder.embed([t.text for t in analysis.texts]) if analysis.texts else None
         except BadFile as error:
             self.store.fail_artifact(sha, error.reason)
             return "failed"
         except BaseException:
             self.store.release(sha)
             raise
-        self.store.finish(sha, analysis, vectors if vectors is not None else np.zeros((0, self.embedder.dim)))
+        empty = np.zeros((0, embedder.dim))
+        self.store.finish(sha, analysis, vectors if vectors is not None else empty, model=embedder.model)
         return "done"

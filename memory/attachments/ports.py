@@ -115,7 +115,7 @@ class AttachmentStore(Protocol):
         status. When that status is final, the message's surrogate is refreshed here."""
         ...
 
-    def save_caption(self, ref: Reference, text: str, vector: np.ndarray) -> None: ...
+    def save_caption(self, ref: Reference, text: str, vector: np.ndarray, model: str | None = None) -> None: ...
 
     def claim(self, sha256: str, claim_s: int) -> bool:
         """Take the artifact for processing (pending, or a claim that has expired)."""
@@ -125,7 +125,7 @@ class AttachmentStore(Protocol):
         """Give a claim back after a transient failure."""
         ...
 
-    def finish(self, sha256: str, analysis: Analysis, vectors: np.ndarray) -> None:
+    def finish(self, sha256: str, analysis: Analysis, vectors: np.ndarray, model: str | None = None) -> None:
         """Save the texts, mark done, refresh the surrogates of every message that sent it."""
         ...
 

@@ -1,4 +1,5 @@
-"""Case 4: the LLM endpoint fails (500, 429 with Retry-After, invalid JSON) while episodes close:
+"""Case 4: the LLM endpoint fails (500, 429 with Retry-After, a stall past the timeout, invalid
+JSON) while episodes close:
 final summaries are still written (the last attempt falls back to the offline model), and once
 the endpoint answers again the next episodes are summarised by it (`summaries.model`)."""
 
@@ -20,6 +21,7 @@ from tests.fake_openai import FakeOpenAI, completion
 
 pytestmark = pytest.mark.chaos
 
+STALL_S = 20.0
 MODEL, OFFLINE = "chaos-model", "offline-extractive-v1+"  # the offline name ends with its embedder
 # Valid for every summary prompt (running, final, roll-up): extra keys are ignored.
 ANSWER = {"topic": "t", "topic_label": "chaos topic", "summary": "from the model", "open_loops": []}
@@ -39,6 +41,9 @@ class FlakyOpenAI(FakeOpenAI):
             self._send(500, b'{"error": {"message": "boom"}}')
         elif mode == "429":
             self._send(429, b'{"error": {"message": "slow down"}}', {"Retry-After": "1"})
+        elif mode == "stall":  # accepts the request, then says nothing for longer than the timeout
+            time.sleep(STALL_S)
+            self._send(200, json.dumps(completion(ANSWER, MODEL)).encode())
         elif mode == "invalid-json":  # a 200 whose structured output is not JSON
             reply = completion(ANSWER, MODEL)
             reply["choices"][0]["message"]["content"] = "Sure! Here is the summary: {topic: t"
@@ -75,7 +80,13 @@ def final_models(c: Container, prefix: str) -> dict[str, str]:
 # invalid-json found a bug: output that is not the JSON asked for was not transient, so no
 # retry and no offline fallback (now TransientError in adapters/llm.py).
 @pytest.mark.parametrize(
-    "mode", [pytest.param("500", marks=pytest.mark.heavy), pytest.param("429", marks=pytest.mark.heavy), "invalid-json"]
+    "mode",
+    [
+        pytest.param("500", marks=pytest.mark.heavy),
+        pytest.param("429", marks=pytest.mark.heavy),
+        pytest.param("stall", marks=pytest.mark.heavy),
+        "invalid-json",
+    ],
 )
 def test_llm_down_then_back(mode, settings_factory, tmp_path):
     started = time.monotonic()
@@ -83,7 +94,9 @@ def test_llm_down_then_back(mode, settings_factory, tmp_path):
     threads, per_phase = 5, 150  # 30 messages a thread: one closed episode per thread and phase
     with flaky_endpoint(mode) as url:
         # Two attempts: the first asks the model, the last falls back to the offline one.
-        s = settings_factory(**CHAOS_SETTINGS, llm_api_key="k", llm_base_url=url, llm_model=MODEL, task_max_retries=2)
+        s = settings_factory(
+            **CHAOS_SETTINGS, llm_api_key="k", llm_base_url=url, llm_model=MODEL, task_max_retries=2, llm_timeout_s=1.0
+        )
         c = Container(s, _urls(s))
         try:
             with Stack(s, tmp_path / "stack.log") as stack:
