@@ -61,6 +61,21 @@ class PostgresBrowser(PostgresReader):
                 (thread_id,),
             ).fetchall()
 
+    def episode_summaries(self, episode_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """The final and running summaries of these episodes (active generation), by episode."""
+        with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(
+                """SELECT s.episode_id, s.kind, s.upto_seq, s.text, s.content FROM summaries s
+                   JOIN threads t ON t.thread_id = s.thread_id AND t.generation = s.generation
+                   WHERE s.episode_id = ANY(%s) AND s.kind IN ('final', 'running')
+                   ORDER BY s.episode_id, s.upto_seq DESC""",
+                (episode_ids,),
+            ).fetchall()
+        found: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            found.setdefault(r["episode_id"], []).append(r)
+        return found
+
     def episode(self, episode_id: str) -> dict[str, Any] | None:
         with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
             ep = cur.execute(

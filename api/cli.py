@@ -260,6 +260,49 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> 
 
 
 @app.command()
+def mcp(
+    transport: str = typer.Option("stdio", help="stdio (a client starts this command) or http (streamable HTTP)"),
+    host: str = typer.Option(None, help="http: listen address (default: settings)"),
+    port: int = typer.Option(None, help="http: port (default: settings); the endpoint is /mcp"),
+    user: str = typer.Option(None, "--user", help="stdio: the user whose memory this serves (default: settings)"),
+) -> None:
+    """Serve memory to MCP clients (Claude Desktop, Cursor, VS Code, ...): see docs/mcp.md."""
+    from rich.console import Console
+
+    err = Console(stderr=True)  # on stdio, stdout carries the protocol and nothing else
+    settings = cli_settings()
+    if transport not in ("stdio", "http"):
+        err.print("[red]--transport is stdio or http[/red]")
+        raise typer.Exit(2)
+    try:
+        from chatmem.api import mcp_server
+    except ImportError:
+        err.print("[red]the MCP server needs the mcp package: pip install 'chatmem[mcp]'[/red]")
+        raise typer.Exit(2) from None
+    if transport == "http":
+        if user:
+            err.print("[red]--user is for stdio; over HTTP the API key decides the user[/red]")
+            raise typer.Exit(2)
+        c = cli_container(settings)
+        host, port = host or settings.mcp_host, port or settings.mcp_port
+        err.print(f"chatmem MCP server: http://{host}:{port}{mcp_server.MCP_PATH} (send an API key in X-API-Key)")
+        mcp_server.run_http(c, host, port)
+        return
+    served = user or settings.mcp_user
+    if not served:
+        err.print("[red]stdio serves one user: pass --user U or set CHATMEM_MCP_USER[/red]")
+        raise typer.Exit(2)
+    from chatmem.schemas.events import InvalidEvent, validate_identifier
+
+    try:
+        validate_identifier(served, "user_id")
+    except InvalidEvent as error:
+        err.print(f"[red]{error.reason}[/red]")
+        raise typer.Exit(2) from None
+    mcp_server.run_stdio(cli_container(settings), served)
+
+
+@app.command()
 def demo(timeout: float = typer.Option(120.0, help="seconds to wait for processing")) -> None:
     """Bring the stack up, publish a sample conversation, wait until processed, show memory, stop."""
     from chatmem.api.demo import run_demo

@@ -179,6 +179,11 @@ class Settings(BaseSettings):
     recall_mem0: bool = Field(True, description="Also search mem0 (semantic fact search) when recalling facts.")
     api_host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
     api_port: int = Field(8765, ge=1, le=65535, description="Port of the HTTP API.")
+    mcp_user: str | None = Field(
+        None, description="The user `chatmem mcp` serves on stdio (`--user` overrides); HTTP takes it from the API key."
+    )
+    mcp_host: str = Field("127.0.0.1", description="Address `chatmem mcp --transport http` listens on.")
+    mcp_port: int = Field(8766, ge=1, le=65535, description="Port of `chatmem mcp --transport http` (path /mcp).")
 
     # --- attachments -----------------------------------------------------------------------
     blob_dir: Path | None = Field(
