@@ -185,7 +185,7 @@ def _celery_says_json() -> None:
             return safe_say(msg, f)
         os.write(f.fileno(), raw_json_line(msg, "celery.worker"))
 
-    celery.apps.worker.safe_say = say  # type: ignore[assignment]
+    celery.apps.worker.safe_say = say
 
 
 @app.command()
@@ -240,10 +240,14 @@ def up() -> None:
     use_multiprocess_dir(settings.resolved_metrics_dir, clear=True)
     with services.running(settings) as urls:
         m.migrate(urls.database_url, settings.vector_dim)
-        console.print(
+        banner = (
             f"chatmem up: postgres {urls.database_url} · redis {urls.redis_url} · "
             f"API http://{settings.api_host}:{settings.api_port}/docs · Ctrl-C stops"
         )
+        if settings.log_format == "json":  # every line JSON, this one too
+            logging.getLogger("chatmem.up").info("%s", banner)
+        else:
+            console.print(banner)
         policy = RestartPolicy(settings.supervisor_max_restarts, settings.supervisor_restart_window_s)
         supervisor = Supervisor(
             UP_PROCESSES, {"CHATMEM_METRICS_PORT": "0"}, policy=policy, state_file=settings.supervisor_state_file
