@@ -54,6 +54,7 @@ class ReaderSpec:
     max_decoded_bytes: int
     preload_ocr: bool = True  # load the OCR models at start, outside any job's time
     factory: str = DEFAULT_FACTORY
+    log_format: str = "text"  # the worker's, so its warnings come out in the same format
 
 
 def build_reader(spec: ReaderSpec) -> Read:
@@ -288,6 +289,8 @@ def serve(sock: socket.socket, read: Read) -> None:
 def main(argv: list[str]) -> None:
     import logging
 
+    from chatmem.adapters.logs import configure_logging
+
     fd, parent, spec_json = argv
     sock = socket.socket(fileno=int(fd))
     _exit_with(int(parent))
@@ -296,11 +299,12 @@ def main(argv: list[str]) -> None:
             adj.write("1000")
     except OSError:
         pass
-    # pypdf logs a warning per oddity; a hostile PDF has thousands. The reason of a failure is
-    # recorded with the attachment.
-    logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
         spec = ReaderSpec(**json.loads(spec_json))
+        configure_logging("WARNING", spec.log_format)
+        # pypdf logs a warning per oddity; a hostile PDF has thousands. The reason of a failure
+        # is recorded with the attachment.
+        logging.getLogger("pypdf").setLevel(logging.ERROR)
         read = _load(spec.factory)(spec)
     except Exception as error:  # noqa: BLE001 - reported to the worker, which raises it
         _send(sock, ("failed", f"{type(error).__name__}: {error}"), None)

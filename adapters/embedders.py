@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from psycopg_pool import ConnectionPool
 
+from chatmem.adapters.metrics import instruments, timed
 from chatmem.memory.ports import Embedder
 
 log = logging.getLogger(__name__)
@@ -59,13 +60,14 @@ class MiniLMEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self._load()
-        vectors = model.encode(
-            list(texts),
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,  # it defaults to on at log level INFO: a bar per batch in the logs
-        )
+        with timed(instruments().embed_seconds):
+            vectors = model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,  # it defaults to on at log level INFO: a bar per batch in the logs
+            )
         return np.asarray(vectors, dtype=np.float32)
 
 
@@ -80,7 +82,10 @@ class OpenAIEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        reply = self.client.embeddings.create(model=self.model, input=list(texts))
+        with timed(instruments().embed_seconds):
+            reply = self.client.embeddings.create(model=self.model, input=list(texts))
+        if reply.usage is not None:  # billed like LLM tokens: part of the cost panel
+            instruments().llm_tokens.labels(self.model, "embedding").inc(reply.usage.prompt_tokens)
         vectors = np.asarray([d.embedding for d in reply.data], dtype=np.float32)
         return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 

@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 from pydantic import BaseModel, ValidationError
 
+from chatmem.adapters.metrics import instruments
 from chatmem.memory.ports import LLM, TransientError
 from chatmem.memory.prompts import ImageDescription, Prompt, describe_image
 
@@ -54,6 +55,10 @@ class OpenAILLM:
             # Output that is not the JSON asked for (a model having a bad moment, a proxy's error
             # page): retried like an outage, so the last attempt falls back to the offline LLM.
             raise TransientError(f"LLM output does not fit {response_model.__name__}: {error}"[:500]) from error
+        if reply.usage is not None:  # what the endpoint bills
+            tokens = instruments().llm_tokens
+            tokens.labels(self.model, "prompt").inc(reply.usage.prompt_tokens)
+            tokens.labels(self.model, "completion").inc(reply.usage.completion_tokens)
         parsed = reply.choices[0].message.parsed
         if parsed is None:
             raise TransientError("LLM returned no parsable output")
@@ -74,7 +79,14 @@ class OpenAIVision:
             {"type": "text", "text": prompt.user_text()},
             {"type": "image_url", "image_url": {"url": image}},
         ]
-        return self._chat.parse(prompt.system, content, ImageDescription)
+        calls = instruments().llm_calls
+        try:
+            description = self._chat.parse(prompt.system, content, ImageDescription)
+        except Exception:
+            calls.labels(self.model, "error").inc()
+            raise
+        calls.labels(self.model, "ok").inc()
+        return description
 
 
 class RateLimiter:
@@ -130,6 +142,7 @@ class CachedLLM:
 
     def complete(self, prompt: Prompt, response_model: type[T]) -> T:
         key = (self.model, prompt.version, input_hash(prompt))
+        calls = instruments().llm_calls
         if not self.refresh:
             with self.pool.connection() as conn:
                 row = conn.execute(
@@ -137,12 +150,20 @@ class CachedLLM:
                 ).fetchone()
             if row is not None:
                 try:
-                    return response_model.model_validate(row[0])
+                    cached = response_model.model_validate(row[0])
                 except ValidationError:
                     pass  # the response model changed: ask again
+                else:
+                    calls.labels(self.model, "cached").inc()
+                    return cached
         self.limiter.wait()
         self.calls += 1
-        result = self.inner.complete(prompt, response_model)
+        try:
+            result = self.inner.complete(prompt, response_model)
+        except Exception:
+            calls.labels(self.model, "error").inc()
+            raise
+        calls.labels(self.model, "ok").inc()
         with self.pool.connection() as conn:
             conn.execute(
                 "INSERT INTO llm_cache (model, prompt_version, input_hash, output, thread_id)"

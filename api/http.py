@@ -8,9 +8,11 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from chatmem import status
+from chatmem.adapters import metrics
 from chatmem.adapters.api_keys import ALL_USERS, KeyInfo
 from chatmem.bootstrap import Container
 from chatmem.memory.recall import NotReadable
@@ -97,6 +99,8 @@ def create_app(container: Container) -> FastAPI:
         summary="Conversation memory for chat bots: token-budgeted context and recall with citations.",
     )
     app.state.container = container
+    shared_state = metrics.SharedStateCollector(lambda: status.shared_state(container))
+    m = metrics.instruments()
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -125,7 +129,8 @@ def create_app(container: Container) -> FastAPI:
         if body.budgets is not None:
             kw["budgets"] = body.budgets
         try:
-            return container.build_context(body.thread_id, body.user_id, body.query, **kw)
+            with metrics.timed(m.context_seconds):
+                return container.build_context(body.thread_id, body.user_id, body.query, **kw)
         except NotReadable:
             raise not_found(f"thread {body.thread_id!r}") from None
 
@@ -134,9 +139,10 @@ def create_app(container: Container) -> FastAPI:
         """Hybrid search over the user's messages, summaries and facts, with citations."""
         allowed(key, body.user_id)
         try:
-            return container.recall(
-                body.user_id, body.query, scope=body.scope, limit=body.limit, thread_id=body.thread_id
-            )
+            with metrics.timed(m.recall_seconds):
+                return container.recall(
+                    body.user_id, body.query, scope=body.scope, limit=body.limit, thread_id=body.thread_id
+                )
         except NotReadable:
             raise not_found(f"thread {body.thread_id!r}") from None
 
@@ -180,6 +186,12 @@ def create_app(container: Container) -> FastAPI:
     @app.get("/healthz", tags=["ops"])
     def healthz() -> dict:
         return {"status": "ok"}
+
+    @app.get("/metrics", tags=["ops"], response_class=Response)
+    def metrics_text() -> Response:
+        """Prometheus metrics: the pipeline's shared state (events, dead letters, stream, queues,
+        lag), read now, and what every process recorded (docs/operations.md, "Metrics")."""
+        return Response(metrics.exposition(shared_state), media_type=metrics.CONTENT_TYPE)
 
     @app.get("/readyz", tags=["ops"])
     def readyz() -> JSONResponse:

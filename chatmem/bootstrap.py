@@ -328,6 +328,7 @@ class Container:
             max_chars=s.attachment_max_text_chars,
             max_pdf_pages=s.attachment_max_pdf_pages,
             max_decoded_bytes=s.attachment_max_decoded_bytes,
+            log_format=s.log_format,
         )
         return IsolatedReader(spec, s.attachment_analysis_timeout_s)
 

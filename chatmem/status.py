@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from chatmem.adapters import pgcheck, services
 from chatmem.adapters.celery_queue import queue_depths
+from chatmem.adapters.metrics import SharedState
 from chatmem.adapters.sql import one, scalar
 from chatmem.bootstrap import Container
 from chatmem.producers.spool import Spool
@@ -44,17 +45,41 @@ def table_counts(c: Container) -> dict[str, int]:
     return counts
 
 
+# Events logged but not applied yet, per lagging thread.
+_LAGS = """
+    SELECT count(*) AS lag, e.thread_id
+    FROM events e LEFT JOIN threads t USING (thread_id)
+    WHERE e.stream_pos > coalesce(t.cursor_pos, 0)
+    GROUP BY e.thread_id"""
+
+
 def largest_lag(c: Container) -> Lag:
     with c.pool.connection() as conn:
-        row = conn.execute(
-            """
-            SELECT e.thread_id, count(*) AS lag
-            FROM events e LEFT JOIN threads t USING (thread_id)
-            WHERE e.stream_pos > coalesce(t.cursor_pos, 0)
-            GROUP BY e.thread_id ORDER BY lag DESC, e.thread_id LIMIT 1
-            """
-        ).fetchone()
-    return Lag(max_events=row[1], thread_id=row[0]) if row else Lag(max_events=0, thread_id=None)
+        row = conn.execute(_LAGS + " ORDER BY lag DESC, e.thread_id LIMIT 1").fetchone()
+    return Lag(max_events=row[0], thread_id=row[1]) if row else Lag(max_events=0, thread_id=None)
+
+
+# A bounded label for /metrics: the dead letter's reason names the field, never the content.
+_DEAD_LETTER_CLASS = """
+    CASE WHEN reason LIKE 'malformed JSON%' THEN 'malformed_json'
+         WHEN reason LIKE 'refused by Postgres%' THEN 'refused_by_postgres'
+         WHEN reason ~ '^[a-z_]+[.:]' THEN 'invalid_' || substring(reason from '^([a-z_]+)')
+         ELSE 'other' END"""
+
+
+def shared_state(c: Container) -> SharedState:
+    """What /metrics reads on every scrape: the same queries as the report below (events,
+    dead letters, stream pending, queue depths, lag), so the two agree by construction."""
+    pending = c.stream.pending_count()
+    depths = queue_depths(c.celery)
+    with c.pool.connection() as conn:
+        if scalar(conn, "SELECT to_regclass('events')") is None:
+            return SharedState(0, {}, pending, depths)
+        events = scalar(conn, "SELECT count(*) FROM events")
+        dead = conn.execute(f"SELECT {_DEAD_LETTER_CLASS}, count(*) FROM dead_letters GROUP BY 1").fetchall()
+        threads = scalar(conn, "SELECT count(*) FROM threads")
+        lags = [n for n, _ in conn.execute(_LAGS)]
+    return SharedState(events, {r: int(n) for r, n in dead}, pending, depths, lags, threads)
 
 
 def postgres_state(c: Container) -> PostgresState:

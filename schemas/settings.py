@@ -124,6 +124,25 @@ class Settings(BaseSettings):
     )
     task_max_retries: int = Field(8, ge=0, description="Retries of a task after a transient error.")
     log_level: str = Field("INFO", description="Log level of every chatmem process.")
+    log_format: str = Field(
+        "text",
+        pattern="^(text|json)$",
+        description="Log format of every chatmem process: text, or json (one object a line, with thread_id, "
+        "episode_id and event_id when known).",
+    )
+    metrics_dir: Path | None = Field(
+        None,
+        description="Folder where each process writes its Prometheus metrics for /metrics to add up (multiprocess "
+        "mode). Unset: data_dir/metrics. Local to the machine or container: never shared between machines.",
+    )
+    metrics_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="Port on which ingest, workers and the sweeper serve their own /metrics (compose: one per "
+        "container); 0: none, the API's /metrics covers them through metrics_dir.",
+    )
+    metrics_host: str = Field("127.0.0.1", description="Address the metrics_port listens on.")
     supervisor_max_restarts: int = Field(
         5, ge=0, description="`chatmem up` gives up on a process that exits more often than this within the window."
     )
@@ -281,6 +300,10 @@ class Settings(BaseSettings):
     @property
     def resolved_spool_dir(self) -> Path:
         return self.spool_dir or self.data_dir / "spool"
+
+    @property
+    def resolved_metrics_dir(self) -> Path:
+        return self.metrics_dir or self.data_dir / "metrics"
 
     @property
     def supervisor_state_file(self) -> Path:

@@ -17,6 +17,7 @@ import time
 from typing import Protocol
 
 from chatmem.adapters.errors import TRANSIENT_ERRORS
+from chatmem.adapters.metrics import instruments, timed
 from chatmem.adapters.procs import process_name
 from chatmem.memory.ingest import IngestLimits, IngestService, PreparedBatch
 from chatmem.memory.ports import Doorbell, EventStore, EventStream
@@ -41,7 +42,8 @@ class _Writer:
         while (item := self.queue.get()) is not _DONE:
             if self.error is None:
                 try:
-                    self.service.commit(item)
+                    with timed(instruments().ingest_batch_seconds):
+                        self.service.commit(item)
                 except BaseException as error:  # handed to the reader thread, which decides
                     self.error = error
             self.queue.task_done()
@@ -131,7 +133,8 @@ class IngestRunner:
                     entries = self.stream.read_own_pending(self.consumer, s.ingest_batch_size)
                     own_backlog = bool(entries)
                     if entries:
-                        self.service.process(entries)
+                        with timed(instruments().ingest_batch_seconds):
+                            self.service.process(entries)
                         continue
                 else:
                     entries = self.stream.read_new(self.consumer, s.ingest_batch_size, s.ingest_block_ms)

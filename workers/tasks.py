@@ -4,17 +4,23 @@ factory for the wiring on the app (`chatmem_wiring`); each worker process builds
 
 from __future__ import annotations
 
+import inspect
 import os
+import time
+from contextlib import ExitStack
 from typing import Any, Protocol
 
 from celery import Task, shared_task
-from celery.signals import worker_process_init
+from celery.signals import task_postrun, task_prerun, worker_process_init
 
 from chatmem.adapters.celery_queue import BULK_PRIORITY, enqueue_episode_facts
 from chatmem.adapters.errors import TRANSIENT_ERRORS
+from chatmem.adapters.logs import IDS, log_context
+from chatmem.adapters.metrics import instruments, record_sweep
 from chatmem.adapters.procs import process_name
 from chatmem.memory import sequencer
 from chatmem.memory.attachments import AttachmentJob
+from chatmem.memory.attachments.ports import AttachmentStore
 from chatmem.memory.episodes import Job
 from chatmem.memory.jobs import Jobs
 from chatmem.memory.pipeline import ThreadProcessor
@@ -44,6 +50,8 @@ class Wiring(Protocol):
     def sweeper(self) -> Sweeper: ...
     @property
     def celery(self) -> Any: ...  # the Celery app, for what a task queues next
+    @property
+    def attachment_store(self) -> AttachmentStore: ...
 
     def llm(self, queue: str, *, refresh: bool = False, offline: bool = False, thread_id: str | None = None) -> LLM: ...
 
@@ -85,6 +93,38 @@ def _preload_model(**_: object) -> None:
             # OCR and document reading run in a helper process: start it (and load its models)
             # now, outside any job's time limit.
             c.analysis_reader.start()
+
+
+# Per attempt: when it started and the log context of its ids, keyed by task id.
+_attempts: dict[str, tuple[float, ExitStack]] = {}
+
+
+@task_prerun.connect
+def _attempt_started(task_id: str, task: Task, args: tuple, kwargs: dict, **_: object) -> None:
+    """Every log line of the attempt carries the ids in its payload (thread, episode, event)."""
+    try:
+        given = inspect.signature(task.run).bind_partial(*args, **kwargs).arguments
+    except TypeError:  # a malformed payload: the task itself says what is wrong
+        given = {}
+    ids = {k: str(v) for k, v in given.items() if k in IDS and v is not None}
+    stack = ExitStack()
+    stack.enter_context(log_context(**ids))
+    _attempts[task_id] = (time.perf_counter(), stack)
+
+
+@task_postrun.connect
+def _attempt_finished(task_id: str, task: Task, state: str | None = None, **_: object) -> None:
+    started, stack = _attempts.pop(task_id, (None, None))
+    if stack is not None:
+        stack.close()
+    name = task.name.removeprefix("chatmem.")
+    m = instruments()
+    if started is not None:
+        m.task_duration.labels(name).observe(time.perf_counter() - started)
+    if state == "FAILURE":
+        m.task_failures.labels(name).inc()
+    elif state == "RETRY":
+        m.task_retries.labels(name).inc()
 
 
 @shared_task(name="chatmem.advance_thread", bind=True, **RETRY)
@@ -172,13 +212,28 @@ def process_attachment(self: Task, event_id: str, position: int) -> dict:
     except TRANSIENT_ERRORS as error:
         delay = min(600.0, s.attachment_retry_backoff_s * 2**self.request.retries)
         raise self.retry(exc=error, countdown=delay, max_retries=s.attachment_max_retries) from None
+    _count_attachment(c, event_id, position, outcome)
     return {"event_id": event_id, "position": position, "outcome": outcome}
+
+
+# The job's outcome in a word -> the status label; "claimed elsewhere" is counted by the claimant.
+_ATTACHMENT_STATUS = {"done": "done", "failed": "failed", "artifact done": "reused", "artifact failed": "failed"}
+
+
+def _count_attachment(c: Wiring, event_id: str, position: int, outcome: str) -> None:
+    status = _ATTACHMENT_STATUS.get(outcome)
+    if status is None:
+        return
+    ref = c.attachment_store.reference(event_id, position)
+    kind = (ref.kind or ref.attachment.get("kind")) if ref is not None else None
+    instruments().attachments.labels(str(kind or "unknown"), status).inc()
 
 
 @shared_task(name="chatmem.sweep", bind=True, **RETRY)
 def sweep(self: Task) -> dict:
     """What `chatmem sweeper` does once; for a Celery beat schedule instead of that loop."""
     result = wiring(self).sweeper.sweep()
+    record_sweep(result.rung, result.finals, result.attachments)
     return {"rung": result.rung, "finals": result.finals, "attachments": result.attachments}
 
 
