@@ -202,6 +202,32 @@ class PostgresAttachmentStore:
                 )
             self._settle(conn, sha256, "done", None, analysis.description, analysis.meta)
 
+    def analysed(self) -> list[tuple[str, str, str, str | None]]:
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                """SELECT ar.sha256, ar.mime_type, ar.kind,
+                          (SELECT a.ref->>'filename' FROM attachments a WHERE a.sha256 = ar.sha256
+                           AND a.ref ? 'filename' LIMIT 1)
+                   FROM artifacts ar WHERE ar.status = 'done' ORDER BY ar.sha256"""
+            ).fetchall()
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    def replace_analysis(self, sha256: str, analysis: Analysis, vectors: np.ndarray, model: str | None = None) -> None:
+        with self.pool.connection() as conn, conn.transaction():
+            if conn.execute("SELECT 1 FROM artifacts WHERE sha256 = %s FOR UPDATE", (sha256,)).fetchone() is None:
+                return  # erased meanwhile
+            conn.execute("DELETE FROM artifact_text WHERE sha256 = %s", (sha256,))  # captions stay
+            with conn.cursor() as cur:
+                cur.executemany(
+                    """INSERT INTO artifact_text (sha256, kind, ord, text, meta, embedding, embed_model)
+                       VALUES (%s, %s, %s, %s, %s, %s, %s)""",
+                    [
+                        (sha256, t.kind, t.ord, t.text, Jsonb(t.meta), vectors[i], model)
+                        for i, t in enumerate(analysis.texts)
+                    ],
+                )
+            self._settle(conn, sha256, "done", None, analysis.description, analysis.meta)
+
     def fail_artifact(self, sha256: str, reason: str) -> None:
         with self.pool.connection() as conn, conn.transaction():
             if self._unsettled(conn, sha256):

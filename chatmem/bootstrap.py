@@ -6,6 +6,7 @@ own connections."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from datetime import datetime
 from functools import cached_property
@@ -62,6 +63,8 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.memory.sweeper import Sweeper
     from chatmem.memory.tokens import TokenCounter
     from chatmem.schemas.read import ContextBundle, KnownAbout, SummaryView
+
+log = logging.getLogger(__name__)
 
 # The module Celery loads in a worker to register the tasks.
 TASK_MODULES = ("chatmem.workers.tasks",)
@@ -706,6 +709,27 @@ class Container:
             raise
         artifacts += self.projections.stage_artifact_vectors(new, in_place=True)
         return {"threads": len(built), "events": done, "artifact_texts": artifacts}
+
+    def reanalyse_attachments(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """Analyse every stored file again with the OCR and vision settings in use now, each
+        swapped in at once with its messages' surrogates. A file that fails now keeps its old
+        analysis (counted as failed)."""
+        from chatmem.memory.attachments.errors import BadFile
+        from chatmem.memory.ports import TransientError
+
+        job = self.attachment_job()
+        todo = self.attachment_store.analysed()
+        done = failed = 0
+        for i, (sha, mime, kind, filename) in enumerate(todo, start=1):
+            try:
+                job.reanalyse(sha, mime, kind, filename)
+                done += 1
+            except (BadFile, TransientError, FileNotFoundError) as error:
+                log.warning("re-analysis of %s failed, its old analysis stays: %s", sha[:12], error)
+                failed += 1
+            if on_progress:
+                on_progress(i, len(todo))
+        return {"files": done, "failed": failed}
 
     def apply_retention(self, now: datetime | None = None) -> dict[str, int]:
         """Shred the content of events past their retention (settings: retention_days,

@@ -396,6 +396,16 @@ class FakeAttachmentStore:
     def fail_artifact(self, sha256: str, reason: str) -> None:
         self.artifacts[sha256].update(status="failed", reason=reason)
 
+    def analysed(self) -> list[tuple[str, str, str, str | None]]:
+        return [
+            (sha, a.get("mime", ""), a.get("kind", ""), None)
+            for sha, a in sorted(self.artifacts.items())
+            if a.get("status") == "done"
+        ]
+
+    def replace_analysis(self, sha256: str, analysis: Analysis, vectors: np.ndarray, model: str | None = None) -> None:
+        self.finish(sha256, analysis, vectors, model)
+
     def stale_references(self, older_than_s: int) -> list[tuple[str, int]]:
         """The sweeper's LostAttachments port: references still pending, or linked to an artifact
         not yet analysed, untouched for `older_than_s` seconds (oldest first)."""

@@ -54,6 +54,14 @@ class AttachmentJob:
                 self.store.fail_reference(event_id, position, f"gave up after retries: {error}")
             return "failed"
 
+    def reanalyse(self, sha256: str, mime: str, kind: str, filename: str | None) -> None:
+        """Analyse stored bytes again (a new vision or OCR model) and swap the result in at once:
+        a read sees the old texts or the new, never a mix. A file that fails now keeps the old."""
+        analysis = self.analyze(self.blobs.get(sha256), Sniffed(mime, kind), filename)
+        embedder = concrete(self.embedder)
+        vectors = embedder.embed([t.text for t in analysis.texts]) if analysis.texts else np.zeros((0, embedder.dim))
+        self.store.replace_analysis(sha256, analysis, vectors, model=embedder.model)
+
     def _link(self, ref: Reference) -> Reference:
         att = ref.attachment
         data = self.fetcher.fetch(att["url"])

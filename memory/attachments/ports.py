@@ -131,6 +131,14 @@ class AttachmentStore(Protocol):
 
     def fail_artifact(self, sha256: str, reason: str) -> None: ...
 
+    def analysed(self) -> list[tuple[str, str, str, str | None]]:
+        """Every analysed artifact: (sha256, mime type, kind, a file name it was sent under)."""
+        ...
+
+    def replace_analysis(self, sha256: str, analysis: Analysis, vectors: np.ndarray, model: str | None = None) -> None:
+        """Swap an artifact's derived texts for a new analysis, and its surrogates, at once."""
+        ...
+
 
 class BlobStore(Protocol):
     def put(self, data: bytes) -> str:

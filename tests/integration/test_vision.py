@@ -69,3 +69,32 @@ def test_a_vision_endpoint_that_is_down_is_retried_then_the_offline_description_
     assert driver.run_attachments(last_attempt=True) == ["done"]
     assert "with the text" in message_text(c, "trip-1")  # the offline description
     assert scalar(c, "SELECT count(*) FROM artifact_text WHERE kind LIKE 'vision%%'") == 0
+
+
+def test_after_a_vision_model_change_reanalysis_swaps_the_description_in(settings_factory, endpoint, tmp_path):
+    offline = settings_factory()
+    c = Container(offline, ServiceUrls(offline.database_url, offline.redis_url, False, False))
+    try:
+        driver = Driver(c)
+        url = put(tmp_path, "t.png", text_image(TICKET))
+        driver.publish([message("trip", "alice", 1, "pass", [Attachment(url=url)])])
+        driver.advance("trip")
+        assert driver.run_attachments() == ["done"]
+        before = message_text(c, "trip-1")
+        assert "a boarding pass for a flight to Lisbon" not in before  # OCR and image metadata only
+    finally:
+        c.close()
+    # The same database, now with a vision model configured.
+    s = offline.model_copy(update={"vision_model": "test-vision", "vision_base_url": endpoint, "vision_api_key": "k"})
+    c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
+    try:
+        assert c.reanalyse_attachments() == {"files": 1, "failed": 0}
+        assert message_text(c, "trip-1").endswith("] a boarding pass for a flight to Lisbon")
+        assert scalar(c, "SELECT meta ->> 'vision_model' FROM artifacts") == "test-vision"
+        with c.pool.connection() as conn:
+            kinds = {r[0] for r in conn.execute("SELECT kind FROM artifact_text")}
+        assert {"ocr", "vision_short", "vision_detail"} <= kinds
+        hit = c.recall("alice", "boarding pass for a flight to Lisbon", scope="artifacts").hits[0]
+        assert hit.citation.event_id == "trip-1"
+    finally:
+        c.close()
