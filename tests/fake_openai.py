@@ -3,6 +3,7 @@ answers every POST with a set status and body and records the requests it got.""
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,9 +25,11 @@ class FakeOpenAI(BaseHTTPRequestHandler):
     status = 200
     body: dict = {}
     requests: list[dict] = []
+    delay_s = 0.0  # a stalled endpoint: accepts the request, then says nothing for this long
 
     def do_POST(self):  # noqa: N802
         type(self).requests.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        time.sleep(type(self).delay_s)
         data = json.dumps(type(self).body).encode()
         self.send_response(type(self).status)
         self.send_header("Content-Type", "application/json")
@@ -41,7 +44,7 @@ class FakeOpenAI(BaseHTTPRequestHandler):
 @contextmanager
 def serving() -> Iterator[str]:
     """The endpoint's base URL (…/v1), with a fresh request log."""
-    FakeOpenAI.status, FakeOpenAI.body, FakeOpenAI.requests = 200, {}, []
+    FakeOpenAI.status, FakeOpenAI.body, FakeOpenAI.requests, FakeOpenAI.delay_s = 200, {}, [], 0.0
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeOpenAI)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:

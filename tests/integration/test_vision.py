@@ -4,6 +4,7 @@ vision_detail and the surrogate's description; an endpoint that is down is retri
 last attempt falls back to the offline description."""
 
 import json
+import time
 
 import pytest
 
@@ -69,6 +70,33 @@ def test_a_vision_endpoint_that_is_down_is_retried_then_the_offline_description_
     assert driver.run_attachments(last_attempt=True) == ["done"]
     assert "with the text" in message_text(c, "trip-1")  # the offline description
     assert scalar(c, "SELECT count(*) FROM artifact_text WHERE kind LIKE 'vision%%'") == 0
+
+
+def test_a_vision_endpoint_that_stalls_times_out_and_falls_back_to_the_offline_description(
+    settings_factory, endpoint, tmp_path
+):
+    # 0.3 s per try (vision gets 1.5x llm_timeout_s), three tries with the client's backoff; the
+    # endpoint would answer each after 30 s.
+    s = settings_factory(vision_model="test-vision", vision_base_url=endpoint, vision_api_key="k", llm_timeout_s=0.2)
+    c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
+    FakeOpenAI.delay_s = 30.0
+    try:
+        driver = Driver(c)
+        url = put(tmp_path, "t.png", text_image(TICKET))
+        driver.publish([message("trip", "alice", 1, "pass", [Attachment(url=url)])])
+        driver.advance("trip")
+        queued = list(driver.attachments)
+        started = time.monotonic()
+        with pytest.raises(TransientError, match="timed out|unavailable"):
+            driver.run_attachments()
+        assert time.monotonic() - started < 25.0  # the timeout ended it, not the endpoint
+        assert scalar(c, "SELECT status FROM artifacts") == "pending"  # the claim was given back
+        driver.attachments = queued
+        assert driver.run_attachments(last_attempt=True) == ["done"]
+        assert "with the text" in message_text(c, "trip-1")  # the offline description
+    finally:
+        FakeOpenAI.delay_s = 0.0
+        c.close()
 
 
 def test_after_a_vision_model_change_reanalysis_swaps_the_description_in(settings_factory, endpoint, tmp_path):
