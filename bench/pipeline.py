@@ -131,7 +131,12 @@ def clear_copies(c, thread_ids: list[str]) -> list[str]:  # noqa: ANN001
                        VALUES (%s, %s, %s, 1, %s, %s, %s, %s)""",
                     (payload["event_id"], e.stream_pos, e.type, copy, e.user_id, e.occurred_at, Jsonb(payload)),
                 )
-            conn.execute("INSERT INTO threads (thread_id) VALUES (%s) ON CONFLICT DO NOTHING", (copy,))
+            # Replay rebuilds up to the thread's cursor: the copy's is the original's.
+            conn.execute(
+                """INSERT INTO threads (thread_id, cursor_pos) SELECT %s, cursor_pos FROM threads WHERE thread_id = %s
+                   ON CONFLICT DO NOTHING""",
+                (copy, tid),
+            )
             copies.append(copy)
     return copies
 
