@@ -27,6 +27,11 @@ class EmbeddingState:
             row = conn.execute("SELECT provider, model, dim FROM embedding_state WHERE id = 1").fetchone()
         return EmbedderSpec(*row) if row else self.configured
 
+    def paused(self) -> bool:
+        with self.pool.connection() as conn:
+            row = conn.execute("SELECT paused FROM embedding_state WHERE id = 1").fetchone()
+        return bool(row and row[0])
+
     def begin(self, target: EmbedderSpec) -> EmbedderSpec:
         """Pause live projection for a re-embedding to `target`; returns the model in use."""
         current = self.spec()

@@ -14,6 +14,7 @@ from celery import Task, shared_task
 from celery.signals import task_postrun, task_prerun, worker_process_init
 
 from chatmem.adapters.celery_queue import BULK_PRIORITY, enqueue_episode_facts
+from chatmem.adapters.embedding_state_pg import EmbeddingState
 from chatmem.adapters.errors import TRANSIENT_ERRORS
 from chatmem.adapters.logs import IDS, log_context
 from chatmem.adapters.metrics import instruments, record_sweep
@@ -56,6 +57,9 @@ class Wiring(Protocol):
     def llm(self, queue: str, *, refresh: bool = False, offline: bool = False, thread_id: str | None = None) -> LLM: ...
 
     def attachment_job(self, *, offline: bool = False) -> AttachmentJob: ...
+
+    @property
+    def embedding_state(self) -> EmbeddingState: ...
 
     def erasure_subject(self, thread_id: str, event_id: str) -> str | None: ...
 
@@ -141,7 +145,9 @@ def advance_thread(self: Task, thread_id: str, bulk: bool = False) -> dict:
         apply=c.processor.apply,
         max_batches=c.settings.bulk_batches_per_task if bulk else None,
     )
-    if result.busy:
+    if result.busy and c.embedding_state.paused():
+        pass  # a re-embedding holds every thread: the sweeper rings the lagging ones once it is done
+    elif result.busy:
         # Another worker holds the thread; look again shortly in case it finished just before
         # the events that rang this bell became visible to it.
         self.apply_async(args=[thread_id, bulk], countdown=1, priority=BULK_PRIORITY if bulk else None)
