@@ -9,7 +9,6 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
 
 from psycopg_pool import ConnectionPool
 
@@ -281,15 +280,6 @@ class PostgresErasure:
         with self.pool.connection() as conn:
             return conn.execute("DELETE FROM dead_letters WHERE last_seen < %s", (before,)).rowcount
 
-    def last_runs(self) -> dict[str, Any]:
-        """For status: the latest erasure and the latest retention run."""
-        with self.pool.connection() as conn:
-            rows = conn.execute(
-                """SELECT DISTINCT ON (scope = 'retention') scope, finished_at, removed FROM erasures
-                   WHERE finished_at IS NOT NULL ORDER BY scope = 'retention', finished_at DESC"""
-            ).fetchall()
-        return {("retention" if scope == "retention" else "erasure"): (at, removed) for scope, at, removed in rows}
-
     def command_sender(self, thread_id: str, event_id: str) -> str | None:
         """The sender of a forget_me command of this thread, unless an erasure already answered it."""
         with self.pool.connection() as conn:
@@ -318,11 +308,3 @@ class PostgresErasure:
             conn.execute(
                 "UPDATE erasures SET removed = %s, finished_at = now() WHERE id = %s", (Jsonb(removed), erasure_id)
             )
-
-    def erased_users(self, user_ids: Sequence[str]) -> set[str]:
-        """Of these users, the ones with an erasure on record."""
-        with self.pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT DISTINCT subject FROM erasures WHERE scope = 'user' AND subject = ANY(%s)", (list(user_ids),)
-            ).fetchall()
-        return {r[0] for r in rows}

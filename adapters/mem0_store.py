@@ -158,12 +158,13 @@ class Mem0Store:
     def erase_memories(self, memory_ids: Sequence[str]) -> dict[str, int]:
         """Delete these memories and their history rows (mem0's delete writes one more, with the
         old text). Deleted rows are overwritten with zeros, not left in free pages of the file."""
-        ids = list(memory_ids)
+        ids, deleted = list(memory_ids), 0
         for memory_id in ids:
             try:
                 self.memory.delete(memory_id)
             except Exception:  # already gone
-                pass
+                continue
+            deleted += 1
         db = self.memory.db
         history = 0
         with db._lock:
@@ -173,7 +174,7 @@ class Mem0Store:
                     f"DELETE FROM history WHERE memory_id IN ({','.join('?' * len(ids))})", ids
                 ).rowcount
             db.connection.commit()
-        return {"mem0_memories": len(ids), "mem0_history": history}
+        return {"mem0_memories": deleted, "mem0_history": history}
 
     def search(self, query: str, *, user_id: str, limit: int = 5, thread_id: str | None = None) -> list[dict]:
         filters: dict[str, Any] = {"user_id": validate_identifier(user_id, "user_id")}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.adapters.context_pg import PostgresContextReader
     from chatmem.adapters.embedders import CachedEmbedder, SwitchingEmbedder
     from chatmem.adapters.embedding_state_pg import EmbedderSpec, EmbeddingState
+    from chatmem.adapters.erase_pg import ErasurePlan, PostgresErasure
     from chatmem.adapters.export_pg import PostgresExport
     from chatmem.adapters.facts_pg import PostgresFactStore
     from chatmem.adapters.fetch import UrlFetcher
@@ -613,26 +614,11 @@ class Container:
         removed["stream_entries"] = self.stream.erase(doomed)
         spools = [self.settings.resolved_spool_dir, self.settings.resolved_spool_dir / "bulk"]
         removed["spooled_events"] = sum(Spool(d).erase(doomed) for d in spools)
-        counts, orphans = eraser.purge(plan)
-        removed |= counts
-        removed["blobs"] = sum(self.blobs.delete(sha) for sha in orphans)
-        if plan.users:
-            for u in plan.users:
-                for key, n in self.mem0.erase_user(u, plan.mem0_ids).items():
-                    removed[key] = removed.get(key, 0) + n
-        llm = self.llm("maintenance")
-        for t in plan.threads:
-            self.replay(t, llm, f"erase-{erasure_id}")
-        for table, n in self.projections.gc().items():
-            removed[f"old_{table}"] = n
+        _tally(removed, self._purge(eraser, plan))
+        _tally(removed, self._rebuild(plan.threads, f"erase-{erasure_id}"))
         # A job already past reading the content when the keys went may have written after the
         # purge (a fact, a mem0 memory): a second pass, now that the replays held every lease.
-        late, late_orphans = eraser.purge(plan)
-        late["blobs"] = sum(self.blobs.delete(sha) for sha in late_orphans)
-        for u in plan.users:
-            late |= {k: late.get(k, 0) + n for k, n in self.mem0.erase_user(u).items()}
-        for key, n in late.items():
-            removed[key] = removed.get(key, 0) + n
+        _tally(removed, self._purge(eraser, plan))
         # The log records that an erasure happened in each thread, without content.
         self.sink.add_many(
             [
@@ -747,26 +733,35 @@ class Container:
         while ids := eraser.expired(now, s.retention_days, s.retention_days_by):
             plan = eraser.plan_events(ids)
             removed["events"] += eraser.redact(plan, clear_only=False)
-            counts, orphans = eraser.purge(plan)
-            counts["blobs"] = sum(self.blobs.delete(sha) for sha in orphans)
-            if plan.mem0_ids:
-                counts |= self.mem0.erase_memories(plan.mem0_ids)
-            for key, n in counts.items():
-                removed[key] = removed.get(key, 0) + n
+            _tally(removed, self._purge(eraser, plan))
             threads.update(plan.threads)
         if s.retention_days is not None:
             removed["dead_letters_expired"] = eraser.expire_dead_letters(now - timedelta(days=s.retention_days))
         if threads:
-            llm = self.llm("maintenance")
-            for t in sorted(threads):
-                self.replay(t, llm, "retention")
-            for table, n in self.projections.gc().items():
-                removed[f"old_{table}"] = n
+            _tally(removed, self._rebuild(sorted(threads), "retention"))
         removed["threads"] = len(threads)
         if removed["events"] or removed.get("dead_letters_expired"):  # a quiet run leaves no record
             run = eraser.record("retention", f"{removed['events']} events", "retention")
             eraser.finish(run, removed)
         return removed
+
+    def _purge(self, eraser: PostgresErasure, plan: ErasurePlan) -> dict[str, int]:
+        """What replay does not rebuild: the rows, the files nobody else sent, and mem0's
+        memories (all of a subject's, or those of the covered facts)."""
+        counts, orphans = eraser.purge(plan)
+        counts["blobs"] = sum(self.blobs.delete(sha) for sha in orphans)
+        for user_id in plan.users:
+            _tally(counts, self.mem0.erase_user(user_id, plan.mem0_ids))
+        if not plan.users and plan.mem0_ids:
+            _tally(counts, self.mem0.erase_memories(plan.mem0_ids))
+        return counts
+
+    def _rebuild(self, thread_ids: Sequence[str], owner: str) -> dict[str, int]:
+        """Replay the threads over their tombstones, then drop the generations they replaced."""
+        llm = self.llm("maintenance")
+        for thread_id in thread_ids:
+            self.replay(thread_id, llm, owner)
+        return {f"old_{table}": n for table, n in self.projections.gc().items()}
 
     def close(self) -> None:
         if "analysis_reader" in self.__dict__:
@@ -783,3 +778,8 @@ def open_memory(settings: Settings | None = None) -> Container:
     from chatmem.schemas.settings import load_settings
 
     return Container(settings or load_settings())
+
+
+def _tally(into: dict[str, int], counts: dict[str, int]) -> None:
+    for key, n in counts.items():
+        into[key] = into.get(key, 0) + n

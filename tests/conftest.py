@@ -5,6 +5,7 @@ from a migrated template) and an empty Redis."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -93,6 +94,20 @@ def container(settings) -> Iterator[Container]:
 def settings_env(settings: Settings) -> dict[str, str]:
     """The environment a chatmem subprocess needs to use the same settings."""
     return settings.as_env()
+
+
+def status_json(settings: Settings) -> dict:
+    """`chatmem status --json`, run as an operator would."""
+    out = subprocess.run(
+        [sys.executable, "-m", "chatmem.api.cli", "status", "--json"],
+        env=settings_env(settings),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
 
 
 def spawn(settings: Settings, *args: str, **overrides: str) -> subprocess.Popen:

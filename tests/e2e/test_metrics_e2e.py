@@ -5,8 +5,6 @@ logged JSON lines carrying the ids of what it worked on."""
 
 import json
 import socket
-import subprocess
-import sys
 
 import httpx
 import pytest
@@ -14,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from chatmem.producers.publisher import Publisher
 from chatmem.schemas.events import MessageEvent
-from tests.conftest import ROOT, scalar, settings_env, spawn, stop, wait_for
+from tests.conftest import scalar, spawn, status_json, stop, wait_for
 from tests.unit.test_observability import exported_series
 
 pytestmark = pytest.mark.e2e
@@ -83,16 +81,7 @@ def test_metrics_equal_status_after_a_run(settings_factory):
             c.close()
 
         samples = _scrape(url)
-        status = subprocess.run(
-            [sys.executable, "-m", "chatmem.api.cli", "status", "--json"],
-            env=settings_env(s),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert status.returncode == 0, status.stderr
-        report = json.loads(status.stdout)
+        report = status_json(s)
 
         # The shared state: equal to the status report.
         assert samples[("chatmem_state_up", ())] == 1

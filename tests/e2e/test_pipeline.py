@@ -9,7 +9,7 @@ import pytest
 
 from chatmem.producers.publisher import Publisher
 from chatmem.schemas.events import MessageEvent
-from tests.conftest import ROOT, scalar, settings_env, spawn, stop, wait_for
+from tests.conftest import ROOT, scalar, settings_env, spawn, status_json, stop, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -29,16 +29,7 @@ def test_publish_to_applied_through_a_real_worker(container):
             "SELECT count(*) FROM events e JOIN threads t USING (thread_id) WHERE e.stream_pos > t.cursor_pos",
         )
         assert lag == 0
-        status = subprocess.run(
-            [sys.executable, "-m", "chatmem.api.cli", "status", "--json"],
-            env=settings_env(s),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert status.returncode == 0, status.stderr
-        report = json.loads(status.stdout)
+        report = status_json(s)
         assert report["counts"]["events"] == 200 and report["counts"]["threads"] == 7
         assert report["lag"]["max_events"] == 0
         assert set(report["queues"]) == {"segment", "summarize", "facts", "attachments", "maintenance"}
