@@ -530,12 +530,15 @@ def bench_train_segmenter(
 @bench_app.command("pipeline")
 def bench_pipeline(
     messages: int = typer.Option(2000, help="messages to publish"),
-    threads: int = typer.Option(20, help="threads they are spread over"),
+    threads: int = typer.Option(20, help="threads they are spread over (generated conversation)"),
+    dialogues: Path | None = typer.Option(
+        None, help="LoCoMo-format file: its conversations instead of a generated one (e.g. locomo_dev.json)"
+    ),
 ) -> None:
     """End-to-end messages/s next to the raw embedding rate; replay rate next to the live rate."""
     from chatmem.bench.pipeline import run
 
-    run(cli_settings(), console, n_messages=messages, n_threads=threads)
+    run(cli_settings(), console, n_messages=messages, n_threads=threads, dialogues=dialogues)
 
 
 @bench_app.command("attachments")

@@ -5,6 +5,7 @@ Printed, never asserted. Runs in a scratch database and Redis db (see bench/inge
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import subprocess
@@ -13,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from psycopg.types.json import Jsonb
 from rich.console import Console
@@ -22,6 +24,7 @@ from chatmem.adapters.celery_queue import queue_depths
 from chatmem.adapters.embedders import MiniLMEmbedder
 from chatmem.adapters.procs import process_name
 from chatmem.bench.ingest import scratch
+from chatmem.producers.importers import locomo_events
 from chatmem.producers.publisher import Publisher
 from chatmem.schemas.events import MessageEvent
 from chatmem.schemas.settings import Settings
@@ -141,8 +144,27 @@ def clear_copies(c, thread_ids: list[str]) -> list[str]:  # noqa: ANN001
     return copies
 
 
-def run(settings: Settings, console: Console, *, n_messages: int = 2000, n_threads: int = 20) -> dict:
-    events = make_conversation(n_messages, n_threads)
+def real_dialogues(path: Path, n_messages: int) -> list[MessageEvent]:
+    """LoCoMo conversations (one thread each), interleaved turn by turn as concurrent chats
+    arrive; the first `n_messages` turns. Real dialogue segments as real users' threads do, which
+    a bag of topic words does not (it split into ten times the episodes it planted)."""
+    by_thread: dict[str, list[MessageEvent]] = {}
+    for e in locomo_events(path):
+        by_thread.setdefault(e.thread_id, []).append(e)
+    rounds = itertools.zip_longest(*by_thread.values())
+    return [e for e in itertools.chain.from_iterable(rounds) if e is not None][:n_messages]
+
+
+def run(
+    settings: Settings,
+    console: Console,
+    *,
+    n_messages: int = 2000,
+    n_threads: int = 20,
+    dialogues: Path | None = None,
+) -> dict:
+    events = real_dialogues(dialogues, n_messages) if dialogues else make_conversation(n_messages, n_threads)
+    n_threads = len({e.thread_id for e in events})
     texts = [e.text for e in events]
     with scratch(settings) as c:
         raw = MiniLMEmbedder()
