@@ -17,11 +17,11 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from chatmem.adapters.sql import scalar
-from chatmem.memory.attachments import Analysis, Reference, RefState, Sniffed, attachment_lines
+from chatmem.memory.attachments import TEXTS_DIGEST, Analysis, Reference, RefState, Sniffed, attachment_lines
 
 # An attachment reference as sent; rows projected before migration 0008 read it from their event
 # (logged in clear then).
-_REF = """coalesce(a.ref, (SELECT e.payload -> 'attachments' -> a.position FROM events e
+REF_SQL = """coalesce(a.ref, (SELECT e.payload -> 'attachments' -> a.position FROM events e
                          WHERE e.event_id = a.event_id AND NOT e.payload ? 'sealed'))"""
 
 
@@ -49,7 +49,7 @@ def refresh_messages(conn: psycopg.Connection, event_ids: Sequence[str]) -> int:
     if not event_ids:
         return 0
     rows = conn.execute(
-        f"""SELECT a.event_id, {_REF}, a.position, a.status, a.reason, a.sha256,
+        f"""SELECT a.event_id, {REF_SQL}, a.position, a.status, a.reason, a.sha256,
                   ar.status, ar.kind, ar.description, ar.reason
            FROM attachments a
            LEFT JOIN artifacts ar ON ar.sha256 = a.sha256
@@ -109,7 +109,7 @@ class PostgresAttachmentStore:
     def reference(self, event_id: str, position: int) -> Reference | None:
         with self.pool.connection() as conn:
             row = conn.execute(
-                f"""SELECT a.thread_id, a.user_id, a.status, {_REF},
+                f"""SELECT a.thread_id, a.user_id, a.status, {REF_SQL},
                           a.sha256, ar.status, ar.mime_type, ar.kind
                    FROM attachments a
                    LEFT JOIN artifacts ar ON ar.sha256 = a.sha256
@@ -200,7 +200,8 @@ class PostgresAttachmentStore:
                         for i, t in enumerate(analysis.texts)
                     ],
                 )
-            self._settle(conn, sha256, "done", None, analysis.description, analysis.meta)
+            meta = {**analysis.meta, TEXTS_DIGEST: analysis.digest()}
+            self._settle(conn, sha256, "done", None, analysis.description, meta)
 
     def analysed(self) -> list[tuple[str, str, str, str | None]]:
         with self.pool.connection() as conn:
@@ -226,7 +227,8 @@ class PostgresAttachmentStore:
                         for i, t in enumerate(analysis.texts)
                     ],
                 )
-            self._settle(conn, sha256, "done", None, analysis.description, analysis.meta)
+            meta = {**analysis.meta, TEXTS_DIGEST: analysis.digest()}
+            self._settle(conn, sha256, "done", None, analysis.description, meta)
 
     def fail_artifact(self, sha256: str, reason: str) -> None:
         with self.pool.connection() as conn, conn.transaction():

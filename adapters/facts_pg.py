@@ -78,7 +78,7 @@ class PostgresFactStore:
                        WHERE id = %s""",
                     (generation, episode_id, event_ids, fact.text, active[0]),
                 )
-                return FactWrite("same", active[0], [])
+                return FactWrite("same", active[0], [], moved=True)
             if rebuilt:
                 decision_action = "replace"  # a rebuild of this thread supersedes its old generation
             else:

@@ -5,8 +5,9 @@ Two kinds:
   counters and histograms in `instruments()`. With a multiprocess folder set
   (`use_multiprocess_dir`), each process writes them to its own file there and whoever serves
   /metrics adds the files up, so Celery's forked pool processes count too.
-- Shared state (events ingested, dead letters, stream pending, queue depths, thread lag): read
-  from Postgres and Redis when scraped (`SharedStateCollector`), by the API only. They are the
+- Shared state (events ingested, dead letters, stream pending, queue depths, thread lag, the
+  publish spool on this host and its refusals): read from Postgres, Redis and the spool folder
+  when scraped (`SharedStateCollector`), by the API only. They are the
   same queries as `chatmem status`, so the two always agree, whichever process did the work.
 
 Only bounded labels: task names, queues, models, kinds. Never a thread, user or text."""
@@ -166,6 +167,8 @@ class SharedState:
     queue_depths: dict[str, int]
     thread_lags: list[int] = field(default_factory=list)  # events behind, one per lagging thread
     threads: int = 0  # every thread, lagging or not
+    spooled: int = 0  # events in this host's publish spools
+    spool_refused: int = 0  # events refused because a spool was full
 
 
 def lag_buckets(lags: Iterable[int], threads: int) -> list[tuple[str, float]]:
@@ -215,6 +218,17 @@ class SharedStateCollector(Collector):
         for queue, n in sorted(state.queue_depths.items()):
             depth.add_metric([queue], n)
         yield depth
+        spooled = GaugeMetricFamily(
+            "chatmem_spool_events", "Events in this host's publish spools, waiting for Redis (`chatmem status`)."
+        )
+        spooled.add_metric([], state.spooled)
+        yield spooled
+        refused = CounterMetricFamily(
+            "chatmem_spool_refused",
+            "Events a full publish spool refused (CHATMEM_SPOOL_MAX_BYTES): not stored anywhere.",
+        )
+        refused.add_metric([], state.spool_refused)
+        yield refused
         lag_max = GaugeMetricFamily("chatmem_thread_lag_events_max", "Events the most lagging thread has not applied.")
         lag_max.add_metric([], max(state.thread_lags, default=0))
         yield lag_max

@@ -287,6 +287,12 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> 
     table.add_row(
         "stream", f"length {rep.stream.length}", f"pending {rep.stream.pending}, spooled {rep.stream.spooled}"
     )
+    if rep.stream.spool_refused:
+        table.add_row(
+            "spool",
+            "[red]full: events refused[/red]",
+            f"{rep.stream.spool_refused} refused, not stored (CHATMEM_SPOOL_MAX_BYTES)",
+        )
     table.add_row("lag", str(rep.lag.max_events), rep.lag.thread_id or "")
     colours = {"up": "green", "restarting": "yellow", "failed": "red"}
     for proc in rep.processes:

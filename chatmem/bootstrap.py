@@ -71,6 +71,22 @@ log = logging.getLogger(__name__)
 TASK_MODULES = ("chatmem.workers.tasks",)
 
 
+class _RecordingProjections:
+    """The projections, noting the attachment references each applied plan holds (what the log
+    says the thread's attachments are, for `check_replay`)."""
+
+    def __init__(self, inner: PostgresProjections):
+        self.inner = inner
+        self.attachments: list[tuple[str, int, str, dict]] = []
+
+    def apply(self, plan: Any, **kw: Any) -> Any:
+        self.attachments += plan.attachments
+        return self.inner.apply(plan, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 class Container:
     def __init__(self, settings: Settings, urls: services.ServiceUrls | None = None, *, start_services: bool = True):
         self.settings = settings
@@ -543,25 +559,33 @@ class Container:
         )
 
     def check_replay(self, thread_id: str, llm: CachedLLM, owner: str) -> dict[str, tuple[list[tuple], list[tuple]]]:
-        """Rebuild one thread into a scratch generation, compare it with the active one (episodes,
-        messages, summaries, commands), drop it. Fact jobs are not run: they would write to mem0."""
+        """Rebuild one thread into a scratch generation, compare it with the active one, drop it.
+        Episodes, messages, summaries and commands are compared row for row; facts by running the
+        fact jobs as replay does into an in-memory store (never the facts table or mem0) and
+        comparing with the active generation's facts and ledger; artifacts by checking the stored
+        references, captions, blobs and texts against the log and the recorded analysis
+        (memory/replay_check.py)."""
+        from dataclasses import replace
+
+        from chatmem.adapters.replay_check_pg import PostgresReplayCheck
         from chatmem.memory.replay import diff_generations, replay_thread
+        from chatmem.memory.replay_check import ScratchFacts, artifact_rows, fact_rows
 
         s = self.settings
-        jobs = self.jobs
         llm = llm.for_thread(thread_id)
-
-        def summaries_only(job: Job, generation: int) -> None:
-            if job.kind in ("running", "chunk", "final"):
-                jobs.summarize(llm, thread_id, generation, job, facts_next=lambda *_: None)
-
+        check = PostgresReplayCheck(self.pool, self.blobs)
+        scratch = ScratchFacts(self.fact_store)
+        jobs = replace(self.jobs, facts=scratch, mem0=None)
+        projections = _RecordingProjections(self.projections)
         live = self.projections.load_context(thread_id).generation
+        # Read before the rebuild: projecting its messages adds any missing reference row back.
+        stored_refs, artifacts = check.attachments(thread_id)
         result = replay_thread(
             thread_id,
             threads=self.thread_log,
-            projections=self.projections,
+            projections=projections,
             embedder=self.embedder,
-            run=summaries_only,
+            run=lambda job, generation: jobs.run_inline(llm, thread_id, generation, job),
             seg_cfg=self.seg_config,
             policy=self.summary_policy,
             owner=owner,
@@ -570,9 +594,22 @@ class Container:
             switch=False,
         )
         try:
+            live_facts, live_ledger = check.facts(thread_id, live)
+            facts_live, facts_rebuilt = fact_rows(live_ledger, live_facts, scratch)
+            shas = sorted({r.sha256 for r in stored_refs if r.status == "linked" and r.sha256})
+            logged = [(event_id, position, ref) for event_id, position, _user, ref in projections.attachments]
+            art_live, art_expected = artifact_rows(logged, stored_refs, artifacts, check.blob_sha256(shas))
             return diff_generations(
-                self.projections.generation_rows(thread_id, live),
-                self.projections.generation_rows(thread_id, result.generation),
+                {
+                    **self.projections.generation_rows(thread_id, live),
+                    "facts": facts_live,
+                    "artifacts": art_live,
+                },
+                {
+                    **self.projections.generation_rows(thread_id, result.generation),
+                    "facts": facts_rebuilt,
+                    "artifacts": art_expected,
+                },
             )
         finally:
             self.projections.drop_generation(thread_id, result.generation)

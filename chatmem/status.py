@@ -67,19 +67,29 @@ _DEAD_LETTER_CLASS = """
          ELSE 'other' END"""
 
 
+def spools(c: Container) -> list[Spool]:
+    """This host's publish spools: the bots' and the importers' (bulk)."""
+    folder = c.settings.resolved_spool_dir
+    return [Spool(folder), Spool(folder / "bulk")]
+
+
 def shared_state(c: Container) -> SharedState:
     """What /metrics reads on every scrape: the same queries as the report below (events,
     dead letters, stream pending, queue depths, lag), so the two agree by construction."""
     pending = c.stream.pending_count()
     depths = queue_depths(c.celery)
+    spooled = sum(sp.pending_count() for sp in spools(c))
+    refused = sum(sp.refused_count() for sp in spools(c))
     with c.pool.connection() as conn:
         if scalar(conn, "SELECT to_regclass('events')") is None:
-            return SharedState(0, {}, pending, depths)
+            return SharedState(0, {}, pending, depths, spooled=spooled, spool_refused=refused)
         events = scalar(conn, "SELECT count(*) FROM events")
         dead = conn.execute(f"SELECT {_DEAD_LETTER_CLASS}, count(*) FROM dead_letters GROUP BY 1").fetchall()
         threads = scalar(conn, "SELECT count(*) FROM threads")
         lags = [n for n, _ in conn.execute(_LAGS)]
-    return SharedState(events, {r: int(n) for r, n in dead}, pending, depths, lags, threads)
+    return SharedState(
+        events, {r: int(n) for r, n in dead}, pending, depths, lags, threads, spooled=spooled, spool_refused=refused
+    )
 
 
 def postgres_state(c: Container) -> PostgresState:
@@ -109,7 +119,8 @@ def report(c: Container) -> StatusReport:
             length=c.stream.length(),
             pending=c.stream.pending_count(),
             watermark=c.store.watermark(s.stream_key) if migrated else 0,
-            spooled=Spool(s.resolved_spool_dir).pending_count(),
+            spooled=sum(sp.pending_count() for sp in spools(c)),
+            spool_refused=sum(sp.refused_count() for sp in spools(c)),
         ),
         lag=largest_lag(c) if migrated else Lag(max_events=0, thread_id=None),
         migrated=migrated,

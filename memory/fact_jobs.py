@@ -1,9 +1,15 @@
 """Fact jobs (queue `facts`): an episode's facts when it closes, and the remember / forget
 commands. Each operation is recorded in a ledger, so a retried job writes nothing twice; the
-mem0 write is checked against mem0 itself (by the fact's id in its metadata) before adding."""
+mem0 write is checked against mem0 itself (by the fact's id in its metadata) before adding.
+
+The ledger entry of an extraction or a remember also lists what it derived (`derived`): per fact,
+the user, category and key, a digest of the candidate (not its words) and whether the write left
+a row of this operation in `facts`. `replay --check` compares a rebuild's derivation with it."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +27,34 @@ class FactWrite:
     action: str  # insert | replace | same | keep_old
     fact_id: int | None
     replaced: list[tuple[int, str | None]]  # (fact id, mem0 id) archived by this write
+    moved: bool = False  # "same" after a rebuild: the old generation's row moved to this one
+
+    @property
+    def owns_row(self) -> bool:
+        """The write left a row in `facts` that belongs to this operation."""
+        return self.action in ("insert", "replace") or self.moved
+
+
+def candidate_digest(fact: FactCandidate) -> str:
+    """What an extraction produced for one fact, as a digest (the ledger holds no words)."""
+    data = [fact.category, fact.key, fact.value, fact.text, fact.confidence, fact.importance]
+    return hashlib.sha256(json.dumps(data, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def derived_entry(user_id: str, fact: FactCandidate, write: FactWrite) -> dict[str, Any]:
+    return {
+        "user_id": user_id,
+        "category": fact.category,
+        "key": fact.key,
+        "digest": candidate_digest(fact),
+        "action": write.action,
+        "row": write.owns_row,
+    }
+
+
+def counts_only(result: dict) -> dict:
+    """A ledger result without its derivation list (what a task returns)."""
+    return {k: v for k, v in result.items() if k != "derived"}
 
 
 @dataclass(frozen=True)
@@ -150,18 +184,19 @@ def write_episode_facts(
     on the offline provider, the model when one is configured; both answer in one schema."""
     op = f"{episode_id}:g{generation}:facts"
     if (done := store.ledger_get(op)) is not None:
-        return {**done, "duplicate": True}
+        return {**counts_only(done), "duplicate": True}
     if not store.generation_active(thread_id, generation):
         return {"stale": True}
     lines = {ln.seq: ln for ln in store.episode_user_lines(thread_id, generation, episode_id)}
     if not lines:
-        store.ledger_put(op, {})
+        store.ledger_put(op, {"derived": []})
         return {}
     result = llm.complete(
         prompts.extract_facts([prompts.Line(seq=s, role="user", text=ln.text) for s, ln in lines.items()]),
         prompts.FactList,
     )
     outcome: dict[str, int] = {}
+    derived: list[dict[str, Any]] = []
     seen: set[tuple[str, str, str]] = set()
     for item in result.facts:
         line = lines.get(item.seq)
@@ -182,7 +217,8 @@ def write_episode_facts(
             source="extracted",
         )
         outcome[write.action] = outcome.get(write.action, 0) + 1
-    store.ledger_put(op, outcome)
+        derived.append(derived_entry(line.user_id, fact, write))
+    store.ledger_put(op, {**outcome, "derived": derived})
     return outcome
 
 
@@ -208,7 +244,7 @@ def remember(
 ) -> str:
     def work() -> dict:
         if not text.strip():
-            return {"detail": "remember: nothing to remember (args.text is empty)"}
+            return {"detail": "remember: nothing to remember (args.text is empty)", "derived": []}
         fact = from_remember(text)
         write = store_fact(
             store,
@@ -221,7 +257,10 @@ def remember(
             event_ids=[event_id],
             source="remember",
         )
-        return {"detail": f"remember: {fact.category}/{fact.key} = {fact.value!r} ({write.action})"}
+        return {
+            "detail": f"remember: {fact.category}/{fact.key} = {fact.value!r} ({write.action})",
+            "derived": [derived_entry(user_id, fact, write)],
+        }
 
     return _command_once(store, f"{event_id}:g{generation}:remember", event_id, generation, work)
 

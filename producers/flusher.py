@@ -1,6 +1,7 @@
 """The fire-and-forget flusher: reads length-prefixed events from a pipe, appends them to the
 stream in batches, spools them to disk while Redis is away and delivers the spool (oldest
-first) before anything newer. It reports how many events it has handled (sent or spooled) on
+first) before anything newer. It reports how many events it has handled (sent, spooled, or
+refused by a full spool) on
 an ack pipe, so the publisher can wait for a flush.
 
 It runs as a child process of the bot (so it never competes with the bot for the GIL, and
@@ -63,11 +64,13 @@ class Flusher:
         self._ack()
 
     def _send(self, payloads: list[bytes], *, final: bool) -> None:
-        if self._deliver_spool(final=final):
+        # A full spool would refuse the batch: try Redis now rather than at the next retry, so
+        # nothing is refused in the second after Redis came back.
+        if self._deliver_spool(final=final or not self.spool.fits(payloads)):
             try:
                 self.sink.add_many(payloads)
             except self._errors as error:
-                log.warning("Redis unreachable (%s); spooling %d events", error, len(payloads))
+                log.warning("Redis unreachable (%s); %d events to the spool", error, len(payloads))
                 self.spool.write(payloads)
                 self._retry_at = time.monotonic() + 1.0
         else:
@@ -121,6 +124,7 @@ def main() -> None:
     parser.add_argument("--redis-url", required=True)
     parser.add_argument("--stream-key", required=True)
     parser.add_argument("--spool-dir", required=True)
+    parser.add_argument("--spool-max-bytes", type=int, default=None)
     parser.add_argument("--read-fd", type=int, required=True)
     parser.add_argument("--ack-fd", type=int, required=True)
     parser.add_argument("--bulk", action="store_true", help="mark entries as bulk (importers)")
@@ -133,7 +137,7 @@ def main() -> None:
 
     client = redis.Redis.from_url(args.redis_url, socket_connect_timeout=1, socket_timeout=5)
     sink = RedisEventSink(client, args.stream_key, bulk=args.bulk)
-    Flusher(sink, Spool(args.spool_dir), args.read_fd, args.ack_fd).run()
+    Flusher(sink, Spool(args.spool_dir, args.spool_max_bytes), args.read_fd, args.ack_fd).run()
 
 
 if __name__ == "__main__":

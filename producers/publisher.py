@@ -4,7 +4,9 @@
 - `publish_nowait(event)` never blocks: the event is written to a bounded pipe read by a
   flusher process (see producers/flusher.py) that sends batches; when Redis is unreachable, or
   the pipe is full, events go to a disk spool that is delivered, oldest first, once Redis
-  answers again. `close()` (also run at exit) flushes what is left.
+  answers again. `close()` (also run at exit) flushes what is left. A full spool
+  (CHATMEM_SPOOL_MAX_BYTES) keeps what it holds and refuses newer events: they are counted
+  (`refused`), logged without content, and the call still returns at once.
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ class _ThreadFlusher:
     def __init__(self, sink: EventSink):
         self.sink = sink
 
-    def __call__(self, read_fd: int, ack_fd: int, spool_dir: Path) -> _FlusherHandle:
-        flusher = Flusher(self.sink, Spool(spool_dir), read_fd, ack_fd)
+    def __call__(self, read_fd: int, ack_fd: int, spool: Spool) -> _FlusherHandle:
+        flusher = Flusher(self.sink, Spool(spool.dir, spool.max_bytes), read_fd, ack_fd)
 
         def run() -> None:
             try:
@@ -79,7 +81,7 @@ class _ProcessFlusher:
         self.stream_key = stream_key
         self.bulk = bulk
 
-    def __call__(self, read_fd: int, ack_fd: int, spool_dir: Path) -> _FlusherHandle:
+    def __call__(self, read_fd: int, ack_fd: int, spool: Spool) -> _FlusherHandle:
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -90,7 +92,8 @@ class _ProcessFlusher:
                 "--stream-key",
                 self.stream_key,
                 "--spool-dir",
-                str(spool_dir),
+                str(spool.dir),
+                *(["--spool-max-bytes", str(spool.max_bytes)] if spool.max_bytes is not None else []),
                 "--read-fd",
                 str(read_fd),
                 "--ack-fd",
@@ -125,10 +128,11 @@ class Publisher:
         spool_dir: Path,
         *,
         buffer_bytes: int = 1 << 20,
-        flusher: Callable[[int, int, Path], _FlusherHandle] | None = None,
+        spool_max_bytes: int | None = None,
+        flusher: Callable[[int, int, Spool], _FlusherHandle] | None = None,
     ):
         self.sink = sink
-        self.spool = Spool(spool_dir)
+        self.spool = Spool(spool_dir, spool_max_bytes)
         self.buffer_bytes = buffer_bytes
         self._launch = flusher or _ThreadFlusher(sink)
         self._pid: int | None = None
@@ -153,6 +157,7 @@ class Publisher:
             RedisEventSink(client, settings.stream_key, bulk=bulk),
             spool,
             buffer_bytes=settings.publish_buffer_bytes,
+            spool_max_bytes=settings.spool_max_bytes,
             flusher=_ProcessFlusher(url, settings.stream_key, bulk),
         )
 
@@ -224,7 +229,7 @@ class Publisher:
         os.set_blocking(ack_read, False)
         self._wfd, self._ack_fd = write_fd, ack_read
         self._sent = self._acked = 0
-        self._handle = self._launch(read_fd, ack_write, self.spool.dir)
+        self._handle = self._launch(read_fd, ack_write, self.spool)
         if self._pid is None:
             atexit.register(self.close)
         self._pid = os.getpid()
@@ -237,6 +242,11 @@ class Publisher:
         usable = len(data) - len(data) % ACK.size
         if usable:
             (self._acked,) = ACK.unpack_from(data, usable - ACK.size)
+
+    @property
+    def refused(self) -> int:
+        """Events refused because the spool was full (every publisher on this spool folder, ever)."""
+        return self.spool.refused_count()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything handed over is sent (True) or still spooled at the timeout."""

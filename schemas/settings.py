@@ -110,6 +110,13 @@ class Settings(BaseSettings):
         description="Fire-and-forget buffer (the flusher pipe); past it events go straight to the disk spool.",
     )
     spool_dir: Path | None = Field(None, description="Where unsendable events are spooled. Unset: data_dir/spool.")
+    spool_max_bytes: int = Field(
+        256 << 20,
+        ge=4096,
+        description="Size limit of each publish spool folder (256 MiB: about 500,000 typical messages). When it "
+        "is full, what is spooled is kept and newer events are refused: counted (`chatmem status`, "
+        "chatmem_spool_refused) and logged without content; publish_nowait never blocks.",
+    )
 
     # --- workers --------------------------------------------------------------------------
     doorbell_dedupe_s: int = Field(

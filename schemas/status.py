@@ -17,7 +17,8 @@ class StreamState(BaseModel):
     length: int
     pending: int
     watermark: int
-    spooled: int
+    spooled: int  # events in this host's publish spool (the main one and the importers' bulk one)
+    spool_refused: int = 0  # events refused because a spool was full (CHATMEM_SPOOL_MAX_BYTES), ever
 
 
 class Lag(BaseModel):

@@ -830,7 +830,7 @@ class FakeFactStore:
             # Re-derived unchanged by a rebuild: the row (and its mem0 entry) moves to the new generation.
             active.update(generation=generation, episode_id=episode_id, text=fact.text)
             active["source_event_ids"] = list(event_ids)
-            return FactWrite("same", active["id"], [])
+            return FactWrite("same", active["id"], [], moved=True)
         if rebuilt:
             action = "replace"  # a rebuild of this thread supersedes its old generation
         else:

@@ -23,6 +23,7 @@ from chatmem.memory.attachments.errors import BadFile
 from chatmem.memory.attachments.filetypes import DOCUMENT_MIMES, IMAGE_MIMES, Sniffed, declared_mismatch, sniff
 from chatmem.memory.attachments.job import AttachmentJob
 from chatmem.memory.attachments.ports import (
+    TEXTS_DIGEST,
     Analysis,
     Analyze,
     AttachmentStore,
@@ -36,6 +37,7 @@ from chatmem.memory.attachments.ports import (
     Read,
     Reference,
     VisionModel,
+    texts_digest,
 )
 from chatmem.memory.attachments.queries import about_attachment
 from chatmem.memory.attachments.surrogates import (
@@ -56,6 +58,7 @@ __all__ = [
     "SCANNED_PAGES_MAX",
     "SHORT_ID_CHARS",
     "SURROGATE_CHARS",
+    "TEXTS_DIGEST",
     "TEXT_KINDS",
     "Analysis",
     "Analyze",
@@ -88,4 +91,5 @@ __all__ = [
     "offline_description",
     "short_id",
     "sniff",
+    "texts_digest",
 ]

@@ -5,7 +5,9 @@ permanent problem with the file and TransientError when a later try may succeed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -33,6 +35,19 @@ class Analysis:
     description: str
     texts: list[DerivedText]
     meta: dict
+
+    def digest(self) -> str:
+        """Recorded with the artifact (`meta.texts_sha256`), so `replay --check` can tell that the
+        stored texts are still what the analysis produced."""
+        return texts_digest(self.description, [(t.kind, t.ord, t.text) for t in self.texts])
+
+
+TEXTS_DIGEST = "texts_sha256"  # the key of Analysis.digest() in an artifact's meta
+
+
+def texts_digest(description: str | None, texts: Iterable[tuple[str, int, str]]) -> str:
+    data = [description or "", sorted(texts)]
+    return hashlib.sha256(json.dumps(data, ensure_ascii=False).encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def chaos_container(chaos_settings: Settings) -> Iterator[Container]:
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001, ARG001
     if not ROWS:
         return
-    head = ("case", "fault", "events", "lost", "duplicated", "inversions", "dead letters", "seconds")
+    head = ("case", "fault", "events", "lost", "duplicated", "inversions", "dead letters", "refused", "seconds")
     rows = [
         (
             r.case,
@@ -38,6 +38,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
             str(r.duplicated),
             str(r.inversions),
             str(r.dead_letters),
+            str(r.refused),
             f"{r.seconds:.1f}",
         )
         for r in ROWS

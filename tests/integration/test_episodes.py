@@ -185,7 +185,7 @@ def test_replay_check_finds_no_difference_then_names_the_one_it_finds(settings_f
     llm = container.llm("maintenance")
     diff = container.check_replay("script", llm, "check")
     assert {name: (a, b) for name, (a, b) in diff.items() if a or b} == {}
-    assert set(diff) == {"episodes", "messages", "summaries", "commands"}
+    assert set(diff) == {"episodes", "messages", "summaries", "commands", "facts", "artifacts"}
     assert scalar(container, "SELECT generation FROM threads WHERE thread_id = 'script'") == 1
     assert scalar(container, "SELECT count(*) FROM messages WHERE generation <> 1") == 0  # the scratch one is gone
     with container.pool.connection() as conn:  # what a buggy live run could have left

@@ -69,6 +69,38 @@ def test_redis_down_while_publishing_spools_then_delivers(container, embedded):
     assert order == sorted(order)  # the spool was delivered before newer events
 
 
+def test_a_full_spool_refuses_newer_events_delivers_the_rest_and_reports_it(settings_factory, embedded):
+    from chatmem.adapters.services import ServiceUrls
+    from chatmem.bootstrap import Container
+    from chatmem.status import shared_state
+    from tests.conftest import status_json
+
+    s = settings_factory(spool_max_bytes=8192)
+    c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
+    pub = Publisher.from_settings(s)  # the flusher runs as its own process, as for a bot
+    batch = events(200, 4)
+    embedded["redis"].stop()
+    try:
+        for e in batch:
+            pub.publish_nowait(e)  # never blocks, never raises, full spool or not
+        # The flusher has handled every event: spooled while there was room, refused after.
+        assert wait_for(lambda: pub.spool.pending_count() + pub.refused == 200, timeout=20)
+        spooled = pub.spool.pending_count()
+        assert 0 < spooled < 200 and pub.spool.used_bytes() <= 8192
+    finally:
+        embedded["redis"].start()
+    assert pub.flush(20)
+    pub.close()
+    IngestRunner(c, "c").run(threading.Event(), until_idle=True)
+    stored = [e["event_id"] for e in logged_events(c)]
+    assert stored == [e.event_id for e in batch[:spooled]]  # the oldest, once each, in order
+    assert pub.refused == 200 - spooled
+    report = status_json(s)
+    assert report["stream"]["spool_refused"] == 200 - spooled and report["stream"]["spooled"] == 0
+    assert shared_state(c).spool_refused == 200 - spooled  # chatmem_spool_refused_total
+    c.close()
+
+
 def test_two_consumers_keep_each_threads_order(container):
     n, n_threads = 6_000, 20
     Publisher(container.sink, container.settings.resolved_spool_dir).publish_many(events(n, n_threads))

@@ -7,7 +7,7 @@ import pytest
 
 from chatmem.memory import fact_jobs
 from chatmem.memory.episodes import Job, SummaryPolicy
-from chatmem.memory.fact_jobs import FactStore, MemoryStore, write_episode_facts
+from chatmem.memory.fact_jobs import FactStore, MemoryStore, counts_only, write_episode_facts
 from chatmem.memory.jobs import CommandFacts, SummaryVectors
 from chatmem.memory.pipeline import Projections
 from chatmem.memory.ports import LLM, Embedder, TransientError
@@ -315,7 +315,19 @@ def test_run_inline_extracts_the_facts_of_a_final_at_once():
     (t, g, job), *_ = summary_jobs(rig, "final")
     rig.jobs.run_inline(rig.llm, t, g, job)
     assert facts(rig) == [("identity", "location", "Berlin", True, None)]
-    assert rig.facts.ledger_get("t#1:g1:facts") == {"insert": 1}
+    entry = rig.facts.ledger_get("t#1:g1:facts")
+    assert entry is not None and counts_only(entry) == {"insert": 1}
+    # The ledger lists what was derived, without the words: replay --check compares with it.
+    ((derived),) = entry["derived"]
+    assert derived == {
+        "user_id": derived["user_id"],
+        "category": "identity",
+        "key": "location",
+        "digest": derived["digest"],
+        "action": "insert",
+        "row": True,
+    }
+    assert "Berlin" not in str(entry)
 
 
 def test_fact_command_rejects_anything_but_a_remember_or_forget_of_the_thread():

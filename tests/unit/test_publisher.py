@@ -112,3 +112,87 @@ def test_spool_erase_drops_only_the_matching_events_and_keeps_the_order(tmp_path
     assert spool.deliver(sink) == 1
     assert [json.loads(p) for p in sink.payloads] == [{"user_id": "b", "n": 1}]
     assert list(tmp_path.iterdir()) == []  # the emptied file is gone, nothing is left half-written
+
+
+def _spooled_ids(spool):
+    return [json.loads(line)["event_id"] for p in spool.pending_files() for line in p.read_bytes().splitlines()]
+
+
+def test_a_full_spool_keeps_what_it_holds_and_refuses_newer_events(tmp_path, caplog):
+    sink = FakeSink()
+    sink.down = True
+    limit = 4096
+    pub = Publisher(sink, tmp_path, spool_max_bytes=limit)
+    started = time.monotonic()
+    for i in range(100):
+        pub.publish_nowait(MessageEvent(event_id=f"e{i}", thread_id="t", user_id="u", text=f"private words {i}"))
+    assert time.monotonic() - started < 1.0  # the bot never waits on a full spool
+    assert not pub.flush(0.5)  # Redis is away: the spool is not delivered...
+    spooled = _spooled_ids(pub.spool)
+    assert 0 < len(spooled) < 100 and pub.spool.used_bytes() <= limit
+    assert spooled == [f"e{i}" for i in range(len(spooled))]  # the oldest are kept, in order
+    assert pub.refused == 100 - len(spooled)  # ...and every event not spooled is counted
+    full = [r for r in caplog.records if "spool full" in r.getMessage()]
+    assert full and full[0].levelname == "ERROR"
+    assert not any("private words" in r.getMessage() for r in caplog.records)  # no content in the log
+    sink.down = False
+    for i in range(100, 110):
+        pub.publish_nowait(ev(i))
+    assert pub.flush(5)
+    pub.close()
+    # What was spooled is delivered once, before anything newer; the refused ones are gone.
+    assert ids(sink) == spooled + [f"e{i}" for i in range(100, 110)]
+    assert pub.refused == 100 - len(spooled) and pub.spool.used_bytes() == 0
+
+
+def test_a_full_spool_refuses_the_overflow_of_a_stuck_flusher_without_blocking(tmp_path):
+    sink = FakeSink()
+    sink.gate.clear()  # Redis hangs: the pipe fills and events overflow to the spool
+    pub = Publisher(sink, tmp_path, buffer_bytes=4096, spool_max_bytes=8192)
+    started = time.monotonic()
+    for i in range(400):
+        pub.publish_nowait(ev(i))
+    assert time.monotonic() - started < 2.0
+    sink.gate.set()
+    assert pub.flush(10)
+    pub.close()
+    delivered = ids(sink)
+    assert len(delivered) == len(set(delivered))  # nothing twice
+    assert pub.refused > 0 and len(delivered) + pub.refused == 400  # nothing else missing
+
+
+def test_the_spool_writes_the_prefix_that_fits_and_counts_the_rest(tmp_path):
+    from chatmem.producers.spool import Spool
+
+    spool = Spool(tmp_path, max_bytes=4096)
+    line = b"x" * 999  # 1000 bytes with its newline
+    spool.write([line] * 3)
+    spool.write([line] * 3)  # one more fits, two do not
+    assert spool.pending_count() == 4 and spool.used_bytes() == 4000
+    assert spool.refused_count() == 2
+    assert Spool(tmp_path).refused_count() == 2  # what status and /metrics read
+    sink = FakeSink()
+    assert spool.deliver(sink) == 4 and spool.used_bytes() == 0
+    spool.write([line])  # room again once delivered
+    assert spool.pending_count() == 1 and spool.refused_count() == 2
+
+
+def test_a_disk_full_before_the_limit_refuses_like_a_full_spool(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from chatmem.producers import spool as spool_module
+
+    spool = spool_module.Spool(tmp_path, max_bytes=1 << 20)
+    spool.write([b"kept"])
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(spool_module.os, "fsync", no_space)
+    assert spool.write([b"a", b"b"]) is None  # no exception reaches the bot or the flusher
+    assert spool.refused_count() == 2
+    assert not any(p.name.startswith(".tmp-") for p in tmp_path.iterdir())  # no torn file left to deliver
+    monkeypatch.setattr(spool_module.os, "fsync", os.fsync)
+    sink = FakeSink()
+    assert spool.deliver(sink) == 1 and sink.payloads == [b"kept"]

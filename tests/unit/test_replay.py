@@ -199,3 +199,43 @@ def test_replay_rebuilds_exactly_what_live_built_whatever_the_batches_and_job_ti
     live_summaries, live_episodes = built(1)
     assert len(live_episodes) > 2 and len(live_summaries) > 5  # the log exercises splits and summaries
     assert built(result.generation) == (live_summaries, live_episodes)
+
+
+def entry(fact, row):
+    """A ledger record of one derived fact (the value stands in for its digest)."""
+    return {"user_id": fact.user_id, "category": fact.category, "key": fact.key, "digest": fact.value, "row": row}
+
+
+def _scratch(ledger, candidates):
+    from chatmem.memory.replay_check import ScratchFacts
+
+    return ScratchFacts(source=None, ledger=ledger, candidates=candidates)  # type: ignore[arg-type]
+
+
+def test_fact_rows_follow_the_ledger_record_of_which_writes_own_a_row():
+    from chatmem.memory.replay_check import FactRow, fact_rows
+
+    berlin = FactRow("u", "t#1", "identity", "location", "Berlin", "extracted", ("t-1",))
+    acme = FactRow("u", "t#1", "identity", "employer", "Acme", "extracted", ("t-2",))
+    live_ledger = {"t#1:g1:facts": {"same": 1, "insert": 1, "derived": [entry(berlin, False), entry(acme, True)]}}
+    scratch = _scratch({"t#1:g2:facts": {"derived": [entry(berlin, None), entry(acme, None)]}}, [berlin, acme])
+    live, rebuilt = fact_rows(live_ledger, [acme], scratch)
+    assert live == rebuilt and acme.row() in live and berlin.row() not in live  # Berlin is held elsewhere
+    # A rebuild that derives a fact the live run did not: a difference, not a silent extra.
+    extra = FactRow("u", "t#1", "preference", "tea", "tea", "extracted", ("t-2",))
+    scratch.ledger["t#1:g2:facts"]["derived"].append(entry(extra, None))
+    scratch.candidates.append(extra)
+    live, rebuilt = fact_rows(live_ledger, [acme], scratch)
+    assert rebuilt - live == {("derived", "episode", "t#1", "u", "preference", "tea", "tea")}
+
+
+def test_fact_rows_compare_a_ledger_entry_from_before_derivations_were_recorded_by_its_count():
+    from chatmem.memory.replay_check import FactRow, fact_rows
+
+    acme = FactRow("u", "t#1", "identity", "employer", "Acme", "extracted", ("t-2",))
+    derived = {"user_id": "u", "category": "identity", "key": "employer", "digest": "d"}
+    scratch = _scratch({"t#1:g2:facts": {"derived": [derived]}}, [acme])
+    live, rebuilt = fact_rows({"t#1:g1:facts": {"insert": 1}}, [acme], scratch)
+    assert live == rebuilt == {("derived count", "episode", "t#1", 1), acme.row()}
+    live, rebuilt = fact_rows({"t#1:g1:facts": {"insert": 2}}, [acme], scratch)
+    assert live - rebuilt == {("derived count", "episode", "t#1", 2)}
