@@ -8,7 +8,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from chatmem.adapters.keys_pg import EventKeys, wrapped_key_sql
-from chatmem.memory.episodes import Job, log_text
+from chatmem.memory.episodes import Job, author_name, log_text
 from chatmem.memory.ports import Embedder, concrete
 from chatmem.memory.prompts import Line
 from chatmem.memory.summaries import LevelItem, StaleGeneration, SummaryRecord
@@ -60,10 +60,12 @@ class PostgresSummaryStore:
                 {"t": thread_id, "g": generation, "ep": episode_id, "lo": from_seq, "hi": upto_seq},
             ).fetchall()
         open_ = self.keys.open
-        return [
-            Line(seq=s, role=r, text=log_text(open_(p, w), open_(ed, edw) if ed is not None else None))
-            for s, r, p, w, ed, edw in rows
-        ]
+        lines = []
+        for s, r, p, w, ed, edw in rows:
+            message = open_(p, w)
+            text = log_text(message, open_(ed, edw) if ed is not None else None)
+            lines.append(Line(seq=s, role=r, text=text, name=author_name(message)))
+        return lines
 
     def save_summary(self, record: SummaryRecord, *, archive_episode: bool) -> bool:
         r = record

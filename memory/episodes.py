@@ -376,5 +376,10 @@ def embed_text(payload: dict, at: datetime) -> str:
     people ("what did Anna say about ..."), with its relative dates resolved against the time
     it was sent ("yesterday [7 May 2023]"), since questions name dates."""
     text = annotate(message_text(payload), at)
+    name = author_name(payload)
+    return f"{name}: {text}" if name else text
+
+
+def author_name(payload: dict) -> str | None:
     name = (payload.get("metadata") or {}).get(AUTHOR_NAME_KEY)
-    return f"{name}: {text}" if isinstance(name, str) and name.strip() else text
+    return name if isinstance(name, str) and name.strip() else None

@@ -166,11 +166,14 @@ class OfflineLLM:
         of each at most. Chat messages are short, so message vectors serve as sentence vectors,
         and they are the ones the pipeline already embedded (cache hits, no new model work)."""
         k = k or self.max_sentences
-        cands = [ln.text for ln in lines if ln.text.strip() and not _FILLER.match(ln.text.strip())]
+        kept = [ln for ln in lines if ln.text.strip() and not _FILLER.match(ln.text.strip())]
+        cands = [ln.text for ln in kept]
         if not cands:
             return ""
         if len(cands) > k:
-            vectors = self.embedder.embed(cands)
+            # The texts the segment path embedded (the author's name first, as embed_text does),
+            # so that these are cache hits and not a second pass of the model over the episode.
+            vectors = self.embedder.embed([f"{ln.name}: {ln.text}" if ln.name else ln.text for ln in kept])
             centroid = vectors.mean(axis=0)
             centroid /= max(float(np.linalg.norm(centroid)), 1e-12)
             scores = vectors @ centroid

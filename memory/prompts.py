@@ -15,6 +15,13 @@ class Line(BaseModel):
     seq: int
     role: str
     text: str
+    # The author's display name where the platform sent one: who said what in a group, and the
+    # text the message's vector was computed from (see embed_text). Left out of the prompt when
+    # absent, so prompts of threads without names stay byte for byte what they were.
+    name: str | None = None
+
+    def prompt_dict(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
 
 
 class RunningSummary(BaseModel):
@@ -87,7 +94,7 @@ def running_summary(lines: list[Line]) -> Prompt:
         version="running-v1",
         system=_STYLE + " Summarise the current episode so far and list its open loops "
         "(unanswered questions, promises such as 'I will', to-dos).",
-        input={"messages": [ln.model_dump() for ln in lines]},
+        input={"messages": [ln.prompt_dict() for ln in lines]},
         response_model=RunningSummary,
     )
 
@@ -97,7 +104,7 @@ def chunk_summary(lines: list[Line]) -> Prompt:
         name="chunk_summary",
         version="chunk-v1",
         system=_STYLE + " Summarise this stretch of the conversation in a few sentences.",
-        input={"messages": [ln.model_dump() for ln in lines]},
+        input={"messages": [ln.prompt_dict() for ln in lines]},
         response_model=RunningSummary,
     )
 
@@ -109,7 +116,7 @@ def final_summary(lines: list[Line]) -> Prompt:
         system=_STYLE + " The episode is over: give its topic, a short label, a summary, decisions, "
         "to-dos, durable facts about the user worth remembering (preferences, identity, constraints; "
         "no greetings or small talk), named entities, shared files and open questions.",
-        input={"messages": [ln.model_dump() for ln in lines]},
+        input={"messages": [ln.prompt_dict() for ln in lines]},
         response_model=FinalSummary,
     )
 
@@ -122,7 +129,7 @@ def extract_facts(lines: list[Line]) -> Prompt:
         "employer, occupation), preferences, constraints (allergies, things they never do), instructions to the "
         "assistant, and decisions. Skip greetings, small talk, questions and anything said with doubt. Give each "
         "fact the seq of its message, a short stable key, and a confidence (how explicitly it was stated).",
-        input={"messages": [ln.model_dump() for ln in lines]},
+        input={"messages": [ln.prompt_dict() for ln in lines]},
         response_model=FactList,
     )
 

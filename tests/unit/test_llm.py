@@ -56,6 +56,30 @@ def test_offline_running_summary_picks_central_messages():
     assert out.summary and "Hi!" not in out.summary
 
 
+def test_offline_summaries_embed_the_texts_the_segment_path_embedded():
+    """Named authors: the summariser asks for the same texts as embed_text (cache hits), and
+    the prompt of a thread without names is what it was before names were carried."""
+    from datetime import UTC, datetime
+
+    from chatmem.memory.episodes import embed_text
+
+    asked: list[str] = []
+
+    class Recording(WordEmbedder):
+        def embed(self, texts):
+            asked.extend(texts)
+            return super().embed(texts)
+
+    payloads = [{"text": ln.text, "metadata": {"author_name": "Alex"}} for ln in LINES]
+    named = [ln.model_copy(update={"name": "Alex"}) for ln in LINES]
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    OfflineLLM(Recording(), max_sentences=2).complete(running_summary(named), RunningSummary)
+    expected = {embed_text(p, at) for p in payloads if p["text"] != "Hi!"}
+    assert asked and set(asked) == expected
+    assert running_summary(LINES).input["messages"][0] == {"seq": 1, "role": "user", "text": "Hi!"}
+    assert running_summary(named).input["messages"][0]["name"] == "Alex"
+
+
 @pytest.fixture
 def fake_openai():
     with serving() as url:
