@@ -23,6 +23,7 @@ from rich.table import Table
 from chatmem.adapters.celery_queue import queue_depths
 from chatmem.adapters.embedders import MiniLMEmbedder
 from chatmem.adapters.procs import process_name
+from chatmem.bench.cpu import CpuMeter, listening_pid, postmaster_of
 from chatmem.bench.ingest import scratch
 from chatmem.producers.importers import locomo_events
 from chatmem.producers.publisher import Publisher
@@ -65,31 +66,59 @@ def make_conversation(n_messages: int, n_threads: int, seed: int = 7) -> list[Me
     return events
 
 
+STAGES = {
+    "ingest": ("ingest",),
+    "segment": ("worker", "--queues", "segment", "--concurrency", "1"),
+    "summarize": ("worker", "--queues", "summarize", "--concurrency", "1"),
+    "facts": ("worker", "--queues", "facts", "--concurrency", "1"),
+}
+
+
 @contextmanager
-def pipeline_processes(c) -> Iterator[None]:  # noqa: ANN001
-    """The ingest consumer and one worker per pipeline queue, as separate processes."""
+def pipeline_processes(c) -> Iterator[dict[str, int]]:  # noqa: ANN001
+    """The ingest consumer and one worker per pipeline queue, as separate processes; yields
+    each stage's pid."""
     env = c.settings.as_env()
-    procs = [
-        subprocess.Popen(
+    procs = {
+        stage: subprocess.Popen(
             [sys.executable, "-m", "chatmem.api.cli", *args],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        for args in (
-            ("ingest",),
-            ("worker", "--queues", "segment", "--concurrency", "1"),
-            ("worker", "--queues", "summarize", "--concurrency", "1"),
-            ("worker", "--queues", "facts", "--concurrency", "1"),
-        )
-    ]
+        for stage, args in STAGES.items()
+    }
     try:
-        yield
+        yield {stage: p.pid for stage, p in procs.items()}
     finally:
-        for p in procs:
+        for p in procs.values():
             p.terminate()
-        for p in procs:
+        for p in procs.values():
             p.wait(30)
+
+
+def service_pids(c) -> dict[str, list[int]]:  # noqa: ANN001
+    with c.pool.connection() as conn:
+        backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    return {
+        "postgres": [p for p in (postmaster_of(backend),) if p],
+        "redis": [p for p in (listening_pid(c.urls.redis_url),) if p],
+    }
+
+
+def cpu_table(title: str, cpu: dict[str, float], n: int, wall_s: float) -> Table:
+    """CPU milliseconds per message by stage, and the messages per second one core gives it."""
+    table = Table(title=title)
+    for col in ("stage", "CPU ms / message", "share", "msg/s per core"):
+        table.add_column(col)
+    total = sum(cpu.values())
+    for stage, seconds in [*cpu.items(), ("all stages", total)]:
+        per = seconds / n
+        table.add_row(
+            stage, f"{per * 1000:.2f}", f"{seconds / total:.0%}" if total else "", f"{1 / per:,.0f}" if per else "–"
+        )
+    table.caption = f"{n:,} messages in {wall_s:.1f} s wall: {total / wall_s:.2f} cores busy on average"
+    return table
 
 
 def wait_until_settled(c, n_messages: int, t0: float, limit_s: float = 900) -> float:  # noqa: ANN001
@@ -173,18 +202,25 @@ def run(
         raw.embed(texts)
         raw_rate = len(texts) / (time.perf_counter() - t0)
 
-        with pipeline_processes(c):
+        with pipeline_processes(c) as pids:
             time.sleep(15)  # let the workers load the model and mem0: start-up is not throughput
+            meter = CpuMeter({stage: [pid] for stage, pid in pids.items()} | service_pids(c))
+            meter.start()
             t0 = time.perf_counter()
             with Publisher.from_settings(c.settings, c.urls.redis_url) as pub:
                 for e in events:
                     pub.publish_nowait(e)
             live_s = wait_until_settled(c, len(events), t0)
+            live_cpu = meter.stop()
         live_rate = len(events) / live_s
 
         llm = c.llm("maintenance")
         sealed_threads = c.thread_log.all_threads()
+        meter = CpuMeter({"replay (one process)": [os.getpid()]} | service_pids(c))
+        meter.start()
+        t0 = time.perf_counter()
         replay_rate = replay_rate_of(c, sealed_threads, llm)
+        replay_s, replay_cpu = time.perf_counter() - t0, meter.stop()
         # The cost of opening sealed content in replay: the same threads copied with their content
         # in clear, both replayed again with the same warm caches.
         clear_threads = clear_copies(c, sealed_threads)
@@ -226,7 +262,11 @@ def run(
         f"{n_summaries} summary rows (both generations)"
     )
     console.print(table)
+    console.print(cpu_table("live pipeline: CPU by stage", live_cpu, len(events), live_s))
+    console.print(cpu_table("replay: CPU by stage", replay_cpu, len(events), replay_s))
     return {
+        "live_cpu_s": live_cpu,
+        "replay_cpu_s": replay_cpu,
         "raw_rate": raw_rate,
         "live_rate": live_rate,
         "replay_rate": replay_rate,
