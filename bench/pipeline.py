@@ -106,6 +106,12 @@ def service_pids(c) -> dict[str, list[int]]:  # noqa: ANN001
     }
 
 
+def database_bytes(c) -> int:  # noqa: ANN001
+    with c.pool.connection() as conn:
+        conn.execute("CHECKPOINT")  # dirty pages count once written
+        return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
+
+
 def cpu_table(title: str, cpu: dict[str, float], n: int, wall_s: float) -> Table:
     """CPU milliseconds per message by stage, and the messages per second one core gives it."""
     table = Table(title=title)
@@ -205,6 +211,7 @@ def run(
         with pipeline_processes(c) as pids:
             time.sleep(15)  # let the workers load the model and mem0: start-up is not throughput
             meter = CpuMeter({stage: [pid] for stage, pid in pids.items()} | service_pids(c))
+            db_before = database_bytes(c)
             meter.start()
             t0 = time.perf_counter()
             with Publisher.from_settings(c.settings, c.urls.redis_url) as pub:
@@ -212,6 +219,7 @@ def run(
                     pub.publish_nowait(e)
             live_s = wait_until_settled(c, len(events), t0)
             live_cpu = meter.stop()
+            db_per_message = (database_bytes(c) - db_before) / len(events)
         live_rate = len(events) / live_s
 
         llm = c.llm("maintenance")
@@ -263,9 +271,13 @@ def run(
     )
     console.print(table)
     console.print(cpu_table("live pipeline: CPU by stage", live_cpu, len(events), live_s))
+    console.print(
+        f"Postgres grew by {db_per_message / 1024:.1f} KiB per message (tables, indexes, TOAST; one generation)"
+    )
     console.print(cpu_table("replay: CPU by stage", replay_cpu, len(events), replay_s))
     return {
         "live_cpu_s": live_cpu,
+        "db_bytes_per_message": db_per_message,
         "replay_cpu_s": replay_cpu,
         "raw_rate": raw_rate,
         "live_rate": live_rate,
