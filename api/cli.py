@@ -511,11 +511,11 @@ def bench_topicseg(
     baseline: bool = typer.Option(True, help="also score the rule-based segmenter the learned one replaced"),
 ) -> None:
     """Topic segmentation with the workers' segmenter: Pk, WD, F1 and Score."""
-    from chatmem.adapters.embedders import MiniLMEmbedder
+    from chatmem.adapters.embedders import minilm_embedder
     from chatmem.bench.topicseg import run
 
-    cli_settings()
-    for name, s in run(data, out, MiniLMEmbedder(), baseline).items():
+    settings = cli_settings()
+    for name, s in run(data, out, minilm_embedder(settings.embedding_backend), baseline).items():
         console.print(f"{data.name} ({name}): Pk {s.pk:.3f} · WD {s.wd:.3f} · F1 {s.f1:.3f} · Score {s.score:.3f}")
 
 
@@ -526,11 +526,31 @@ def bench_train_segmenter(
     out: Path = typer.Option(None, help="weights file (default: the one shipped in chatmem.memory)"),
 ) -> None:
     """Train the segmenter's boundary scorer (fixed seed) and write its weights."""
-    from chatmem.adapters.embedders import MiniLMEmbedder
+    from chatmem.adapters.embedders import minilm_embedder
     from chatmem.bench.train_segmenter import run
 
+    settings = cli_settings()
+    run(data, cache, out, minilm_embedder(settings.embedding_backend), console.print)
+
+
+@bench_app.command("export-onnx")
+def bench_export_onnx(
+    data: Path = typer.Option(
+        Path("../shared/eval"), exists=True, file_okay=False, help="eval folder (LoCoMo, topicseg)"
+    ),
+    out: Path = typer.Option(None, help="ONNX file written (default: the one shipped in chatmem.adapters)"),
+    report: Path = typer.Option(None, help="also write the figures here as JSON"),
+) -> None:
+    """Export all-MiniLM-L6-v2 to ONNX from the packaged weights (needs the `export` extra),
+    check it against the torch path on 1,000 dialogue texts, and write the smallest file that holds."""
+    import json
+
+    from chatmem.bench.export_onnx import default_output, run
+
     cli_settings()
-    run(data, cache, out, MiniLMEmbedder(), console.print)
+    figures = run(data, out or default_output(), console.print)
+    if report is not None:
+        report.write_text(json.dumps(figures, indent=2) + "\n")
 
 
 @bench_app.command("pipeline")

@@ -69,7 +69,7 @@ def text_pdf(rng: random.Random, pages: int) -> bytes:
 
 def _throughput(settings: Settings, n_images: int, n_pages: int) -> list[tuple[str, str, str]]:
     from chatmem.adapters.documents import DocumentReader
-    from chatmem.adapters.embedders import MiniLMEmbedder
+    from chatmem.adapters.embedders import minilm_embedder
     from chatmem.bootstrap import Container
     from chatmem.memory.attachments import Analyzer, Sniffed, chunk_blocks
     from chatmem.memory.offline_llm import OfflineLLM
@@ -78,7 +78,7 @@ def _throughput(settings: Settings, n_images: int, n_pages: int) -> list[tuple[s
     c = Container(settings, start_services=False)  # no database needed: the analyzer alone
     images = [text_image(rng) for _ in range(n_images)]
 
-    embedder = MiniLMEmbedder()
+    embedder = minilm_embedder(settings.embedding_backend)
     analyzer = Analyzer(
         images=c.image_reader,
         ocr=c.ocr,

@@ -162,7 +162,7 @@ class Container:
 
     def inner_embedder(self, spec: EmbedderSpec) -> Embedder:
         """The model behind a spec, loaded once per process."""
-        from chatmem.adapters.embedders import HashingEmbedder, MiniLMEmbedder, OpenAIEmbedder
+        from chatmem.adapters.embedders import HashingEmbedder, OpenAIEmbedder, minilm_embedder
 
         if spec not in self._inner_embedders:
             s = self.settings
@@ -171,7 +171,7 @@ class Container:
                 if spec.provider == "openai"
                 else HashingEmbedder(spec.dim)
                 if spec.provider == "hashing"
-                else MiniLMEmbedder()
+                else minilm_embedder(s.embedding_backend)
             )
         return self._inner_embedders[spec]
 

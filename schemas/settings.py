@@ -179,6 +179,12 @@ class Settings(BaseSettings):
         description="minilm (offline, 384-d), openai, or hashing (feature hashing of words, embedding_dim wide: "
         "tiny and deterministic, for tests).",
     )
+    embedding_backend: str = Field(
+        "onnx",
+        pattern="^(onnx|torch)$",
+        description="How minilm runs: onnx (ONNX Runtime, the file shipped in the package) or torch "
+        "(sentence-transformers, the optional `torch` extra). Same model, same vectors (cosine >= 0.999).",
+    )
     embedding_model: str = Field("text-embedding-3-small", description="Model name when embedding_provider=openai.")
     embedding_dim: int = Field(1536, ge=1, description="Dimensions when embedding_provider=openai or hashing.")
 

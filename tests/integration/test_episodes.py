@@ -118,11 +118,11 @@ def test_a_follow_up_on_the_same_subject_after_a_shift_is_no_boundary():
     # The script's laptop follow-up (seq 13) right after the shift to the laptop (seq 11): the left
     # context still holds the hotel turns before it and the scorer splits. Strict: a scorer that
     # gets it right fails this, and EXPECTED_STARTS (tests/scripted.py) should then lose 13.
-    from chatmem.adapters.embedders import MiniLMEmbedder
+    from chatmem.adapters.embedders import OnnxMiniLMEmbedder
     from chatmem.memory.segmentation import SegmenterConfig, SegTurn, segment
 
     events = script_events()
-    vectors = MiniLMEmbedder().embed([e.text for e in events])
+    vectors = OnnxMiniLMEmbedder().embed([e.text for e in events])
     pairs = enumerate(zip(events, vectors, strict=True), start=1)
     turns = [SegTurn(i, e.role, e.text, e.occurred_at, v) for i, (e, v) in pairs]
     assert 13 not in [b.seq for b in segment(turns, SegmenterConfig())]
