@@ -30,6 +30,14 @@ class PostgresSummaryStore:
                 is not None
             )
 
+    def summary_keys(self, thread_id: str, generation: int, level: int) -> set[str]:
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT summary_key FROM summaries WHERE thread_id = %s AND generation = %s AND level = %s",
+                (thread_id, generation, level),
+            ).fetchall()
+        return {r[0] for r in rows}
+
     def generation_active(self, thread_id: str, generation: int) -> bool:
         with self.pool.connection() as conn:
             row = conn.execute("SELECT generation FROM threads WHERE thread_id = %s", (thread_id,)).fetchone()

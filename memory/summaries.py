@@ -55,6 +55,10 @@ class LevelItem:
 class SummaryStore(Protocol):
     def has_summary(self, generation: int, summary_key: str) -> bool: ...
 
+    def summary_keys(self, thread_id: str, generation: int, level: int) -> set[str]:
+        """Keys of the thread's summaries at `level` (active or archived) in the generation."""
+        ...
+
     def generation_active(self, thread_id: str, generation: int) -> bool: ...
 
     def episode_lines(
@@ -152,6 +156,9 @@ def rollup(store: SummaryStore, llm: LLM, thread_id: str, generation: int, *, fa
         if not items:
             break
         top = max(items)
+        # One query per level, not one per group: a long thread has hundreds of groups, and
+        # every final summary walks them all.
+        have = store.summary_keys(thread_id, generation, level + 1)
         for group in range(0, top // fanin + 1):
             found = [items.get(group * fanin + j) for j in range(fanin)]
             newer = sum(1 for idx in items if idx >= (group + 1) * fanin)
@@ -159,7 +166,7 @@ def rollup(store: SummaryStore, llm: LLM, thread_id: str, generation: int, *, fa
             if len(members) < fanin or newer < keep:
                 continue
             key = f"{thread_id}:L{level + 1}:g{group}"
-            if store.has_summary(generation, key):
+            if key in have:
                 continue
             prompt = prompts.rollup_summary([m.text for m in members])
             result = llm.complete(prompt, prompts.RollupSummary)

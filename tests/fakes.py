@@ -673,6 +673,13 @@ class FakeProjections:
     def has_summary(self, generation: int, summary_key: str) -> bool:
         return (generation, summary_key) in self.summaries
 
+    def summary_keys(self, thread_id: str, generation: int, level: int) -> set[str]:
+        return {
+            key
+            for (g, key), s in self.summaries.items()
+            if g == generation and s.record.thread_id == thread_id and s.record.level == level
+        }
+
     def generation_active(self, thread_id: str, generation: int) -> bool:
         ctx = self.contexts.get(thread_id)
         # A replay writes its generation before switching to it: both are "current" for jobs.
