@@ -308,6 +308,17 @@ class PostgresThreadLog:
         with self.pool.connection() as conn:
             return [r[0] for r in conn.execute("SELECT thread_id FROM threads ORDER BY thread_id")]
 
+    def event_counts(self, thread_ids: list[str]) -> dict[str, int]:
+        """Events logged per thread (0 for a thread with none): what a replay of each costs."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT thread_id, count(*) FROM events WHERE thread_id = ANY(%s) GROUP BY thread_id",
+                (thread_ids,),
+            ).fetchall()
+        counts = dict.fromkeys(thread_ids, 0)
+        counts.update({t: int(n) for t, n in rows})
+        return counts
+
     def lagging_threads(self, limit: int) -> list[str]:
         with self.pool.connection() as conn:
             rows = conn.execute(

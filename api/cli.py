@@ -362,13 +362,18 @@ def replay(
     check: bool = typer.Option(
         False, "--check", help="rebuild into a scratch generation, print the differences, change nothing"
     ),
+    jobs: int = typer.Option(1, "--jobs", min=1, help="processes replaying threads side by side"),
+    threads_file: Path | None = typer.Option(None, hidden=True, help="thread ids, one per line (for --jobs)"),
 ) -> None:
     """Rebuild threads' memory from the event log into a new generation and switch to it. With
-    --check: compare a rebuild with what is there and exit 1 on any difference."""
+    --check: compare a rebuild with what is there and exit 1 on any difference. With --jobs N:
+    N processes share the threads (a thread is one process's, so its order holds)."""
     from chatmem.adapters.procs import process_name
     from chatmem.schemas.events import InvalidEvent, validate_identifier
 
-    if bool(thread) == all_threads:
+    if threads_file is not None:
+        thread = [t for t in threads_file.read_text().split() if t]
+    elif bool(thread) == all_threads:
         console.print("[red]give --thread T (one or more) or --all[/red]")
         raise typer.Exit(2)
     settings = cli_settings()
@@ -379,6 +384,10 @@ def replay(
     except InvalidEvent as error:
         console.print(f"[red]{error.reason}[/red]")
         raise typer.Exit(2) from None
+    if jobs > 1 and len(ids) > 1 and not check:
+        counts = c.thread_log.event_counts(ids)
+        c.close()
+        raise typer.Exit(_replay_in_processes(counts, jobs, refresh_llm))
     llm = c.llm("maintenance", refresh=refresh_llm)
     if check:
         raise typer.Exit(_check_replay(c, ids, llm))
@@ -388,6 +397,28 @@ def replay(
             f"{tid}: generation {r.generation} · {r.events} events · {r.episodes} episodes · {r.seconds:.1f}s"
         )
     console.print(f"LLM calls made: {llm.calls} (the rest came from the cache)")
+
+
+def _replay_in_processes(counts: dict[str, int], jobs: int, refresh_llm: bool) -> int:
+    """Threads dealt to `jobs` child replays, largest first to the least loaded, so the
+    processes finish together; the exit code is the worst of theirs."""
+    import subprocess
+    import tempfile
+
+    shares: list[list[str]] = [[] for _ in range(jobs)]
+    loads = [0] * jobs
+    for tid, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        k = loads.index(min(loads))
+        shares[k].append(tid)
+        loads[k] += max(n, 1)
+    with tempfile.TemporaryDirectory(prefix="chatmem-replay-") as tmp:
+        procs = []
+        for k, share in enumerate(s for s in shares if s):
+            listing = Path(tmp) / f"threads-{k}"
+            listing.write_text("\n".join(share))
+            args = [sys.executable, "-m", "chatmem.api.cli", "replay", "--threads-file", str(listing)]
+            procs.append(subprocess.Popen([*args, *(["--refresh-llm"] if refresh_llm else [])]))
+        return max(p.wait() for p in procs)
 
 
 def _check_replay(c: Container, ids: list[str], llm: CachedLLM) -> int:

@@ -171,6 +171,29 @@ def test_replay_reproduces_the_same_episodes_and_summaries(settings_factory):
     assert removed["messages"] == 16 and episodes(container, generation=1) == []
 
 
+def test_replay_in_several_processes_rebuilds_every_thread_exactly(settings_factory):
+    from chatmem.adapters.services import ServiceUrls
+    from chatmem.bootstrap import Container
+    from tests.conftest import spawn
+
+    s = settings_factory(rollup_fanin=2, rollup_keep=1)
+    container = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
+    d = Driver(container)
+    threads = ("one", "two", "three")
+    for k, t in enumerate(threads):
+        d.publish(script_events(t, user_id=f"user{k}")[: 16 - 4 * k])  # unequal sizes to deal out
+        d.advance(t)
+    d.run_jobs(with_facts=True)
+    cli = spawn(s, "replay", "--all", "--jobs", "2")
+    out, _ = cli.communicate(timeout=300)
+    assert cli.returncode == 0, out[-2000:]
+    for t in threads:
+        assert f"{t}: generation 2" in out
+        assert episodes(container, t, generation=2) == episodes(container, t, generation=1) != []
+        assert summaries(container, t, generation=2) == summaries(container, t, generation=1) != []
+    assert "LLM calls made: 0" in out  # warm caches in every child
+
+
 def test_replay_check_finds_no_difference_then_names_the_one_it_finds(settings_factory):
     from chatmem.adapters.services import ServiceUrls
     from chatmem.bootstrap import Container
