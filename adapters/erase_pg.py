@@ -15,8 +15,8 @@ from psycopg_pool import ConnectionPool
 from chatmem.adapters import crypto
 from chatmem.adapters.keys_pg import KID, EventKeys, wrapped_key_sql
 from chatmem.adapters.llm import input_hash
-from chatmem.memory.episodes import texts_to_embed
-from chatmem.memory.prompts import file_summary
+from chatmem.memory.episodes import author_name, message_text, texts_to_embed
+from chatmem.memory.prompts import file_summary, named_text
 from chatmem.schemas.events import ERASED
 from chatmem.schemas.records import LoggedEvent
 
@@ -124,6 +124,16 @@ class PostgresErasure:
                 for pos, eid, typ, tid, uid, at, payload, wrapped in rows
             ]
             hashes = {_hash(t) for t in texts_to_embed(events).values()}
+            # Summaries embed a message as its author's name and its text as of the summary
+            # (see Line.embedding_text): the logged text and the projection's latest one.
+            names = {e.event_id: n for e in events if e.type == "message" and (n := author_name(e.payload))}
+            hashes |= {
+                _hash(named_text(names[e.event_id], message_text(e.payload))) for e in events if e.event_id in names
+            }
+            for event_id, text in conn.execute(
+                "SELECT event_id, text FROM messages WHERE event_id = ANY(%s)", (list(names),)
+            ).fetchall():
+                hashes.add(_hash(named_text(names[event_id], text)))
             derived = conn.execute(
                 f"""SELECT text FROM messages WHERE {plan.rows()}
                     UNION ALL SELECT text FROM summaries WHERE thread_id = ANY(%(t)s)

@@ -14,6 +14,7 @@ import numpy as np
 
 from chatmem.memory.attachments.surrogates import RefState, attachment_lines
 from chatmem.memory.dates import annotate, date_note
+from chatmem.memory.prompts import named_text
 from chatmem.memory.segmentation import SegmenterConfig, SegmenterState, SegTurn, feed
 from chatmem.schemas.events import ERASED
 from chatmem.schemas.records import LoggedEvent
@@ -376,8 +377,7 @@ def embed_text(payload: dict, at: datetime) -> str:
     people ("what did Anna say about ..."), with its relative dates resolved against the time
     it was sent ("yesterday [7 May 2023]"), since questions name dates."""
     text = annotate(message_text(payload), at)
-    name = author_name(payload)
-    return f"{name}: {text}" if name else text
+    return named_text(author_name(payload), text)
 
 
 def author_name(payload: dict) -> str | None:

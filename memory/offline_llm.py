@@ -173,7 +173,7 @@ class OfflineLLM:
         if len(cands) > k:
             # The texts the segment path embedded (the author's name first, as embed_text does),
             # so that these are cache hits and not a second pass of the model over the episode.
-            vectors = self.embedder.embed([f"{ln.name}: {ln.text}" if ln.name else ln.text for ln in kept])
+            vectors = self.embedder.embed([ln.embedding_text() for ln in kept])
             centroid = vectors.mean(axis=0)
             centroid /= max(float(np.linalg.norm(centroid)), 1e-12)
             scores = vectors @ centroid

@@ -23,6 +23,14 @@ class Line(BaseModel):
     def prompt_dict(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
 
+    def embedding_text(self) -> str:
+        return named_text(self.name, self.text)
+
+
+def named_text(name: str | None, text: str) -> str:
+    """A message's text as embedded: after its author's name when there is one."""
+    return f"{name}: {text}" if name else text
+
 
 class RunningSummary(BaseModel):
     summary: str = Field(description="what the conversation is about so far, a few sentences")
