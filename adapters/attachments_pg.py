@@ -260,13 +260,16 @@ class PostgresAttachmentStore:
         refresh_messages(conn, sorted({e for e, _ in refs}))
 
     def stale_references(self, older_than_s: int, limit: int = 500) -> list[tuple[str, int]]:
-        """References still unprocessed after a while (a lost job): for the sweeper to re-queue."""
+        """References still unprocessed after a while (a lost job), and at once those whose file's
+        processing claim has expired (its worker died mid-job: the redelivered job found the
+        claim still held and stopped): for the sweeper to re-queue."""
         with self.pool.connection() as conn:
             rows = conn.execute(
                 """SELECT a.event_id, a.position FROM attachments a
                    LEFT JOIN artifacts ar ON ar.sha256 = a.sha256
-                   WHERE (a.status = 'pending' OR (a.status = 'linked' AND ar.status IN ('pending', 'processing')))
-                     AND a.updated_at < now() - make_interval(secs => %s)
+                   WHERE ((a.status = 'pending' OR (a.status = 'linked' AND ar.status IN ('pending', 'processing')))
+                          AND a.updated_at < now() - make_interval(secs => %s))
+                      OR (a.status = 'linked' AND ar.status = 'processing' AND ar.claimed_until < now())
                    ORDER BY a.updated_at LIMIT %s""",
                 (older_than_s, limit),
             ).fetchall()

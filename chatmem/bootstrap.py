@@ -374,7 +374,12 @@ class Container:
             vision=None if offline else self.vision,
             read=self.analysis_reader,  # reading runs in the helper process, not through the readers above
         )
-        return AttachmentJob(self.attachment_store, self.blobs, self.fetcher, analyzer, self.embedder, guess_binary)
+        # A claim outlives the longest job (the reading is killed at its time limit, then the
+        # texts are embedded), and no more: a worker killed mid-job holds the file that long.
+        claim_s = int(2 * self.settings.attachment_analysis_timeout_s) + 10
+        return AttachmentJob(
+            self.attachment_store, self.blobs, self.fetcher, analyzer, self.embedder, guess_binary, claim_s=claim_s
+        )
 
     @cached_property
     def fact_store(self) -> PostgresFactStore:

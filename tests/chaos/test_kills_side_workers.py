@@ -1,0 +1,95 @@
+"""Case: `kill -9` of the facts worker and of the attachments worker while messages carrying
+facts and images flow. Besides the pipeline's invariants: every closed episode gets its fact
+extraction once, and every image is read, including the one whose worker died mid-OCR (its
+claim expires and the sweeper queues it again)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import time
+
+import pytest
+from PIL import Image, ImageDraw
+
+from chatmem.adapters.services import ServiceUrls
+from chatmem.bootstrap import Container
+from chatmem.schemas.events import Attachment, AttachmentKind
+from tests.chaos.harness import BASE, CHAOS_SETTINGS, Load, Stack, _rows, conversation, finish
+from tests.conftest import wait_for
+
+pytestmark = [pytest.mark.chaos, pytest.mark.heavy]
+
+
+def image_url(n: int) -> str:
+    """A small PNG with its own text, so each is a file of its own (files are keyed by hash)."""
+    img = Image.new("RGB", (260, 60), "white")
+    ImageDraw.Draw(img).text((10, 20), f"TICKET {n:04d} GATE B{n % 9}", fill="black")
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def test_kill9_facts_and_attachments_workers(settings_factory, embedded, tmp_path):
+    started = time.monotonic()
+    case = "kill-side"
+    # A short reading limit, so the claim of a file whose worker was killed expires in seconds.
+    s = settings_factory(**CHAOS_SETTINGS, attachment_analysis_timeout_s=5)
+    c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))  # type: ignore[arg-type]
+    events = conversation(case, 300, 10)
+    for i in range(7, len(events), 15):
+        events[i] = events[i].model_copy(
+            update={
+                "text": f"I prefer aisle seat {i} on every flight",
+                "attachments": [Attachment(url=image_url(i), kind=AttachmentKind.IMAGE)],
+            }
+        )
+    n_images = len(range(7, len(events), 15))
+    processes = {
+        **BASE,
+        "facts": ("worker", "--queues", "facts", "--concurrency", "1"),
+        "attachments": ("worker", "--queues", "attachments", "--concurrency", "1"),
+    }
+    load = Load(s, events, 8)
+    prefix = case + "-%"
+    try:
+        with Stack(s, tmp_path / "stack.log", processes) as stack:
+            stack.wait_ready()
+            load.start()
+            load.reached(0.4)
+            reading = "SELECT count(*) FROM artifacts WHERE status = 'processing'"
+            assert wait_for(lambda: _rows(c, reading)[0][0] > 0, 60, 0.02), stack.tail()
+            stack.kill9("attachments")  # mid-OCR: the file stays claimed by a dead worker
+            load.reached(0.7)
+            stack.kill9("facts")
+            finish(case, "kill -9 facts and attachments workers", c, load, stack, started)
+
+            def images_read() -> bool:
+                rows = _rows(
+                    c,
+                    """SELECT count(*) FILTER (WHERE a.status = 'linked' AND ar.status = 'done'), count(*)
+                       FROM attachments a LEFT JOIN artifacts ar ON ar.sha256 = a.sha256
+                       WHERE a.thread_id LIKE %s""",
+                    prefix,
+                )
+                return rows[0] == (n_images, n_images)
+
+            def facts_done() -> bool:
+                (missing,) = _rows(
+                    c,
+                    """SELECT count(*) FROM episodes e WHERE e.status = 'closed' AND e.thread_id LIKE %s
+                       AND NOT EXISTS (SELECT 1 FROM fact_ledger l
+                                       WHERE l.op_key = e.episode_id || ':g' || e.generation || ':facts')""",
+                    prefix,
+                )[0]
+                return missing == 0
+
+            by_status = "SELECT status, count(*) FROM artifacts GROUP BY 1"
+            assert wait_for(images_read, 120, 0.5), (_rows(c, by_status), stack.tail())
+            assert wait_for(facts_done, 120, 0.5), stack.tail()
+            # Each image read into one artifact (a second claimant would have failed on the key),
+            # and the facts the messages state were written.
+            assert _rows(c, "SELECT count(*) FROM artifacts")[0][0] == n_images
+            assert _rows(c, "SELECT count(*) FROM facts WHERE user_id = 'u'")[0][0] > 0
+    finally:
+        c.close()
