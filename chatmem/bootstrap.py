@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import cached_property
@@ -37,7 +38,7 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.adapters.blobs import LocalBlobStore
     from chatmem.adapters.browse_pg import PostgresBrowser
     from chatmem.adapters.context_pg import PostgresContextReader
-    from chatmem.adapters.embedders import CachedEmbedder, SwitchingEmbedder
+    from chatmem.adapters.embedders import CachedEmbedder, QueryEmbedder, SwitchingEmbedder
     from chatmem.adapters.embedding_state_pg import EmbedderSpec, EmbeddingState
     from chatmem.adapters.erase_pg import ErasurePlan, PostgresErasure
     from chatmem.adapters.export_pg import PostgresExport
@@ -92,6 +93,8 @@ class Container:
         self.settings = settings
         self._urls = urls
         self._start_services = start_services
+        self._query_embedders: dict[EmbedderSpec, QueryEmbedder] = {}
+        self._query_lock = threading.Lock()
 
     @cached_property
     def urls(self) -> services.ServiceUrls:
@@ -192,10 +195,19 @@ class Container:
 
     @cached_property
     def query_embedder(self) -> SwitchingEmbedder:
-        from chatmem.adapters.embedders import QueryEmbedder, SwitchingEmbedder
+        from chatmem.adapters.embedders import SwitchingEmbedder
 
-        state = self.embedding_state
-        return SwitchingEmbedder(state.spec, lambda spec: QueryEmbedder(self.inner_embedder(spec)), 2.0)
+        return SwitchingEmbedder(self.embedding_state.spec, self.query_embedder_for, 2.0)
+
+    def query_embedder_for(self, spec: EmbedderSpec) -> QueryEmbedder:
+        """One query embedder (and LRU) per model, shared by recall and mem0's search: a recall
+        that also searches facts embeds its query once, not twice."""
+        from chatmem.adapters.embedders import QueryEmbedder
+
+        with self._query_lock:
+            if spec not in self._query_embedders:
+                self._query_embedders[spec] = QueryEmbedder(self.inner_embedder(spec))
+            return self._query_embedders[spec]
 
     @cached_property
     def configured_embedder(self) -> CachedEmbedder:
@@ -389,7 +401,6 @@ class Container:
 
     @cached_property
     def mem0(self) -> Mem0Store:
-        from chatmem.adapters.embedders import QueryEmbedder
         from chatmem.adapters.mem0_store import Mem0Store
 
         s = self.settings
@@ -400,7 +411,7 @@ class Container:
             llm_api_key=s.llm_api_key,
             llm_base_url=s.llm_base_url,
             llm_model=s.llm_model,
-            query_embedder=QueryEmbedder(self.configured_embedder.inner),
+            query_embedder=self.query_embedder_for(self.embedding_state.configured),
         )
 
     # --- read path ------------------------------------------------------------------------------
