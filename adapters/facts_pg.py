@@ -30,6 +30,22 @@ class PostgresFactStore:
                 (op_key, Jsonb(result)),
             )
 
+    def missing_facts(self, older_than_s: float, limit: int = 500) -> list[tuple[str, int, str]]:
+        """Closed episodes of active generations with a final summary older than `older_than_s`
+        and no facts entry in the ledger (a lost job), for the sweeper to re-queue."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                """SELECT e.thread_id, e.generation, e.episode_id
+                   FROM episodes e JOIN threads t ON t.thread_id = e.thread_id AND t.generation = e.generation
+                   JOIN summaries s ON s.generation = e.generation AND s.summary_key = e.episode_id || ':final'
+                   WHERE e.status = 'closed' AND s.created_at < now() - make_interval(secs => %s)
+                     AND NOT EXISTS (SELECT 1 FROM fact_ledger l
+                                     WHERE l.op_key = e.episode_id || ':g' || e.generation || ':facts')
+                   ORDER BY s.created_at LIMIT %s""",
+                (older_than_s, limit),
+            ).fetchall()
+        return [(t, int(g), e) for t, g, e in rows]
+
     def generation_active(self, thread_id: str, generation: int) -> bool:
         with self.pool.connection() as conn:
             row = conn.execute("SELECT generation FROM threads WHERE thread_id = %s", (thread_id,)).fetchone()

@@ -95,7 +95,7 @@ def instruments() -> Instruments:
         ),
         sweeper_requeued=Counter(
             "chatmem_sweeper_requeued",
-            "What the sweeper queued again: lagging threads rung, lost final summaries, lost attachments.",
+            "What the sweeper queued again: lagging threads rung, lost final summaries, attachments and fact jobs.",
             ["what"],
         ),
     )
@@ -110,11 +110,12 @@ def timed(histogram: Histogram) -> Iterator[None]:
         histogram.observe(time.perf_counter() - start)
 
 
-def record_sweep(rung: int, finals: int, attachments: int) -> None:
+def record_sweep(rung: int, finals: int, attachments: int, facts: int) -> None:
     requeued = instruments().sweeper_requeued
     requeued.labels("threads").inc(rung)
     requeued.labels("final_summaries").inc(finals)
     requeued.labels("attachments").inc(attachments)
+    requeued.labels("fact_jobs").inc(facts)
 
 
 # --- processes --------------------------------------------------------------------------------

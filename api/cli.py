@@ -190,7 +190,7 @@ def _celery_says_json() -> None:
 
 @app.command()
 def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps")) -> None:
-    """Re-ring lagging threads; re-queue lost final summaries and attachments (memory/sweeper.py)."""
+    """Re-ring lagging threads; re-queue lost final summaries, attachments and fact jobs (memory/sweeper.py)."""
     from chatmem.adapters.celery_queue import enqueue_retention
     from chatmem.adapters.metrics import record_sweep
 
@@ -205,13 +205,14 @@ def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps"))
             enqueue_retention(c.celery)  # the maintenance queue runs it; one at a time is enough
             next_retention = time.monotonic() + c.settings.retention_every_s
         result = c.sweeper.sweep()
-        record_sweep(result.rung, result.finals, result.attachments)
-        if result.rung or result.finals or result.attachments:
+        record_sweep(result.rung, result.finals, result.attachments, result.facts)
+        if result.rung or result.finals or result.attachments or result.facts:
             log.info(
-                "re-rang %d lagging threads, re-queued %d final summaries and %d attachments",
+                "re-rang %d lagging threads, re-queued %d final summaries, %d attachments and %d fact jobs",
                 result.rung,
                 result.finals,
                 result.attachments,
+                result.facts,
             )
         stop.wait(interval)
 

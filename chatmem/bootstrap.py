@@ -21,6 +21,7 @@ from chatmem.adapters import services
 from chatmem.adapters.celery_queue import (
     create_celery,
     enqueue_attachment,
+    enqueue_episode_facts,
     enqueue_summary,
     queue_depths,
     ring_thread,
@@ -546,9 +547,12 @@ class Container:
             self.doorbell,
             self.summary_store,
             self.attachment_store,
+            self.fact_store,
             queue_depth=lambda queue: queue_depths(app)[queue],
             enqueue_summary=lambda t, g, job: enqueue_summary(app, t, g, job),
             enqueue_attachment=lambda e, p: enqueue_attachment(app, e, p),
+            enqueue_facts=lambda t, g, e: enqueue_episode_facts(app, t, g, e),
+            facts_after_s=self.settings.sweeper_facts_after_s,
         )
 
     def replay(self, thread_id: str, llm: CachedLLM, owner: str, **kw: Any) -> ReplayResult:

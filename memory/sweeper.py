@@ -11,12 +11,19 @@ from chatmem.memory import sequencer
 from chatmem.memory.episodes import Job
 from chatmem.memory.ports import Doorbell, ThreadLog
 
-STALE_ATTACHMENT_S = 1800  # well past the longest attachment retry delay
+STALE_ATTACHMENT_S = 1800  # well past the longest retry delay of an attachment or facts job
 
 
 class LostFinals(Protocol):
     def missing_finals(self) -> list[tuple[str, int, Job]]:
         """Closed episodes of active generations with no final summary."""
+        ...
+
+
+class LostFacts(Protocol):
+    def missing_facts(self, older_than_s: float) -> list[tuple[str, int, str]]:
+        """Closed episodes of active generations whose final summary is older than `older_than_s`
+        seconds and whose facts job never finished: (thread, generation, episode)."""
         ...
 
 
@@ -31,6 +38,7 @@ class SweepResult:
     rung: int
     finals: int
     attachments: int
+    facts: int = 0
 
 
 @dataclass(frozen=True)
@@ -39,9 +47,14 @@ class Sweeper:
     doorbell: Doorbell
     finals: LostFinals
     attachments: LostAttachments
+    facts: LostFacts
     queue_depth: Callable[[str], int]
     enqueue_summary: Callable[[str, int, Job], None]
     enqueue_attachment: Callable[[str, int], None]
+    enqueue_facts: Callable[[str, int, str], None]
+    # A facts job that has run this long after its final summary was lost (its worker was killed
+    # while the broker held it unacknowledged); longer than a job with all its LLM retries.
+    facts_after_s: float = float(STALE_ATTACHMENT_S)
 
     def sweep(self) -> SweepResult:
         rung = sequencer.sweep(self.threads, self.doorbell)
@@ -53,4 +66,8 @@ class Sweeper:
         stale = self.attachments.stale_references(STALE_ATTACHMENT_S) if self.queue_depth("attachments") == 0 else []
         for event_id, position in stale:
             self.enqueue_attachment(event_id, position)
-        return SweepResult(rung, len(finals), len(stale))
+        # The same rule for facts jobs; the ledger makes a repeat of a finished one do nothing.
+        facts = self.facts.missing_facts(self.facts_after_s) if self.queue_depth("facts") == 0 else []
+        for thread_id, generation, episode_id in facts:
+            self.enqueue_facts(thread_id, generation, episode_id)
+        return SweepResult(rung, len(finals), len(stale), len(facts))

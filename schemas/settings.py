@@ -156,6 +156,12 @@ class Settings(BaseSettings):
     supervisor_restart_window_s: float = Field(
         300.0, gt=0, description="The window (seconds) in which `supervisor_max_restarts` exits count as a crash loop."
     )
+    sweeper_facts_after_s: float = Field(
+        1800.0,
+        gt=0,
+        description="The sweeper re-queues an episode's facts job when its final summary is this old (seconds) and "
+        "the job has not finished (its worker was killed holding it); longer than one job with all its retries.",
+    )
 
     # --- models ---------------------------------------------------------------------------
     llm_base_url: str | None = Field(

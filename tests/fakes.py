@@ -515,6 +515,7 @@ class FakeSummary:
     record: SummaryRecord
     is_active: bool = True
     embedding: np.ndarray | None = None
+    created: float = 0.0  # the projections' clock when saved
 
 
 class FakeProjections:
@@ -537,6 +538,7 @@ class FakeProjections:
         self.summaries: dict[tuple[int, str], FakeSummary] = {}  # (generation, summary_key) -> row
         self._ids = itertools.count(1)
         self.fail_next: Exception | None = None  # the next apply / save_summary raises it, writing nothing
+        self.clock = 0.0  # seconds; tests move it to age what is saved
 
     def _fail(self) -> None:
         if self.fail_next is not None:
@@ -720,7 +722,7 @@ class FakeProjections:
             raise StaleGeneration(r.thread_id)
         if (r.generation, r.summary_key) in self.summaries:
             return False
-        self.summaries[(r.generation, r.summary_key)] = FakeSummary(next(self._ids), r)
+        self.summaries[(r.generation, r.summary_key)] = FakeSummary(next(self._ids), r, created=self.clock)
         same_episode = [
             s
             for (g, _), s in self.summaries.items()
@@ -801,6 +803,19 @@ class FakeFactStore:
 
     def generation_active(self, thread_id: str, generation: int) -> bool:
         return self.db.generation_active(thread_id, generation)
+
+    def missing_facts(self, older_than_s: float) -> list[tuple[str, int, str]]:
+        """The sweeper's LostFacts port: closed episodes of active generations whose final is
+        older than `older_than_s` and whose facts job left nothing in the ledger."""
+        out = []
+        for (gen, eid), e in sorted(self.db.episodes.items()):
+            final = self.db.summaries.get((gen, f"{eid}:final"))
+            ctx = self.db.contexts.get(e["thread_id"])
+            if final is None or ctx is None or ctx.generation != gen or e["status"] != "closed":
+                continue
+            if final.created < self.db.clock - older_than_s and f"{eid}:g{gen}:facts" not in self.ledger:
+                out.append((e["thread_id"], gen, eid))
+        return out
 
     def episode_user_lines(self, thread_id: str, generation: int, episode_id: str) -> list[UserLine]:
         return [

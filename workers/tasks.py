@@ -239,8 +239,8 @@ def _count_attachment(c: Wiring, event_id: str, position: int, outcome: str) -> 
 def sweep(self: Task) -> dict:
     """What `chatmem sweeper` does once; for a Celery beat schedule instead of that loop."""
     result = wiring(self).sweeper.sweep()
-    record_sweep(result.rung, result.finals, result.attachments)
-    return {"rung": result.rung, "finals": result.finals, "attachments": result.attachments}
+    record_sweep(result.rung, result.finals, result.attachments, result.facts)
+    return {"rung": result.rung, "finals": result.finals, "attachments": result.attachments, "facts": result.facts}
 
 
 def _checked(thread_id: str, task: str = "") -> str:

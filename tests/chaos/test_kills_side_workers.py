@@ -1,15 +1,19 @@
-"""Case: `kill -9` of the facts worker's pool process and of the attachments worker while
-messages carrying facts and images flow. Besides the pipeline's invariants: every closed episode gets its fact
-extraction once, and every image is read, including the one whose worker died mid-OCR (its
-claim expires and the sweeper queues it again)."""
+"""Case: `kill -9` of the facts worker and of the attachments worker while messages carrying
+facts and images flow. Besides the pipeline's invariants: every closed episode gets its fact
+extraction once, including the job the dead facts worker held unacknowledged (the sweeper queues
+it again once its final summary is old), and every image is read, including the one whose
+worker died mid-OCR (its claim expires and the sweeper queues it again)."""
 
 from __future__ import annotations
 
 import base64
 import io
+import json
+import re
 import time
 
 import pytest
+import redis
 from PIL import Image, ImageDraw
 
 from chatmem.adapters.services import ServiceUrls
@@ -30,11 +34,19 @@ def image_url(n: int) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
+def facts_held(broker: redis.Redis) -> int:
+    """Facts jobs delivered to a worker and not yet acknowledged (the Redis transport keeps them
+    in its `unacked` hash as [message, exchange, routing key])."""
+    return sum(json.loads(v)[2] == "facts" for v in broker.hvals("unacked"))
+
+
 def test_kill9_facts_and_attachments_workers(settings_factory, embedded, tmp_path):
     started = time.monotonic()
     case = "kill-side"
-    # A short reading limit, so the claim of a file whose worker was killed expires in seconds.
-    s = settings_factory(**CHAOS_SETTINGS, attachment_analysis_timeout_s=5)
+    # A short reading limit, so the claim of a file whose worker was killed expires in seconds,
+    # and a short age for the sweeper to take a facts job for lost.
+    s = settings_factory(**CHAOS_SETTINGS, attachment_analysis_timeout_s=5, sweeper_facts_after_s=5)
+    broker = redis.Redis.from_url(s.redis_url)
     c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))  # type: ignore[arg-type]
     events = conversation(case, 300, 10)
     for i in range(7, len(events), 15):
@@ -61,11 +73,11 @@ def test_kill9_facts_and_attachments_workers(settings_factory, embedded, tmp_pat
             assert wait_for(lambda: _rows(c, reading)[0][0] > 0, 60, 0.02), stack.tail()
             stack.kill9("attachments")  # mid-OCR: the file stays claimed by a dead worker
             load.reached(0.7)
-            # The pool process, as the OOM killer would: its job is re-queued at once. A kill of
-            # the facts worker's main process leaves its job to the broker's visibility timeout,
-            # and the sweeper does not re-queue lost fact jobs yet (docs/operations.md).
-            stack.kill9_pool_child("facts")
-            finish(case, "kill -9 attachments worker, facts pool process", c, load, stack, started)
+            # The facts worker's main process while it holds a job: the broker would hand that
+            # job out again only after its visibility timeout (hours); the sweeper queues it.
+            assert wait_for(lambda: facts_held(broker) > 0, 60, 0.005), stack.tail()
+            stack.kill9("facts")
+            finish(case, "kill -9 attachments worker, facts worker", c, load, stack, started)
 
             def images_read() -> bool:
                 rows = _rows(
@@ -90,9 +102,12 @@ def test_kill9_facts_and_attachments_workers(settings_factory, embedded, tmp_pat
             by_status = "SELECT status, count(*) FROM artifacts GROUP BY 1"
             assert wait_for(images_read, 120, 0.5), (_rows(c, by_status), stack.tail())
             assert wait_for(facts_done, 120, 0.5), stack.tail()
+            # The held job came back through the sweeper, not the broker.
+            assert re.search(r"and [1-9]\d* fact jobs", (tmp_path / "stack.log").read_text()), stack.tail()
             # Each image read into one artifact (a second claimant would have failed on the key),
             # and the facts the messages state were written.
             assert _rows(c, "SELECT count(*) FROM artifacts")[0][0] == n_images
             assert _rows(c, "SELECT count(*) FROM facts WHERE user_id = 'u'")[0][0] > 0
     finally:
+        broker.close()
         c.close()

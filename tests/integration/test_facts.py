@@ -265,3 +265,17 @@ def test_with_an_llm_configured_extraction_is_the_models_in_the_same_schema(cont
     assert out == {"insert": 1}  # the fact attributed to no message of the episode is dropped
     assert facts(container, "lea") == [("preference", "diet", "vegan", True, None)]
     assert [h["memory"] for h in container.mem0.search("diet", user_id="lea")] == ["No animal products for me, ever."]
+
+
+def test_the_sweeper_finds_a_facts_job_lost_after_its_final_summary(container):
+    d = Driver(container)
+    d.publish([say("t", "zoe", 1, "I work at Acme Robotics.", 0), command("t", "close_episode", 1, 1, "zoe")])
+    d.advance("t")
+    d.run_jobs()  # the final summary; its facts job was never run (its worker was killed holding it)
+    store = container.fact_store
+    assert store.missing_facts(60) == []  # the job may still be running
+    with container.pool.connection() as conn:
+        conn.execute("UPDATE summaries SET created_at = created_at - interval '61 seconds' WHERE kind = 'final'")
+    assert store.missing_facts(60) == [("t", 1, "t#1")]
+    write_episode_facts(store, container.mem0, container.llm("facts"), thread_id="t", generation=1, episode_id="t#1")
+    assert store.missing_facts(60) == []

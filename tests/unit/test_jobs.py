@@ -350,15 +350,19 @@ def test_retire_rebuilt_archives_old_generation_facts_and_their_memories():
 # --- the sweeper ---------------------------------------------------------------------------------
 
 
-def sweeper(rig, attachments, depth, summaries, queued_attachments):
+def sweeper(rig, attachments, depth, summaries, queued_attachments, queued_facts=None):
+    facts = [] if queued_facts is None else queued_facts
     return Sweeper(
         rig.log,
         rig.doorbell,
         rig.db,
         attachments,
+        rig.facts,
         lambda queue: depth.get(queue, 0),
         lambda t, g, j: summaries.append((t, g, j)),
         lambda e, p: queued_attachments.append((e, p)),
+        lambda t, g, e: facts.append((t, g, e)),
+        facts_after_s=60,
     )
 
 
@@ -378,6 +382,20 @@ def test_sweep_re_queues_lost_finals_only_when_the_summarize_queue_is_empty():
     assert sweeper(rig, FakeAttachmentStore(), {"summarize": 3}, busy, []).sweep().finals == 0
     assert sweeper(rig, FakeAttachmentStore(), {}, idle, []).sweep().finals == 1
     assert busy == [] and idle == [("t", 1, Job("final", "t#2", 2, 2))]
+
+
+def test_sweep_re_queues_lost_fact_jobs_once_their_final_is_old_and_the_facts_queue_is_empty():
+    rig = episodes_of(MemoryRig(), ["I live in Berlin.", "I work at Acme."])
+    run_finals(rig, [0, 1])
+    rig.jobs.episode_facts(rig.llm, "t", 1, "t#1")  # the second episode's facts job was lost
+    young, busy, idle = [], [], []
+    assert sweeper(rig, FakeAttachmentStore(), {}, [], [], young).sweep().facts == 0  # may still run
+    rig.db.clock += 61
+    assert sweeper(rig, FakeAttachmentStore(), {"facts": 2}, [], [], busy).sweep().facts == 0
+    assert sweeper(rig, FakeAttachmentStore(), {}, [], [], idle).sweep().facts == 1
+    assert young == busy == [] and idle == [("t", 1, "t#2")]
+    rig.jobs.episode_facts(rig.llm, *idle[0])
+    assert sweeper(rig, FakeAttachmentStore(), {}, [], []).sweep().facts == 0
 
 
 def test_sweep_re_queues_stale_attachments_only_when_their_queue_is_empty():
