@@ -192,6 +192,7 @@ def _celery_says_json() -> None:
 def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps")) -> None:
     """Re-ring lagging threads; re-queue lost final summaries, attachments and fact jobs (memory/sweeper.py)."""
     from chatmem.adapters.celery_queue import enqueue_retention
+    from chatmem.adapters.errors import TRANSIENT_ERRORS
     from chatmem.adapters.metrics import record_sweep
 
     settings = cli_settings()
@@ -201,10 +202,17 @@ def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps"))
     log = logging.getLogger("chatmem.sweeper")
     next_retention = time.monotonic()
     while not stop.is_set():
-        if c.settings.retention_set and time.monotonic() >= next_retention:
-            enqueue_retention(c.celery)  # the maintenance queue runs it; one at a time is enough
-            next_retention = time.monotonic() + c.settings.retention_every_s
-        result = c.sweeper.sweep()
+        try:
+            if c.settings.retention_set and time.monotonic() >= next_retention:
+                enqueue_retention(c.celery)  # the maintenance queue runs it; one at a time is enough
+                next_retention = time.monotonic() + c.settings.retention_every_s
+            result = c.sweeper.sweep()
+        except TRANSIENT_ERRORS as error:
+            # Postgres or Redis away for a while: the next sweep catches up. Exiting would turn
+            # an outage into a crash loop that `chatmem up` gives up on.
+            log.warning("sweep failed, trying again in %.0f s: %s", interval, error)
+            stop.wait(interval)
+            continue
         record_sweep(result.rung, result.finals, result.attachments, result.facts)
         if result.rung or result.finals or result.attachments or result.facts:
             log.info(
