@@ -7,7 +7,6 @@ int from settings)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from datetime import UTC, datetime, time, timedelta
 from typing import Any, TypeVar
 
@@ -30,6 +29,16 @@ _TERM_FREQUENCIES = """ARRAY(SELECT coalesce((SELECT coalesce(array_length(u.pos
                                     FROM unnest({t}.tsv) u WHERE u.lexeme = l), 0)
                    FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS x(l, i) ORDER BY i)"""
 
+
+# BM25's collection figures over a scope's rows of `table`: size, mean length, and the document
+# frequency of each query lexeme (counted over the rows that match the text query only).
+_STATS = """SELECT (SELECT count(*) FROM {table} x JOIN scope USING (thread_id, generation)) AS docs,
+       (SELECT avg(length(x.tsv)) FROM {table} x JOIN scope USING (thread_id, generation)) AS avg_len,
+       ARRAY(SELECT coalesce(df.n, 0) FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS l(lexeme, i)
+             LEFT JOIN (SELECT u.lexeme, count(*) AS n
+                        FROM {table} x JOIN scope USING (thread_id, generation), q, unnest(x.tsv) u
+                        WHERE x.tsv @@ q.tsq AND u.lexeme = ANY(%(lex)s) GROUP BY u.lexeme) df
+             ON df.lexeme = l.lexeme ORDER BY l.i) AS df"""
 
 # Up to this many messages in scope, vector search is exact (thread index + sort); above, HNSW.
 EXACT_SCAN_MAX = 20_000
@@ -125,14 +134,7 @@ class PostgresRecallReader(PostgresReader):
         pool AS (SELECT * FROM lex UNION SELECT * FROM dense UNION SELECT * FROM episode_best
                  UNION SELECT * FROM range_best UNION SELECT * FROM sources UNION SELECT * FROM dated),
         -- BM25's collection figures over the whole scope: size, mean length, document frequencies.
-        stats AS (SELECT (SELECT count(*) FROM messages m JOIN scope USING (thread_id, generation)) AS docs,
-                         (SELECT avg(length(m.tsv))
-                          FROM messages m JOIN scope USING (thread_id, generation)) AS avg_len,
-                         ARRAY(SELECT coalesce(df.n, 0) FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS x(l, i)
-                               LEFT JOIN (SELECT u.lexeme, count(*) AS n
-                                          FROM messages m JOIN scope USING (thread_id, generation), q, unnest(m.tsv) u
-                                          WHERE m.tsv @@ q.tsq AND u.lexeme = ANY(%(lex)s) GROUP BY u.lexeme) df
-                               ON df.lexeme = x.l ORDER BY x.i) AS df)
+        stats AS ({_STATS.format(table="messages")})
         SELECT m.thread_id, m.seq, m.episode_id, m.event_id, m.platform_message_id, m.user_id, m.role, m.text,
                m.occurred_at, m.is_active,
                CASE WHEN {_vec_ok("m", d)}
@@ -158,10 +160,9 @@ class PostgresRecallReader(PostgresReader):
             rows = conn.execute(sql, params).fetchall()
         if not rows:
             return [], TermStats(0, 0.0, (0,) * len(lexemes))
-        docs, avg_len, df = rows[0][14:17]
         zero = (0,) * len(lexemes)
-        turns = [replace(_candidate(TurnCandidate, r, 10, zero), author_named=bool(r[13])) for r in rows]
-        return turns, TermStats(int(docs or 0), float(avg_len or 0.0), tuple(int(x) for x in df))
+        turns = [_candidate(TurnCandidate, r, 10, zero, author_named=bool(r[13])) for r in rows]
+        return turns, _row_stats(rows[0][14:17])
 
     def neighbours(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
         if not keys:
@@ -190,26 +191,21 @@ class PostgresRecallReader(PostgresReader):
         dense AS (SELECT s.id FROM summaries s JOIN scope USING (thread_id, generation)
                   WHERE {_vec_ok("s", d)}
                   ORDER BY (s.embedding::vector({d}) <=> %(q)s::vector({d})) + 0 LIMIT %(n)s),
-        pool AS (SELECT id FROM lex UNION SELECT id FROM dense)
+        pool AS (SELECT id FROM lex UNION SELECT id FROM dense),
+        stats AS ({_STATS.format(table="summaries")})
         SELECT s.id, s.thread_id, s.episode_id, s.kind, s.level, s.from_seq, s.upto_seq, s.text, s.is_active,
                CASE WHEN {_vec_ok("s", d)}
                     THEN 1 - (s.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
                CASE WHEN s.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="s")} END,
-               length(s.tsv)
-        FROM pool JOIN summaries s USING (id), q"""
-        with self._conn() as conn, conn.transaction():
-            # Summaries are about a tenth of the messages: read through the thread index, exactly.
+               length(s.tsv), stats.docs, stats.avg_len, stats.df
+        FROM pool JOIN summaries s USING (id), q, stats"""
+        # Summaries are about a tenth of the messages: read through the thread index, exactly.
+        with self._conn() as conn:
             rows = conn.execute(sql, params).fetchall()
-            # Summaries are few per thread: document frequencies straight from the rows.
-            stat_rows = conn.execute(
-                """WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s))
-                   SELECT tsvector_to_array(s.tsv) FROM summaries s JOIN scope USING (thread_id, generation)""",
-                params,
-            ).fetchall()
-        stats = _term_stats(list(lexemes), [r[0] for r in stat_rows])
+        if not rows:
+            return [], TermStats(0, 0.0, (0,) * len(lexemes))
         zero = (0,) * len(lexemes)
-        summaries = [_candidate(SummaryCandidate, r, 9, zero) for r in rows]
-        return summaries, stats
+        return [_candidate(SummaryCandidate, r, 9, zero) for r in rows], _row_stats(rows[0][12:15])
 
     def summary_sources(self, summary: SummaryCandidate) -> list[str]:
         with self._conn() as conn:
@@ -316,11 +312,17 @@ def _fact(r: tuple[Any, ...]) -> FoundFact:
     )
 
 
-def _candidate(make: Callable[..., C], r: tuple[Any, ...], fields: int, zero: tuple[int, ...]) -> C:
+def _candidate(make: Callable[..., C], r: tuple[Any, ...], fields: int, zero: tuple[int, ...], **extra: Any) -> C:
     """A candidate from its row: `fields` columns as they are, then its vector similarity, term
     frequencies (NULL when the row did not match the text query) and text length."""
     sim, tf, length = r[fields : fields + 3]
-    return make(*r[:fields], sim=float(sim), tf=tuple(tf) if tf else zero, length=int(length))
+    return make(*r[:fields], sim=float(sim), tf=tuple(tf) if tf else zero, length=int(length), **extra)
+
+
+def _row_stats(cols: tuple[Any, ...]) -> TermStats:
+    """TermStats from the docs, avg_len and df columns of `_STATS`."""
+    docs, avg_len, df = cols
+    return TermStats(int(docs or 0), float(avg_len or 0.0), tuple(int(x) for x in df))
 
 
 def _term_stats(lexemes: list[str], vectors: list[list[str]]) -> TermStats:
