@@ -10,17 +10,22 @@ import pytest
 
 from chatmem.memory.boundary_llm import Cooldown, KeepingLease, LLMBoundaryAssist
 from chatmem.memory.boundary_scorer import TurnInfo, stage_of
+from chatmem.memory.episodes import SummaryPolicy, plan_batch
 from chatmem.memory.ports import LLMRefused, TransientError
 from chatmem.memory.prompts import TopicShift, TurnIntent
+from chatmem.memory.replay import replay_thread
 from chatmem.memory.segmentation import (
     ASSIST_TEXT_CHARS,
     Boundary,
+    SegmenterConfig,
     SegmenterState,
     SegTurn,
     feed,
     segment,
 )
-from tests.fakes import FakeLLM
+from tests.fakes import FakeLLM, MemoryRig
+from tests.unit.test_planner import fresh, logged
+from tests.unit.test_planner import say as planner_say
 from tests.unit.test_segmentation import CFG, T0, chat, topic
 
 
@@ -240,3 +245,62 @@ def test_the_lease_is_renewed_while_questions_are_asked():
         now[0] = t
         keeping.new_topic([], [], 0.7)
     assert renewed == [31.0, 70.0] and len(inner.asked) == 4
+
+
+def shift_events():
+    """Two user turns on one subject, then another subject with its reply and a follow-up."""
+    texts = [
+        ("user", "I am planning a trip to Lisbon in May."),
+        ("assistant", "Lisbon in May is lovely; morning flights from Berlin are cheapest."),
+        ("user", "My laptop keeps crashing when I open the browser."),
+        ("assistant", "Which laptop and operating system is it?"),
+        ("user", "A ThinkPad with Linux."),
+    ]
+    return [planner_say(i + 1, text, i, role=role) for i, (role, text) in enumerate(texts)]
+
+
+def test_a_boundary_the_model_confirms_when_the_window_closes_moves_the_window_to_the_new_episode():
+    events = shift_events()
+    vectors = {e.event_id: topic(0 if i < 2 else 3) for i, e in enumerate(events)}
+
+    def at_close(before, window):  # "new topic" for the laptop question, only once the window is complete
+        return window[0].seq == 3 and window[-1].role == "user"
+
+    p = plan_batch(fresh(), logged(events), vectors, SegmenterConfig(), SummaryPolicy(), Assist(at_close, band=1.0))
+    assert [(o.start_seq, o.opened_by) for o in p.opened] == [(1, "first"), (3, "shift")]
+    assert [m.episode_id for m in p.messages] == ["t#1", "t#1", "t#2", "t#2", "t#2"]
+    assert [(m.from_seq, m.from_episode, m.to_episode) for m in p.moves] == [(3, "t#1", "t#2")]
+
+
+def test_the_doorbell_and_replay_place_the_same_boundaries_with_the_assist():
+    llm = answering(lambda data: data["candidate_seq"] in (3, 6))
+    cooldown = Cooldown()
+
+    def factory(thread_id):
+        return LLMBoundaryAssist(llm, 1.0, cooldown)
+
+    rig = MemoryRig(seg_cfg=SegmenterConfig(), assist=factory)
+    later = ["Back to the Lisbon hotels.", "Near Alfama.", "Under 150 euros."]
+    rig.publish([*shift_events(), *[planner_say(6 + i, text, 6 + i) for i, text in enumerate(later)]])
+    rig.drain("t", batch_size=2)
+    live = sorted((e["start_seq"], e["opened_by"]) for (g, _), e in rig.db.episodes.items() if g == 1)
+    assert live == [(1, "first"), (3, "shift"), (6, "shift")]
+    asked = len(llm.calls)
+    result = replay_thread(
+        "t",
+        threads=rig.log,
+        projections=rig.db,
+        embedder=rig.embedder,
+        run=lambda job, generation: None,
+        seg_cfg=rig.seg_cfg,
+        policy=rig.policy,
+        owner="replay",
+        lease_s=30,
+        batch_size=500,
+        assist=factory,
+    )
+    rebuilt = sorted(
+        (e["start_seq"], e["opened_by"]) for (g, _), e in rig.db.episodes.items() if g == result.generation
+    )
+    # The same questions again (the container's CachedLLM answers them from its cache).
+    assert rebuilt == live and llm.calls[asked:] == llm.calls[:asked]
