@@ -54,6 +54,16 @@ class AssistCounts:
     skipped: int = 0  # not asked: cooling down after a failure, or a turn without its text
 
 
+def _reason(error: Exception) -> str:
+    """The failure's kind and status, never its text: an endpoint's error body may echo the request
+    (the conversation) or part of the key."""
+    cause = error.__cause__
+    status = getattr(cause, "status_code", None)
+    return " ".join(
+        [type(error).__name__, *([type(cause).__name__] if cause else []), *([f"HTTP {status}"] if status else [])]
+    )
+
+
 def _line(t: TurnInfo) -> Line:
     return Line(seq=t.seq, role=t.role, text=t.text or "")
 
@@ -81,7 +91,7 @@ class LLMBoundaryAssist:
                 "topic shift at message %d: the model failed, the scorer decides (and alone for %.0f s): %s",
                 window[0].seq,
                 self.cooldown.seconds,
-                str(error)[:300],
+                _reason(error),
             )
             return None
         if answer.new_topic:

@@ -157,8 +157,8 @@ def test_the_llm_assist_asks_a_def_dts_question_and_returns_the_models_answer():
     assert (assist.counts.asked, assist.counts.new_topic, assist.counts.same_topic) == (1, 1, 0)
 
 
-@pytest.mark.parametrize("error", [TransientError("LLM unavailable: 500"), LLMRefused("HTTP 401")])
-def test_a_failed_question_leaves_the_offline_decision_and_the_model_rests_for_a_while(error):
+@pytest.mark.parametrize("error", [TransientError("LLM unavailable: turn 2 text"), LLMRefused("key sk-1234")])
+def test_a_failed_question_leaves_the_offline_decision_and_the_model_rests_for_a_while(error, caplog):
     now = [0.0]
     llm = answering(lambda data: True)
     llm.fail = error
@@ -167,6 +167,8 @@ def test_a_failed_question_leaves_the_offline_decision_and_the_model_rests_for_a
     offline = decided(dialogue(9), scorer)
     assert offline == [(Boundary(2, "shift"), 4), (Boundary(4, "shift"), 6)]
     assert decided(dialogue(9), scorer, assist) == offline
+    assert f"decides (and alone for 60 s): {type(error).__name__}" in caplog.text
+    assert "turn 2" not in caplog.text and "sk-" not in caplog.text  # an error's text may echo what was sent
     assert len(llm.calls) == 1  # the second unsure decision came within the cooldown: not asked
     assert (assist.counts.failed, assist.counts.skipped) == (1, 1)
     now[0] = 61.0
