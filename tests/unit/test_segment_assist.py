@@ -306,3 +306,21 @@ def test_the_doorbell_and_replay_place_the_same_boundaries_with_the_assist():
     )
     # The same questions again (the container's CachedLLM answers them from its cache).
     assert rebuilt == live and llm.calls[asked:] == llm.calls[:asked]
+
+
+def test_the_benchmark_scores_the_learned_segmenter_with_the_assist_next_to_it(tmp_path):
+    from chatmem.bench.topicseg import run
+    from tests.fakes import FakeEmbedder
+
+    rows = []
+    for seed in range(3):
+        lines = [f"{t.role}: {t.text}" for t in chat(seed)]
+        rows.append(json.dumps({"id": str(seed), "dialogue": "[NEWLINE]".join([*lines[:5], "[BOUNDARY]", *lines[5:]])}))
+    data, out = tmp_path / "d.jsonl", tmp_path / "out.jsonl"
+    data.write_text("\n".join(rows))
+    assist = Assist(lambda before, window: True, band=1.0)  # every decision is a shift
+    scores = run(data, out, FakeEmbedder(), baseline=False, assist=assist)
+    assert list(scores) == ["learned+llm", "learned"] and assist.asked
+    assert scores["learned+llm"] != scores["learned"]
+    predicted = [json.loads(line)["ends_segment"] for line in out.read_text().splitlines()]
+    assert sum(map(sum, predicted)) > len(predicted)  # the assisted run's predictions: many boundaries
