@@ -17,7 +17,7 @@ from psycopg_pool import ConnectionPool
 from pydantic import BaseModel, ValidationError
 
 from chatmem.adapters.metrics import instruments
-from chatmem.memory.ports import LLM, TransientError
+from chatmem.memory.ports import LLM, LLMRefused, TransientError
 from chatmem.memory.prompts import ImageDescription, Prompt, describe_image
 
 T = TypeVar("T", bound=BaseModel)
@@ -55,6 +55,9 @@ class OpenAILLM:
             # Output that is not the JSON asked for (a model having a bad moment, a proxy's error
             # page): retried like an outage, so the last attempt falls back to the offline LLM.
             raise TransientError(f"LLM output does not fit {response_model.__name__}: {error}"[:500]) from error
+        except openai.APIStatusError as error:
+            # Status and type only: a refusal's body may echo part of the key.
+            raise LLMRefused(f"LLM refused the request: HTTP {error.status_code} {type(error).__name__}") from error
         if reply.usage is not None:  # what the endpoint bills
             tokens = instruments().llm_tokens
             tokens.labels(self.model, "prompt").inc(reply.usage.prompt_tokens)

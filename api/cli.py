@@ -549,14 +549,46 @@ def bench_topicseg(
     data: Path = typer.Option(..., exists=True, dir_okay=False, help="TIAGE .json or Def-DTS .jsonl"),
     out: Path = typer.Option(None, help="write predictions here, one JSON line per dialogue"),
     baseline: bool = typer.Option(True, help="also score the rule-based segmenter the learned one replaced"),
+    llm_assist: bool = typer.Option(
+        False,
+        "--llm-assist",
+        help="also run the learned segmenter with its LLM assist over the configured endpoint (CHATMEM_LLM_*; "
+        "answers cached in the database, so a second run asks nothing); its predictions then go to --out",
+    ),
+    llm_band: float = typer.Option(None, min=0, max=1, help="the assist's band (default: CHATMEM_SEGMENT_LLM_BAND)"),
 ) -> None:
     """Topic segmentation with the workers' segmenter: Pk, WD, F1 and Score."""
     from chatmem.adapters.embedders import minilm_embedder
     from chatmem.bench.topicseg import run
+    from chatmem.memory.boundary_llm import Cooldown, LLMBoundaryAssist
 
     settings = cli_settings()
-    for name, s in run(data, out, minilm_embedder(settings.embedding_backend), baseline).items():
-        console.print(f"{data.name} ({name}): Pk {s.pk:.3f} · WD {s.wd:.3f} · F1 {s.f1:.3f} · Score {s.score:.3f}")
+    if llm_assist and not settings.llm_api_key:
+        console.print("[red]--llm-assist needs an LLM endpoint: set CHATMEM_LLM_API_KEY (and _BASE_URL, _MODEL)[/red]")
+        raise typer.Exit(2)
+    embedder = minilm_embedder(settings.embedding_backend)
+    if not llm_assist:
+        _print_topicseg(data.name, run(data, out, embedder, baseline))
+        return
+    c = cli_container(settings)  # the output cache lives in the database
+    try:
+        llm = c.llm("bench", timeout_s=settings.segment_llm_timeout_s)
+        band = settings.segment_llm_band if llm_band is None else llm_band
+        assist = LLMBoundaryAssist(llm, band, Cooldown())
+        _print_topicseg(data.name, run(data, out, embedder, baseline, assist))
+    finally:
+        c.close()
+    n = assist.counts
+    console.print(
+        f"LLM assist ({settings.llm_model}, band {band}): {n.asked} questions, {n.new_topic} new topic, "
+        f"{n.same_topic} same topic, {n.failed} failed, {n.skipped} left to the scorer after a failure; "
+        f"{llm.calls} answered by the endpoint, the rest from the cache"
+    )
+
+
+def _print_topicseg(name: str, scores: dict) -> None:
+    for segmenter, s in scores.items():
+        console.print(f"{name} ({segmenter}): Pk {s.pk:.3f} · WD {s.wd:.3f} · F1 {s.f1:.3f} · Score {s.score:.3f}")
 
 
 @bench_app.command("train-segmenter")

@@ -6,7 +6,10 @@ with `role: text` lines joined by [NEWLINE] and a [BOUNDARY] line after each seg
 dialogue is one thread with no time gaps. Scores follow the SuperDialseg protocol: per
 utterance `ends_segment` (the last utterance is always 0); Pk and WindowDiff as in NLTK with
 k = max(2, round(n / (boundaries + 1) / 2)); binary F1 (0 when undefined); each averaged over
-dialogues; Score = 0.5·F1 + 0.25·(1 − Pk) + 0.25·(1 − WD)."""
+dialogues; Score = 0.5·F1 + 0.25·(1 − Pk) + 0.25·(1 − WD).
+
+With an assist (`--llm-assist`: the segmenter's LLM assist over the configured endpoint,
+memory/boundary_llm.py) the learned segmenter also runs with it, as `learned+llm`."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import numpy as np
 
 from chatmem.bench import topicseg_rules
 from chatmem.memory.ports import Embedder
-from chatmem.memory.segmentation import SegmenterConfig, SegTurn, segment
+from chatmem.memory.segmentation import BoundaryAssist, SegmenterConfig, SegTurn, segment
 
 
 @dataclass(frozen=True)
@@ -66,18 +69,20 @@ def _defdts(row: dict) -> Dialogue:
     return Dialogue(str(row["id"]), roles, texts, ends)
 
 
-def predict(dialogue: Dialogue, vectors: np.ndarray, segmenter: str = "learned") -> list[int]:
-    """`learned`: the workers' segmenter with its defaults; `rules`: the baseline."""
+def predict(
+    dialogue: Dialogue, vectors: np.ndarray, segmenter: str = "learned", assist: BoundaryAssist | None = None
+) -> list[int]:
+    """`learned`: the workers' segmenter with its defaults; `learned+llm`: the same with `assist`;
+    `rules`: the baseline."""
     t0 = datetime(2024, 1, 1, tzinfo=UTC)
     turns = [
         SegTurn(i, role, text, t0 + timedelta(seconds=i), vectors[i])
         for i, (role, text) in enumerate(zip(dialogue.roles, dialogue.texts, strict=True))
     ]
-    bounds = (
-        segment(turns, SegmenterConfig())
-        if segmenter == "learned"
-        else topicseg_rules.segment(turns, topicseg_rules.RulesConfig())
-    )
+    if segmenter == "rules":
+        bounds = topicseg_rules.segment(turns, topicseg_rules.RulesConfig())
+    else:
+        bounds = segment(turns, SegmenterConfig(), assist=assist if segmenter == "learned+llm" else None)
     ends = [0] * len(turns)
     for b in bounds:
         if 0 < b.seq < len(turns):
@@ -147,15 +152,20 @@ def embed_all(dialogues: list[Dialogue], embedder: Embedder) -> list[np.ndarray]
     return out
 
 
-def run(data: Path, out: Path | None, embedder: Embedder, baseline: bool) -> dict[str, Scores]:
-    """Scores of the learned segmenter (its predictions go to `out`) and, with `baseline`, of the
-    rule-based one on the same vectors."""
+def run(
+    data: Path, out: Path | None, embedder: Embedder, baseline: bool, assist: BoundaryAssist | None = None
+) -> dict[str, Scores]:
+    """Scores of the learned segmenter (its predictions go to `out`), with `assist` also of the
+    learned segmenter with it (then its predictions go to `out`), and with `baseline` of the
+    rule-based one, all on the same vectors."""
     dialogues = load(data)
     vectors = embed_all(dialogues, embedder)
     scores: dict[str, Scores] = {}
-    for segmenter in ("learned", "rules") if baseline else ("learned",):
-        hyps = [predict(d, v, segmenter) for d, v in zip(dialogues, vectors, strict=True)]
-        if out is not None and segmenter == "learned":
+    first = "learned+llm" if assist is not None else "learned"
+    segmenters = [*(["learned+llm"] if assist is not None else []), "learned", *(["rules"] if baseline else [])]
+    for segmenter in segmenters:
+        hyps = [predict(d, v, segmenter, assist) for d, v in zip(dialogues, vectors, strict=True)]
+        if out is not None and segmenter == first:
             with open(out, "w") as fh:
                 for d, h in zip(dialogues, hyps, strict=True):
                     fh.write(json.dumps({"id": d.id, "ends_segment": h}) + "\n")

@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.adapters.recall_pg import PostgresRecallReader
     from chatmem.adapters.summaries_pg import PostgresSummaryStore
     from chatmem.memory.attachments import AttachmentJob
+    from chatmem.memory.boundary_llm import AssistFactory, Cooldown
     from chatmem.memory.episodes import Job, SummaryPolicy
     from chatmem.memory.jobs import Jobs
     from chatmem.memory.offline_llm import OfflineLLM
@@ -226,7 +227,13 @@ class Container:
         return llm
 
     def llm(
-        self, queue: str, *, refresh: bool = False, offline: bool = False, thread_id: str | None = None
+        self,
+        queue: str,
+        *,
+        refresh: bool = False,
+        offline: bool = False,
+        thread_id: str | None = None,
+        timeout_s: float | None = None,
     ) -> CachedLLM:
         """The LLM for a queue: the configured endpoint, or the offline one (no key, or as the
         last resort when the endpoint keeps failing), behind the output cache."""
@@ -234,7 +241,7 @@ class Container:
 
         s = self.settings
         inner: LLM = (
-            OpenAILLM(s.llm_model, s.llm_api_key, s.llm_base_url, s.llm_timeout_s)
+            OpenAILLM(s.llm_model, s.llm_api_key, s.llm_base_url, timeout_s or s.llm_timeout_s)
             if s.llm_api_key and not offline
             else self.offline_llm
         )
@@ -249,6 +256,32 @@ class Container:
     @cached_property
     def _limiters(self) -> dict[str, RateLimiter]:
         return {}
+
+    def boundary_assist(self, *, refresh: bool = False) -> AssistFactory | None:
+        """The segmenter's LLM assist (memory/boundary_llm.py), per thread, or None: off by
+        default, and never over the offline LLM, which has nothing to add to the scorer."""
+        from chatmem.memory.boundary_llm import LLMBoundaryAssist
+
+        s = self.settings
+        if not self._segment_assist_on:
+            return None
+        llm = self.llm("segment", refresh=refresh, timeout_s=s.segment_llm_timeout_s)
+        cooldown = self._assist_cooldown
+        return lambda thread_id: LLMBoundaryAssist(llm.for_thread(thread_id), s.segment_llm_band, cooldown)
+
+    @cached_property
+    def _segment_assist_on(self) -> bool:
+        s = self.settings
+        if s.segment_llm_assist and not s.llm_api_key:
+            log.warning("segment_llm_assist is on but no LLM endpoint is configured: segmentation stays offline")
+        return s.segment_llm_assist and bool(s.llm_api_key)
+
+    @cached_property
+    def _assist_cooldown(self) -> Cooldown:
+        # One per process: an endpoint found down is down for every thread.
+        from chatmem.memory.boundary_llm import Cooldown
+
+        return Cooldown()
 
     @cached_property
     def projections(self) -> PostgresProjections:
@@ -289,6 +322,8 @@ class Container:
             self.thread_log.advance_cursor_in,
             self.settings.stream_key,
             enqueue_attachment=lambda event_id, position: enqueue_attachment(app, event_id, position),
+            assist=self.boundary_assist(),
+            renew_lease=self.thread_log.renew_lease,
         )
 
     # --- attachments ---------------------------------------------------------------------------
@@ -575,6 +610,7 @@ class Container:
             lease_s=s.thread_lease_s,
             batch_size=s.apply_batch_size,
             after_switch=lambda generation: jobs.retire_rebuilt(thread_id, generation),
+            assist=self.boundary_assist(refresh=llm.refresh),
             **kw,
         )
 
@@ -612,6 +648,7 @@ class Container:
             lease_s=s.thread_lease_s,
             batch_size=s.apply_batch_size,
             switch=False,
+            assist=self.boundary_assist(refresh=llm.refresh),
         )
         try:
             live_facts, live_ledger = check.facts(thread_id, live)
@@ -715,6 +752,7 @@ class Container:
             ensure_vector_indexes(self.urls.database_url, target.dim)
             jobs = Jobs(self.summary_store, new, self.fact_store, None, s.rollup_fanin, s.rollup_keep)
             llm = self.llm("maintenance")
+            assist = self.boundary_assist()  # other vectors, other unsure decisions: asked as live would
             threads = self.thread_log.all_threads()
             total, done = self.projections.applied_events(), 0
             for thread_id in threads:
@@ -737,6 +775,7 @@ class Container:
                         lease_s=s.thread_lease_s,
                         batch_size=s.apply_batch_size,
                         switch=False,
+                        assist=assist,
                     )
                 )
                 done += built[-1].events

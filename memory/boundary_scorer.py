@@ -90,6 +90,9 @@ class TurnInfo:
     words: int
     question: bool
     cues: int  # bit set of GREETING, CLOSING, CONTINUES, REQUEST
+    # The words, kept only while an LLM assists the segmenter (memory/boundary_llm.py): the
+    # scorer never reads them, and with the assist off the state stays as small as before.
+    text: str | None = None
 
     @classmethod
     def of(cls, seq: int, role: str, text: str, vector: np.ndarray | None) -> TurnInfo:

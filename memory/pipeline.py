@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
+from chatmem.memory.boundary_llm import AssistFactory, for_batch
 from chatmem.memory.episodes import Job, Plan, SummaryPolicy, ThreadContext, plan_batch, texts_to_embed
 from chatmem.memory.ports import Embedder, concrete
 from chatmem.memory.segmentation import SegmenterConfig
@@ -46,6 +47,8 @@ class ThreadProcessor:
         advance,
         stream_key: str,
         enqueue_attachment: Callable[[str, int], None] | None = None,
+        assist: AssistFactory | None = None,
+        renew_lease: Callable[[ThreadLease], None] | None = None,
     ):  # noqa: ANN001
         self.projections = projections
         self.embedder = embedder
@@ -55,6 +58,8 @@ class ThreadProcessor:
         self.advance = advance  # moves the cursor inside the write transaction
         self.stream_key = stream_key
         self.enqueue_attachment = enqueue_attachment
+        self.assist = assist  # None (the default): the offline segmenter alone
+        self.renew_lease = renew_lease
 
     def apply(self, lease: ThreadLease, batch: Sequence[LoggedEvent]) -> ThreadLease:
         ctx = self.projections.load_context(lease.thread_id)
@@ -64,7 +69,10 @@ class ThreadProcessor:
             ctx = replace(ctx, memory_on=True)  # catch up, in order, up to and past the memory_on
         embedder = concrete(self.embedder)
         vectors = embed_batch(embedder, batch)
-        plan = plan_batch(ctx, batch, vectors, self.seg_cfg, self.policy)
+        renew_lease = self.renew_lease
+        renew = None if renew_lease is None else lambda: renew_lease(lease)
+        assist = for_batch(self.assist, lease.thread_id, renew, lease.lease_s)
+        plan = plan_batch(ctx, batch, vectors, self.seg_cfg, self.policy, assist)
         plan.embed_model = embedder.model
         new_lease = self.projections.apply(plan, lease=lease, advance=self.advance)
         for ack in plan.commands:

@@ -19,6 +19,11 @@ class TransientError(Exception):
     """A failure worth retrying (a service briefly unreachable); anything else is not."""
 
 
+class LLMRefused(Exception):
+    """The LLM endpoint refused the request (a bad key, an unknown model, a request it does not
+    serve): another attempt will not fix it. Whoever can do without the model does."""
+
+
 class EventStream(Protocol):
     """The consumer side of the events stream (a Redis stream with a consumer group)."""
 

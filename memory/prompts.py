@@ -78,6 +78,25 @@ class ImageDescription(BaseModel):
     detail: str = Field(description="a paragraph: everything visible that someone might ask about later")
 
 
+class TurnIntent(BaseModel):
+    seq: int
+    intent: Literal["new_request", "follow_up", "answer", "reaction", "social"] = Field(
+        description="new_request: brings up something not being discussed; follow_up: asks more about or adds to "
+        "what is being discussed; answer: answers or carries out a request; reaction: agrees, thanks, corrects; "
+        "social: greeting, small talk, goodbye"
+    )
+    topic: str = Field(description="what the turn is about, a few words")
+
+
+class TopicShift(BaseModel):
+    """Def-DTS style: summarise both sides, label each turn's intent, then deduce the answer."""
+
+    context_before: str = Field(description="what the conversation is about before the candidate turn, one sentence")
+    context_after: str = Field(description="what the candidate turn and the turns after it are about, one sentence")
+    turns: list[TurnIntent] = Field(default_factory=list, description="the candidate turn and each turn after it")
+    new_topic: bool = Field(description="whether the candidate turn starts a topic other than context_before")
+
+
 @dataclass(frozen=True)
 class Prompt:
     name: str
@@ -139,6 +158,28 @@ def extract_facts(lines: list[Line]) -> Prompt:
         "fact the seq of its message, a short stable key, and a confidence (how explicitly it was stated).",
         input={"messages": [ln.prompt_dict() for ln in lines]},
         response_model=FactList,
+    )
+
+
+def topic_shift(before: list[Line], window: list[Line]) -> Prompt:
+    """Does `window[0]` (the candidate) open a new topic? `before`: the turns before it; `window`:
+    the candidate and the turns after it seen so far (up to the next user turn)."""
+    return Prompt(
+        name="topic_shift",
+        version="topic-shift-v1",
+        system="You segment a chat between a user and an assistant into topics. Decide whether the candidate "
+        "turn starts a new topic. First say in one sentence each what the turns before the candidate are "
+        "about and what the candidate and the turns after it are about; then label the intent and topic of the "
+        "candidate and of each turn after it; then deduce the answer from those: the candidate starts a new "
+        "topic when it brings up a subject, task or question not being discussed before it (a new request, a "
+        "change of subject, a greeting that opens a new conversation). A follow-up, an answer, a reaction or a "
+        "clarification continues the topic, even when its words differ.",
+        input={
+            "before": [ln.prompt_dict() for ln in before],
+            "candidate_seq": window[0].seq,
+            "from_candidate": [ln.prompt_dict() for ln in window],
+        },
+        response_model=TopicShift,
     )
 
 

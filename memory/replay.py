@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from chatmem.memory.boundary_llm import AssistFactory, for_batch
 from chatmem.memory.episodes import Job, SummaryPolicy, ThreadContext, plan_batch
 from chatmem.memory.pipeline import embed_batch
 from chatmem.memory.ports import Embedder, LeaseLost, ThreadLog, concrete
@@ -58,9 +59,11 @@ def replay_thread(
     wait_s: float = 60.0,
     on_progress: Callable[[int], None] | None = None,
     switch: bool = True,
+    assist: AssistFactory | None = None,
 ) -> ReplayResult:
     """`switch=False` builds the generation and leaves the active one in place (`replay --check`
-    compares the two, then drops the scratch one)."""
+    compares the two, then drops the scratch one). `assist` must be what live processing used
+    (memory/boundary_llm.py): its cached answers then place the same boundaries."""
     started = time.monotonic()
     embedder = concrete(embedder)  # one model for the whole rebuild
     lease = None
@@ -72,6 +75,8 @@ def replay_thread(
             time.sleep(0.2)
     try:
         generation = projections.next_generation(thread_id)
+        held = lease
+        seg_assist = for_batch(assist, thread_id, lambda: threads.renew_lease(held), lease_s)
         ctx = ThreadContext(thread_id, generation, True, {}, SegmenterState(), None, 0, 0)
         pos, applied = 0, 0
         while True:
@@ -81,7 +86,7 @@ def replay_thread(
             if not ctx.memory_on:
                 # As live: paused until a memory_on, which the live cursor has passed if we are here.
                 ctx = replace(ctx, memory_on=True)
-            plan = plan_batch(ctx, batch, embed_batch(embedder, batch), seg_cfg, policy)
+            plan = plan_batch(ctx, batch, embed_batch(embedder, batch), seg_cfg, policy, seg_assist)
             plan.embed_model = embedder.model
             projections.apply(plan, lease=None, advance=None)
             for job in plan.jobs:  # inline and in order: the same summaries and facts as live

@@ -13,6 +13,13 @@ A new episode starts
   two user turns of the boundary, never later; a boundary decided late lies at an earlier
   message, and the messages after it move to the new episode.
 
+Optionally (`segment_llm_assist`) a model gives a second opinion on the decisions the scorer is
+unsure of: when a decision is taken (a shift at any moment, or no shift when the window closes)
+and the probability that the topic continues lies strictly within `band` of the threshold, the
+`BoundaryAssist` is asked whether the candidate starts a new topic, and its answer decides; with
+no answer the scorer's decision stands. It is asked only at the moments the segmenter decides
+anyway, so the two-user-turn bound holds; a rejected early shift leaves the window open.
+
 The state is small and JSON-serialisable (the last few turns' vectors and cues), so the worker
 keeps it per thread between batches; the same function runs in the workers, in `chatmem bench
 topicseg` and in the trainer (bench/train_segmenter.py), which reads the features through it.
@@ -60,6 +67,7 @@ DEFAULT_MARKERS: tuple[str, ...] = (
 )
 
 MAX_WINDOW = 8  # turns in a window without a second user turn: then it closes undecided (bounds the state)
+ASSIST_TEXT_CHARS = 1000  # of each turn's text kept for the assist: enough to tell the topic, keeps the state small
 
 
 class Scorer(Protocol):
@@ -70,6 +78,19 @@ class Scorer(Protocol):
     def early_margin(self) -> float: ...
 
     def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float: ...
+
+
+class BoundaryAssist(Protocol):
+    """A second opinion on decisions the scorer is unsure of (memory/boundary_llm.py)."""
+
+    @property
+    def band(self) -> float:
+        """Ask only when P(topic continues) is strictly within this distance of the threshold."""
+        ...
+
+    def new_topic(self, before: Sequence[TurnInfo], window: Sequence[TurnInfo], p_continues: float) -> bool | None:
+        """Does `window[0]` start a new topic after `before`? None: no answer (the scorer decides)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -138,6 +159,7 @@ class SegmenterState:
                     "words": t.words,
                     "q": t.question,
                     "cues": t.cues,
+                    **({"t": t.text} if t.text is not None else {}),
                 }
                 for t in self.recent
             ],
@@ -151,7 +173,15 @@ class SegmenterState:
             # on this thread's next message, keeping the clock for the time-gap rule.
             return cls(last_at=(data or {}).get("last_at"), turns=int((data or {}).get("turns", 0)))
         recent = [
-            TurnInfo(int(r["seq"]), str(r["role"]), _vector_from(r["v"]), int(r["words"]), bool(r["q"]), int(r["cues"]))
+            TurnInfo(
+                int(r["seq"]),
+                str(r["role"]),
+                _vector_from(r["v"]),
+                int(r["words"]),
+                bool(r["q"]),
+                int(r["cues"]),
+                r.get("t"),
+            )
             for r in data["recent"]
         ]
         return cls(data.get("last_at"), int(data.get("turns", 0)), recent, int(data.get("window", 0)))
@@ -173,13 +203,37 @@ def has_marker(text: str, markers: Sequence[str]) -> bool:
     return False
 
 
+def _shifts(
+    p_continues: float,
+    cut: float,
+    final: bool,
+    threshold: float,
+    left: Sequence[TurnInfo],
+    window: Sequence[TurnInfo],
+    assist: BoundaryAssist | None,
+) -> bool:
+    """Whether the topic shifts at `window[0]` now. The scorer's verdict, unless a decision is
+    taken now (a shift, or the window's end) that the scorer is unsure of and the assist answers."""
+    shift = p_continues < cut
+    if assist is None or not (shift or final) or abs(p_continues - threshold) >= assist.band:
+        return shift
+    answer = assist.new_topic(left, window, p_continues)
+    return shift if answer is None else answer
+
+
 def feed(
-    state: SegmenterState, turn: SegTurn, cfg: SegmenterConfig, scorer: Scorer | None = None
+    state: SegmenterState,
+    turn: SegTurn,
+    cfg: SegmenterConfig,
+    scorer: Scorer | None = None,
+    assist: BoundaryAssist | None = None,
 ) -> tuple[SegmenterState, list[Boundary]]:
     """Consume one message; return the new state and the boundaries decided now (a shift decided
     after replies or at the next user turn lies at the earlier candidate turn)."""
     judge: Scorer = scorer or shipped_scorer()
     info = TurnInfo.of(turn.seq, turn.role, turn.text, turn.vector)
+    if assist is not None:
+        info = replace(info, text=turn.text[:ASSIST_TEXT_CHARS])
     at = turn.at.isoformat()
     if state.turns == 0:
         return SegmenterState(at, 1, [info], 0), []
@@ -205,30 +259,37 @@ def feed(
     if window:
         window += 1
         closes = turn.role == "user"
-        p = judge.boundary_probability(recent[:-window][-LEFT_CONTEXT:], recent[-window:])
-        if 1.0 - p < threshold - (0.0 if closes else judge.early_margin):
+        final = closes or window >= MAX_WINDOW
+        left, open_window = recent[:-window][-LEFT_CONTEXT:], recent[-window:]
+        p = judge.boundary_probability(left, open_window)
+        cut = threshold - (0.0 if closes else judge.early_margin)
+        if _shifts(1.0 - p, cut, final, threshold, left, open_window, assist):
             bounds.append(Boundary(recent[-window].seq, "shift"))
             turns, window = window, 0
-        elif closes or window >= MAX_WINDOW:
+        elif final:
             window = 0
     if turn.role == "user" and not window and threshold > 0:
         left = recent[:-1][-LEFT_CONTEXT:]
         if info.vector is not None and any(t.vector is not None for t in left):
             window = 1
             p = judge.boundary_probability(left, [info])
-            if 1.0 - p < threshold - judge.early_margin:
+            if _shifts(1.0 - p, threshold - judge.early_margin, False, threshold, left, [info], assist):
                 bounds.append(Boundary(info.seq, "shift"))
                 turns, window = 1, 0
     return SegmenterState(at, turns, recent[-(window + LEFT_CONTEXT) :], window), bounds
 
 
 def segment(
-    turns: Iterable[SegTurn], cfg: SegmenterConfig, state: SegmenterState | None = None, scorer: Scorer | None = None
+    turns: Iterable[SegTurn],
+    cfg: SegmenterConfig,
+    state: SegmenterState | None = None,
+    scorer: Scorer | None = None,
+    assist: BoundaryAssist | None = None,
 ) -> list[Boundary]:
     """Boundaries over a whole sequence (what the benchmark and tests use)."""
     st = state or SegmenterState()
     out: list[Boundary] = []
     for turn in turns:
-        st, bounds = feed(st, turn, cfg, scorer)
+        st, bounds = feed(st, turn, cfg, scorer, assist)
         out.extend(bounds)
     return out

@@ -179,6 +179,25 @@ class Settings(BaseSettings):
         default_factory=dict,
         description='LLM calls per minute per queue, as JSON, e.g. {"summarize": 60}; missing or 0: no limit.',
     )
+    segment_llm_assist: bool = Field(
+        False,
+        description="Let the LLM (llm_api_key set) confirm or reject the topic-shift decisions the segmenter's "
+        "scorer is unsure of (see segment_llm_band), at the moment it decides; off, or with no key: the offline "
+        "segmenter alone.",
+    )
+    segment_llm_band: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="With segment_llm_assist: a decision is unsure, and asked, when the scorer's probability that "
+        "the topic continues lies strictly within this distance of shift_threshold; 0 asks nothing.",
+    )
+    segment_llm_timeout_s: float = Field(
+        20.0,
+        gt=0,
+        description="Longest wait for one topic-shift question (the client tries three times); after a failure the "
+        "scorer decides alone for a minute. At most thread_lease_s / 6, so a question ends within the lease.",
+    )
     embedding_provider: str = Field(
         "minilm",
         pattern="^(minilm|openai|hashing)$",
@@ -343,6 +362,14 @@ class Settings(BaseSettings):
     @property
     def retention_set(self) -> bool:
         return self.retention_days is not None or any(d > 0 for d in self.retention_days_by.values())
+
+    @model_validator(mode="after")
+    def _segment_question_within_lease(self) -> Settings:
+        # The segment worker waits for the answer under the thread's lease, renewed every quarter
+        # of it: three tries must end before the lease runs out, or another worker takes over.
+        if self.segment_llm_assist and self.segment_llm_timeout_s > self.thread_lease_s / 6:
+            raise ValueError("segment_llm_timeout_s must be at most thread_lease_s / 6")
+        return self
 
     @model_validator(mode="after")
     def _reject_unknown_env(self) -> Settings:

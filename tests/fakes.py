@@ -28,6 +28,7 @@ from chatmem.memory.attachments import (
     RefState,
     Sniffed,
 )
+from chatmem.memory.boundary_llm import AssistFactory
 from chatmem.memory.episodes import Job, Plan, SummaryPolicy, ThreadContext, log_text, message_text
 from chatmem.memory.fact_jobs import FactWrite, UserLine
 from chatmem.memory.facts import FactCandidate, resolve
@@ -1282,6 +1283,7 @@ class MemoryRig:
         seg_cfg: SegmenterConfig | None = None,
         fanin: int = 2,
         keep: int = 1,
+        assist: AssistFactory | None = None,
     ) -> None:
         self.stream_key = "chatmem:events"
         self.events = FakeEventStore()
@@ -1305,6 +1307,8 @@ class MemoryRig:
             lambda t, g, j: self.queued.append((t, g, j)),
             lambda _conn, lease, events: self.log.advance_cursor(lease, events),
             self.stream_key,
+            assist=assist,
+            renew_lease=self.log.renew_lease,
         )
 
     def publish(self, events: Sequence[Any]) -> list[str]:

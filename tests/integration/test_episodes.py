@@ -34,6 +34,8 @@ class Driver:
             c.thread_log.advance_cursor_in,
             c.settings.stream_key,
             enqueue_attachment=lambda e, p: self.attachments.append((e, p)),
+            assist=c.boundary_assist(),  # None unless the settings turn the segmenter's LLM assist on
+            renew_lease=c.thread_log.renew_lease,
         )
 
     def publish(self, events):

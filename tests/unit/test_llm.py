@@ -3,7 +3,7 @@ import pytest
 
 from chatmem.adapters.llm import OpenAILLM, RateLimiter
 from chatmem.memory.offline_llm import OfflineLLM, open_loops, unanswered_questions
-from chatmem.memory.ports import TransientError
+from chatmem.memory.ports import LLMRefused, TransientError
 from chatmem.memory.prompts import FinalSummary, Line, RunningSummary, final_summary, running_summary
 from tests.fake_openai import FakeOpenAI, completion, serving
 
@@ -116,3 +116,12 @@ def test_rate_limiter_spaces_calls():
         limiter.wait()
     assert slept == [0.05, 0.05, 0.05]
     assert RateLimiter(per_minute=0).interval == 0.0
+
+
+def test_a_refusal_becomes_llm_refused_and_its_message_holds_no_part_of_the_key(fake_openai):
+    FakeOpenAI.status = 401
+    FakeOpenAI.body = {"error": {"message": "Incorrect API key provided: sk-secret-1234", "type": "invalid_request"}}
+    llm = OpenAILLM("m", "sk-secret-1234", fake_openai)
+    with pytest.raises(LLMRefused) as refused:
+        llm.complete(running_summary(LINES), RunningSummary)
+    assert "401" in str(refused.value) and "secret" not in str(refused.value)

@@ -41,3 +41,10 @@ def test_a_child_process_gets_secrets_in_clear_through_as_env():
     env = Settings(telegram_bot_token="123:abc").as_env({})
     assert env["CHATMEM_TELEGRAM_BOT_TOKEN"] == "123:abc"
     assert "123:abc" not in repr(Settings(telegram_bot_token="123:abc"))
+
+
+def test_a_topic_shift_question_must_fit_in_the_threads_lease():
+    assert Settings(segment_llm_assist=True).segment_llm_timeout_s * 6 <= Settings().thread_lease_s
+    with pytest.raises(ValidationError, match="thread_lease_s / 6"):
+        Settings(segment_llm_assist=True, segment_llm_timeout_s=30, thread_lease_s=120)
+    assert Settings(segment_llm_timeout_s=30, thread_lease_s=120)  # off: not checked
