@@ -9,9 +9,12 @@ from psycopg_pool import ConnectionPool
 
 from chatmem.adapters.keys_pg import EventKeys, wrapped_key_sql
 from chatmem.memory.episodes import Job, author_name, log_text
+from chatmem.memory.offline_llm import OfflineLLM
 from chatmem.memory.ports import Embedder, concrete
 from chatmem.memory.prompts import Line
 from chatmem.memory.summaries import LevelItem, StaleGeneration, SummaryRecord
+
+OFFLINE_MODEL = OfflineLLM.model
 
 
 class PostgresSummaryStore:
@@ -150,16 +153,38 @@ class PostgresSummaryStore:
             return True
 
     def embed_summaries(self, thread_id: str, embedder: Embedder, limit: int = 100) -> int:
-        """Embed this thread's summaries that have no vector yet (the model call outside any
-        transaction; a summary embedded meanwhile by another worker keeps its vector)."""
+        """Vectors for this thread's summaries that have none yet. An extract of the offline
+        summariser gets the mean of its range's message vectors: its text is sentences of those
+        messages, and the model would spend as long on it as on the messages (half of a summarize
+        worker's time). Any other summary is embedded by the model, outside any transaction; a
+        summary embedded meanwhile by another worker keeps its vector."""
+        embedder = concrete(embedder)
         with self.pool.connection() as conn:
+            conn.execute(
+                """UPDATE summaries s SET embedding = c.v, embed_model = %(model)s
+                   FROM (SELECT x.id, (SELECT avg(m.embedding) FROM messages m
+                                       WHERE m.thread_id = x.thread_id AND m.generation = x.generation
+                                         AND m.seq BETWEEN x.from_seq AND x.upto_seq AND m.embedding IS NOT NULL
+                                         AND vector_dims(m.embedding) = %(dim)s
+                                         AND coalesce(m.embed_model, %(model)s) = %(model)s) AS v
+                         FROM summaries x
+                         WHERE x.thread_id = %(thread)s AND x.embedding IS NULL AND starts_with(x.model, %(offline)s)
+                         ORDER BY x.id LIMIT %(n)s) c
+                   WHERE s.id = c.id AND c.v IS NOT NULL AND s.embedding IS NULL""",
+                {
+                    "model": embedder.model,
+                    "dim": embedder.dim,
+                    "thread": thread_id,
+                    "offline": OFFLINE_MODEL,
+                    "n": limit,
+                },
+            )
             rows = conn.execute(
                 "SELECT id, text FROM summaries WHERE thread_id = %s AND embedding IS NULL ORDER BY id LIMIT %s",
                 (thread_id, limit),
             ).fetchall()
         if not rows:
             return 0
-        embedder = concrete(embedder)
         vectors = embedder.embed([r[1] for r in rows])
         with self.pool.connection() as conn, conn.cursor() as cur:
             cur.executemany(

@@ -90,6 +90,24 @@ class _RecordingProjections:
         return getattr(self.inner, name)
 
 
+class _Deferred:
+    """mem0 for the jobs, built on its first use: a summarize or segment worker never writes facts,
+    and building mem0 (its imports, its client, its tables) took a quarter of a summarize worker's
+    first seconds."""
+
+    def __init__(self, build: Callable[[], Any]):
+        self._build = build
+
+    def add(self, text: str, *, user_id: str, run_id: str, metadata: dict[str, Any]) -> list[str]:
+        return self._build().add(text, user_id=user_id, run_id=run_id, metadata=metadata)
+
+    def find(self, *, user_id: str, fact_id: int) -> list[str]:
+        return self._build().find(user_id=user_id, fact_id=fact_id)
+
+    def delete(self, memory_id: str) -> None:
+        self._build().delete(memory_id)
+
+
 class Container:
     def __init__(self, settings: Settings, urls: services.ServiceUrls | None = None, *, start_services: bool = True):
         self.settings = settings
@@ -570,7 +588,8 @@ class Container:
         from chatmem.memory.jobs import Jobs
 
         s = self.settings
-        return Jobs(self.summary_store, self.embedder, self.fact_store, self.mem0, s.rollup_fanin, s.rollup_keep)
+        mem0 = _Deferred(lambda: self.mem0)
+        return Jobs(self.summary_store, self.embedder, self.fact_store, mem0, s.rollup_fanin, s.rollup_keep)
 
     @cached_property
     def sweeper(self) -> Sweeper:

@@ -2,6 +2,7 @@
 
 import threading
 
+import numpy as np
 import pytest
 
 from chatmem.memory.episodes import Job
@@ -323,3 +324,35 @@ def test_summary_inputs_come_from_the_log_as_of_the_ranges_last_message(containe
     lines = container.summary_store.episode_lines("t", 1, episode, 1, 2)
     assert [line.text for line in lines] == ["flight at ten", "window seat"]
     assert scalar(container, "SELECT text FROM messages WHERE event_id = 'l2'") == "aisle seat"  # the projection
+
+
+def test_an_offline_extract_takes_its_messages_mean_vector_and_a_model_summary_its_own(container):
+    from chatmem.schemas.events import MessageEvent
+    from tests.scripted import T0
+
+    texts = ["I booked the flight to Lisbon.", "It leaves at nine on Friday.", "Window seat, row twelve."]
+    d = Driver(container)
+    d.publish(
+        [
+            MessageEvent(event_id=f"v{i}", thread_id="t", user_id="ann", text=x, occurred_at=T0)
+            for i, x in enumerate(texts)
+        ]
+        + [command("t", "close_episode", 9, 1, "ann")]
+    )
+    d.advance("t")
+    d.run_jobs()
+    store, embedder = container.summary_store, container.embedder
+    assert store.embed_summaries("t", embedder) == 0  # no model call: every summary was an extract
+    with container.pool.connection() as conn:
+        final, mean = conn.execute(
+            """SELECT s.embedding, (SELECT avg(m.embedding) FROM messages m WHERE m.thread_id = s.thread_id
+                                    AND m.generation = s.generation AND m.seq BETWEEN s.from_seq AND s.upto_seq)
+               FROM summaries s WHERE s.kind = 'final'"""
+        ).fetchone()
+        assert final is not None and np.allclose(final.to_numpy(), mean.to_numpy(), atol=1e-6)
+        # A summary another model wrote says more than its messages: the model embeds its text.
+        conn.execute("UPDATE summaries SET model = 'gpt-4o-mini', embedding = NULL WHERE kind = 'final'")
+    assert store.embed_summaries("t", embedder) == 1
+    with container.pool.connection() as conn:
+        vector, text = conn.execute("SELECT embedding, text FROM summaries WHERE kind = 'final'").fetchone()
+    assert np.allclose(vector.to_numpy(), embedder.embed([text])[0], atol=1e-5)
