@@ -114,8 +114,9 @@ def test_a_data_folder_of_the_previous_release_keeps_working(embedded, tmp_path)
     migrate.migrate(old_url, check=False)  # the old release's migrations: no vector is touched
     old = _driver(old_url, embedded["redis_url"], data)
     old.publish(script_events("upgrade", "alex"))
+    applied_before = 0
     if _has_avx512():  # the old build can only write vectors on such a CPU
-        old.advance("upgrade", batch_size=50)
+        applied_before = old.advance("upgrade", batch_size=50).applied
     events = scalar(old.c, "SELECT count(*) FROM events")
     old.c.close()
     assert events == len(script_events("upgrade", "alex"))
@@ -151,7 +152,9 @@ def test_a_data_folder_of_the_previous_release_keeps_working(embedded, tmp_path)
             5,
         )
         assert scalar(new.c, "SELECT count(*) FROM events") == events
-        assert new.advance("upgrade", batch_size=50).applied == events
+        # What the old server did not apply (everything, on a CPU without AVX-512) is applied now.
+        assert new.advance("upgrade", batch_size=50).applied == events - applied_before
+        assert scalar(new.c, "SELECT count(*) FROM messages") == events
         assert scalar(new.c, "SELECT count(*) FROM messages WHERE embedding IS NOT NULL") == events
         hits = new.c.recall("alex", "overheating laptop fan", scope="messages", limit=3).hits
         assert hits and "laptop" in hits[0].snippet.lower()
