@@ -173,8 +173,7 @@ class OnnxMiniLMEmbedder:
             encodings = tokenizer.encode_batch([str(t).strip() for t in texts])
             lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
             order = np.argsort(lengths, kind="stable")
-            for start in range(0, len(order), self.batch_size):
-                rows = order[start : start + self.batch_size]
+            for rows in length_batches(order, lengths, self.batch_size):
                 width = int(lengths[rows].max())
                 ids = np.zeros((len(rows), width), dtype=np.int64)
                 mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -190,6 +189,22 @@ class OnnxMiniLMEmbedder:
                 pooled = np.einsum("bsd,bs->bd", hidden, weights) / np.maximum(weights.sum(1, keepdims=True), 1e-9)
                 out[rows] = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
         return out
+
+
+# A batch pads every text to its longest; the model's cost grows with the padded width. A text
+# this much longer than the batch's shortest starts a new batch (`chatmem bench batches`).
+PAD_RATIO = 1.25
+
+
+def length_batches(order: np.ndarray, lengths: np.ndarray, size: int) -> list[np.ndarray]:
+    """`order` (indices sorted by token count) cut into batches of at most `size` whose longest
+    text is at most PAD_RATIO times their shortest (plus a few tokens): padding is compute."""
+    batches, start = [], 0
+    for j in range(1, len(order) + 1):
+        if j == len(order) or j - start >= size or lengths[order[j]] > PAD_RATIO * lengths[order[start]] + 4:
+            batches.append(order[start:j])
+            start = j
+    return batches
 
 
 def minilm_embedder(backend: str = "onnx") -> OnnxMiniLMEmbedder | MiniLMEmbedder:

@@ -544,6 +544,17 @@ def bench_ingest(
     run(cli_settings(), console, n_events=events, n_threads=threads)
 
 
+@bench_app.command("batches")
+def bench_batches(
+    dialogues: Path = typer.Option(..., exists=True, dir_okay=False, help="LoCoMo-format file, e.g. locomo_dev.json"),
+    texts: int = typer.Option(480, help="turns to embed at each batch size"),
+) -> None:
+    """CPU per text of the ONNX embedder by batch size and thread count, on real turns."""
+    from chatmem.bench.batches import run
+
+    run(console, dialogues, texts=texts)
+
+
 @bench_app.command("topicseg")
 def bench_topicseg(
     data: Path = typer.Option(..., exists=True, dir_okay=False, help="TIAGE .json or Def-DTS .jsonl"),
