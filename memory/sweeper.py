@@ -52,8 +52,8 @@ class Sweeper:
     enqueue_summary: Callable[[str, int, Job], None]
     enqueue_attachment: Callable[[str, int], None]
     enqueue_facts: Callable[[str, int, str], None]
-    # A facts job that has run this long after its final summary was lost (its worker was killed
-    # while the broker held it unacknowledged); longer than a job with all its LLM retries.
+    # A facts job not finished this long after its episode's final summary was saved is taken for
+    # lost (its worker was killed holding it unacknowledged); longer than a job with all its retries.
     facts_after_s: float = float(STALE_ATTACHMENT_S)
 
     def sweep(self) -> SweepResult:
