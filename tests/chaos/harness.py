@@ -162,11 +162,15 @@ class Stack:
     def restarts(self, name: str) -> int:
         return self._child(name).restarts
 
-    def kill9(self, name: str) -> int:
-        """SIGKILL the main process of `name`; the supervisor starts it again."""
+    def kill9(self, name: str, *, group: bool = False) -> int:
+        """SIGKILL the main process of `name` (with `group`, its pool processes too, as when its
+        host or container dies); the supervisor starts it again."""
         pid = self.pid(name)
         before = self.restarts(name)
-        os.kill(pid, signal.SIGKILL)
+        if group:
+            os.killpg(pid, signal.SIGKILL)  # start_new_session: pgid == pid
+        else:
+            os.kill(pid, signal.SIGKILL)
         assert wait_for(lambda: self.restarts(name) > before, 30), f"{name} was not restarted"
         return pid
 

@@ -12,6 +12,7 @@ import json
 import re
 import time
 
+import psycopg
 import pytest
 import redis
 from PIL import Image, ImageDraw
@@ -38,6 +39,16 @@ def facts_held(broker: redis.Redis) -> int:
     """Facts jobs delivered to a worker and not yet acknowledged (the Redis transport keeps them
     in its `unacked` hash as [message, exchange, routing key])."""
     return sum(json.loads(v)[2] == "facts" for v in broker.hvals("unacked"))
+
+
+def waiting_on_ledger(c: Container) -> int:
+    """Sessions blocked on the locked fact ledger: jobs that started and cannot finish."""
+    return _rows(
+        c,
+        """SELECT count(*) FROM pg_stat_activity
+           WHERE wait_event_type = 'Lock' AND query LIKE %s""",
+        "%fact_ledger%",
+    )[0][0]
 
 
 def test_kill9_facts_and_attachments_workers(settings_factory, embedded, tmp_path):
@@ -73,10 +84,14 @@ def test_kill9_facts_and_attachments_workers(settings_factory, embedded, tmp_pat
             assert wait_for(lambda: _rows(c, reading)[0][0] > 0, 60, 0.02), stack.tail()
             stack.kill9("attachments")  # mid-OCR: the file stays claimed by a dead worker
             load.reached(0.7)
-            # The facts worker's main process while it holds a job: the broker would hand that
-            # job out again only after its visibility timeout (hours); the sweeper queues it.
-            assert wait_for(lambda: facts_held(broker) > 0, 60, 0.005), stack.tail()
-            stack.kill9("facts")
+            # The facts worker while it holds a job: the broker would hand that job out again
+            # only after its visibility timeout (hours); the sweeper queues it. The ledger is
+            # locked so the held job cannot finish first (a job takes a few ms; a kill that
+            # landed after it was done but before its ack would prove nothing).
+            with psycopg.connect(s.database_url) as hold:
+                hold.execute("LOCK TABLE fact_ledger IN ACCESS EXCLUSIVE MODE")
+                assert wait_for(lambda: facts_held(broker) > 0 and waiting_on_ledger(c) > 0, 60, 0.05), stack.tail()
+                stack.kill9("facts", group=True)
             finish(case, "kill -9 attachments worker, facts worker", c, load, stack, started)
 
             def images_read() -> bool:
