@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 from celery import Celery
-from psycopg_pool import ConnectionPool
 
 from chatmem.adapters import services
 from chatmem.adapters.celery_queue import (
@@ -28,7 +27,7 @@ from chatmem.adapters.celery_queue import (
 )
 from chatmem.adapters.crypto import kek_from_setting, load_or_create_kek
 from chatmem.adapters.keys_pg import EventKeys
-from chatmem.adapters.postgres import PostgresStore, PostgresThreadLog, make_pool
+from chatmem.adapters.postgres import PinningPool, PostgresStore, PostgresThreadLog, make_pool
 from chatmem.adapters.redis_stream import RedisDoorbell, RedisEventSink, RedisEventStream
 from chatmem.schemas.settings import Settings
 
@@ -121,7 +120,7 @@ class Container:
         return self._urls or services.resolve(self.settings, start=self._start_services)
 
     @cached_property
-    def pool(self) -> ConnectionPool:
+    def pool(self) -> PinningPool:
         return make_pool(self.urls.database_url, self.settings.db_pool_size, timeout_s=self.settings.db_timeout_s)
 
     @cached_property
@@ -612,11 +611,16 @@ class Container:
     def replay(self, thread_id: str, llm: CachedLLM, owner: str, **kw: Any) -> ReplayResult:
         """Rebuild one thread (memory/replay.py), facts included; then retire what the old
         generation derived that the rebuild did not."""
+        llm = llm.for_thread(thread_id)
+        # One connection for the whole rebuild: its many short blocks run on it in turn.
+        with self.pool.pinned():
+            return self._replay(thread_id, llm, owner, **kw)
+
+    def _replay(self, thread_id: str, llm: CachedLLM, owner: str, **kw: Any) -> ReplayResult:
         from chatmem.memory.replay import replay_thread
 
         s = self.settings
         jobs = self.jobs
-        llm = llm.for_thread(thread_id)
         return replay_thread(
             thread_id,
             threads=self.thread_log,

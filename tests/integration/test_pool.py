@@ -1,0 +1,78 @@
+"""The connection pool: one pinned connection for a rebuild's many blocks, and the check before a
+connection is handed out skipped for one handed back a moment ago."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg_pool import ConnectionPool
+
+from chatmem.adapters.postgres import RecentCheck, make_pool
+
+
+@pytest.fixture
+def pool(fresh_db):
+    p = make_pool(fresh_db, 2, name="test")
+    with p.connection() as conn:
+        conn.execute("CREATE TABLE pin (n int)")
+    yield p
+    p.close()
+
+
+def _backend(pool) -> int:
+    with pool.connection() as conn:
+        return conn.info.backend_pid
+
+
+def test_pinned_blocks_share_one_connection_and_each_commits(pool, fresh_db):
+    requests = pool.get_stats().get("requests_num", 0)
+    with pool.pinned():
+        first = _backend(pool)
+        with pool.connection() as conn:
+            conn.execute("INSERT INTO pin VALUES (1)")
+        # Committed when its block ended, as with a pooled connection: another session sees it.
+        with psycopg.connect(fresh_db) as other:
+            assert other.execute("SELECT count(*) FROM pin").fetchone() == (1,)
+        with pytest.raises(RuntimeError), pool.connection() as conn:
+            conn.execute("INSERT INTO pin VALUES (2)")
+            raise RuntimeError("a block that fails")
+        with pool.pinned():  # nested: the same pin
+            assert _backend(pool) == first
+        with pool.connection() as conn:
+            assert conn.execute("SELECT array_agg(n) FROM pin").fetchone() == ([1],)  # the failed block rolled back
+        assert _backend(pool) == first
+    # Six blocks, one checkout from the pool.
+    assert pool.get_stats().get("requests_num", 0) == requests + 1
+    # Unpinned again, and the pinned connection went back to the pool in a clean state.
+    with pool.connection() as conn:
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_pin_is_per_thread(pool):
+    import threading
+
+    seen: list[int] = []
+    with pool.pinned(), pool.connection() as mine:
+        t = threading.Thread(target=lambda: seen.append(_backend(pool)))
+        t.start()
+        t.join()
+        assert seen and seen[0] != mine.info.backend_pid
+
+
+def test_recent_check_skips_only_a_connection_just_handed_back(monkeypatch, fresh_db):
+    checks: list[object] = []
+    real = ConnectionPool.check_connection
+    monkeypatch.setattr(ConnectionPool, "check_connection", staticmethod(lambda c: (checks.append(c), real(c))))
+    recent = RecentCheck(fresh_s=60)
+    with psycopg.connect(fresh_db) as conn:
+        recent.check(conn)  # never handed back: checked
+        assert len(checks) == 1
+        recent.returned(conn)
+        recent.check(conn)  # handed back a moment ago: no round trip
+        assert len(checks) == 1
+        recent.check(conn)  # the mark is used once: the next take checks again
+        assert len(checks) == 2
+        stale = RecentCheck(fresh_s=0)
+        stale.returned(conn)
+        stale.check(conn)
+        assert len(checks) == 3
