@@ -4,6 +4,8 @@ undone (for the sweeper)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
@@ -32,14 +34,6 @@ class PostgresSummaryStore:
                 ).fetchone()
                 is not None
             )
-
-    def summary_keys(self, thread_id: str, generation: int, level: int) -> set[str]:
-        with self.pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT summary_key FROM summaries WHERE thread_id = %s AND generation = %s AND level = %s",
-                (thread_id, generation, level),
-            ).fetchall()
-        return {r[0] for r in rows}
 
     def generation_active(self, thread_id: str, generation: int) -> bool:
         with self.pool.connection() as conn:
@@ -193,20 +187,38 @@ class PostgresSummaryStore:
             )
         return len(rows)
 
-    def level_items(self, thread_id: str, generation: int, level: int) -> list[LevelItem]:
+    def level_indexes(self, thread_id: str, generation: int) -> dict[int, set[int]]:
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                """SELECT 1, array_agg(e.ordinal - 1)
+                   FROM summaries s JOIN episodes e ON e.episode_id = s.episode_id AND e.generation = s.generation
+                   WHERE s.thread_id = %(t)s AND s.generation = %(g)s AND s.kind = 'final'
+                   UNION ALL
+                   SELECT level, array_agg((content->>'group')::int)
+                   FROM summaries WHERE thread_id = %(t)s AND generation = %(g)s AND kind = 'rollup'
+                   GROUP BY level""",
+                {"t": thread_id, "g": generation},
+            ).fetchall()
+        return {level: set(indexes) for level, indexes in rows if indexes}
+
+    def level_items(self, thread_id: str, generation: int, level: int, indexes: Sequence[int]) -> list[LevelItem]:
         with self.pool.connection() as conn:
             if level == 1:
                 rows = conn.execute(
-                    """SELECT s.summary_key, e.ordinal - 1, s.from_seq, s.upto_seq, s.text, s.is_active
+                    """SELECT s.summary_key, e.ordinal - 1 AS idx, s.from_seq, s.upto_seq, s.text, s.is_active
                        FROM summaries s JOIN episodes e ON e.episode_id = s.episode_id AND e.generation = s.generation
-                       WHERE s.thread_id = %s AND s.generation = %s AND s.kind = 'final'""",
-                    (thread_id, generation),
+                       WHERE s.thread_id = %s AND s.generation = %s AND s.kind = 'final'
+                         AND e.ordinal - 1 = ANY(%s)
+                       ORDER BY idx""",
+                    (thread_id, generation, list(indexes)),
                 ).fetchall()
             else:
                 rows = conn.execute(
-                    """SELECT summary_key, (content->>'group')::int, from_seq, upto_seq, text, is_active
-                       FROM summaries WHERE thread_id = %s AND generation = %s AND kind = 'rollup' AND level = %s""",
-                    (thread_id, generation, level),
+                    """SELECT summary_key, (content->>'group')::int AS idx, from_seq, upto_seq, text, is_active
+                       FROM summaries WHERE thread_id = %s AND generation = %s AND kind = 'rollup' AND level = %s
+                         AND (content->>'group')::int = ANY(%s)
+                       ORDER BY idx""",
+                    (thread_id, generation, level, list(indexes)),
                 ).fetchall()
         return [LevelItem(*r) for r in rows]
 

@@ -12,6 +12,9 @@ level-2 summary once `keep` newer level-1 summaries exist; the same again up to 
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -55,10 +58,6 @@ class LevelItem:
 class SummaryStore(Protocol):
     def has_summary(self, generation: int, summary_key: str) -> bool: ...
 
-    def summary_keys(self, thread_id: str, generation: int, level: int) -> set[str]:
-        """Keys of the thread's summaries at `level` (active or archived) in the generation."""
-        ...
-
     def generation_active(self, thread_id: str, generation: int) -> bool: ...
 
     def episode_lines(
@@ -71,7 +70,14 @@ class SummaryStore(Protocol):
         StaleGeneration when the generation is no longer active."""
         ...
 
-    def level_items(self, thread_id: str, generation: int, level: int) -> list[LevelItem]: ...
+    def level_indexes(self, thread_id: str, generation: int) -> dict[int, set[int]]:
+        """Per level, the indexes of the thread's summaries there (active or archived): episode
+        ordinal - 1 of the finals at level 1, the group of the roll-ups above."""
+        ...
+
+    def level_items(self, thread_id: str, generation: int, level: int, indexes: Sequence[int]) -> list[LevelItem]:
+        """The summaries at `level` with these indexes, by index."""
+        ...
 
 
 class StaleGeneration(Exception):
@@ -149,29 +155,35 @@ def _record(
     )
 
 
+def due_groups(indexes: Collection[int], rolled: Collection[int], *, fanin: int, keep: int) -> list[int]:
+    """The groups of one level due for a roll-up, in order: complete (`fanin` items), not rolled
+    up yet, and followed by at least `keep` newer items (the newest stay as they are). Sorted
+    indexes and a bisection, since a long thread has thousands of items and every final asks."""
+    ordered = sorted(indexes)
+    due = []
+    for group, n in sorted(Counter(i // fanin for i in ordered).items()):
+        if n < fanin or group in rolled:
+            continue
+        if len(ordered) - bisect_left(ordered, (group + 1) * fanin) >= keep:
+            due.append(group)
+    return due
+
+
 def rollup(store: SummaryStore, llm: LLM, thread_id: str, generation: int, *, fanin: int, keep: int) -> int:
     made = 0
+    # One query for every level's indexes; the texts only of the groups due.
+    levels = store.level_indexes(thread_id, generation)
     for level in range(1, MAX_LEVEL):
-        items = {i.index: i for i in store.level_items(thread_id, generation, level)}
-        if not items:
+        indexes = levels.get(level)
+        if not indexes:
             break
-        top = max(items)
-        # One query per level, not one per group: a long thread has hundreds of groups, and
-        # every final summary walks them all.
-        have = store.summary_keys(thread_id, generation, level + 1)
-        for group in range(0, top // fanin + 1):
-            found = [items.get(group * fanin + j) for j in range(fanin)]
-            newer = sum(1 for idx in items if idx >= (group + 1) * fanin)
-            members = [m for m in found if m is not None]
-            if len(members) < fanin or newer < keep:
-                continue
-            key = f"{thread_id}:L{level + 1}:g{group}"
-            if key in have:
-                continue
+        above = levels.setdefault(level + 1, set())
+        for group in due_groups(indexes, above, fanin=fanin, keep=keep):
+            members = store.level_items(thread_id, generation, level, range(group * fanin, (group + 1) * fanin))
             prompt = prompts.rollup_summary([m.text for m in members])
             result = llm.complete(prompt, prompts.RollupSummary)
             record = SummaryRecord(
-                key,
+                f"{thread_id}:L{level + 1}:g{group}",
                 generation,
                 thread_id,
                 None,
@@ -190,4 +202,5 @@ def rollup(store: SummaryStore, llm: LLM, thread_id: str, generation: int, *, fa
                     made += 1
             except StaleGeneration:
                 return made
+            above.add(group)  # saved now or by a concurrent job: an item of the next level either way
     return made

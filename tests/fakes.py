@@ -676,13 +676,6 @@ class FakeProjections:
     def has_summary(self, generation: int, summary_key: str) -> bool:
         return (generation, summary_key) in self.summaries
 
-    def summary_keys(self, thread_id: str, generation: int, level: int) -> set[str]:
-        return {
-            key
-            for (g, key), s in self.summaries.items()
-            if g == generation and s.record.thread_id == thread_id and s.record.level == level
-        }
-
     def generation_active(self, thread_id: str, generation: int) -> bool:
         ctx = self.contexts.get(thread_id)
         # A replay writes its generation before switching to it: both are "current" for jobs.
@@ -762,23 +755,34 @@ class FakeProjections:
             s.embedding = v
         return len(rows)
 
-    def level_items(self, thread_id: str, generation: int, level: int) -> list[LevelItem]:
+    def _level_items(self, thread_id: str, generation: int) -> list[tuple[int, LevelItem]]:
         out = []
         for (g, key), s in self.summaries.items():
             r = s.record
             if r.thread_id != thread_id or g != generation:
                 continue
-            if level == 1 and r.kind == "final":
+            if r.kind == "final":
                 episode = self.episodes.get((g, r.episode_id or ""))
                 if episode is None:
                     continue  # the real query joins the episode
                 index = episode["ordinal"] - 1
-            elif level > 1 and r.kind == "rollup" and r.level == level:
+            elif r.kind == "rollup":
                 index = int(r.content["group"])
             else:
                 continue
-            out.append(LevelItem(key, index, r.from_seq, r.upto_seq, r.text, s.is_active))
+            out.append((r.level, LevelItem(key, index, r.from_seq, r.upto_seq, r.text, s.is_active)))
         return out
+
+    def level_indexes(self, thread_id: str, generation: int) -> dict[int, set[int]]:
+        levels: dict[int, set[int]] = {}
+        for level, item in self._level_items(thread_id, generation):
+            levels.setdefault(level, set()).add(item.index)
+        return levels
+
+    def level_items(self, thread_id: str, generation: int, level: int, indexes: Sequence[int]) -> list[LevelItem]:
+        wanted = set(indexes)
+        items = [i for lv, i in self._level_items(thread_id, generation) if lv == level and i.index in wanted]
+        return sorted(items, key=lambda i: i.index)
 
 
 # --- facts ---------------------------------------------------------------------------------------
