@@ -113,16 +113,31 @@ class PinningPool(ConnectionPool):
         self._local = threading.local()
 
     @contextmanager
-    def pinned(self) -> Iterator[None]:
+    def pinned(self, *, flush_at_end: bool = False) -> Iterator[None]:
+        """With `flush_at_end`, the blocks' commits do not each wait for the disk; one commit at
+        the end does, and so makes every earlier one durable (the log is flushed in order). For
+        work that is run again when it is interrupted (a rebuild): a database crash meanwhile
+        loses at most a last moment of it, as if it had been stopped there."""
         if getattr(self._local, "conn", None) is not None:
             yield
             return
         with super().connection() as conn:
+            if flush_at_end:
+                conn.execute("SET synchronous_commit = off")
+                conn.commit()
             self._local.conn = conn
             try:
                 yield
-            finally:
+            except BaseException:
                 self._local.conn = None
+                if flush_at_end:
+                    _sync_commits(conn)
+                raise
+            self._local.conn = None
+            if flush_at_end:
+                conn.execute("SET synchronous_commit = on")
+                conn.execute("SELECT pg_current_xact_id()")  # an xid, so the commit writes a record and waits
+                conn.commit()
 
     @contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
@@ -133,6 +148,16 @@ class PinningPool(ConnectionPool):
             return
         with conn:  # commit or roll back; a pooled connection is not closed
             yield conn
+
+
+def _sync_commits(conn: psycopg.Connection) -> None:
+    """Put a connection back to waiting commits before the pool has it; close it if it cannot be."""
+    try:
+        conn.rollback()
+        conn.execute("SET synchronous_commit = on")
+        conn.commit()
+    except psycopg.Error:
+        conn.close()  # the pool replaces a closed connection
 
 
 def make_pool(database_url: str, size: int, name: str = "chatmem", timeout_s: float = 30.0) -> PinningPool:

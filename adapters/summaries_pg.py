@@ -19,6 +19,40 @@ from chatmem.memory.summaries import LevelItem, StaleGeneration, SummaryRecord
 OFFLINE_MODEL = OfflineLLM.model
 
 
+# A final or roll-up summary in one statement (a rebuild saves one per episode): the thread's
+# generation checked and held, the summary inserted unless present, and only if it was, its
+# sources and its episode's running and chunk summaries archived, its messages archived and its
+# topic set. Every part reads the rows as they were before the statement; none of them
+# touches the row inserted.
+_SAVE_WHOLE = """
+WITH t AS (SELECT generation FROM threads WHERE thread_id = %(thread)s FOR SHARE),
+src AS (SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids FROM summaries
+        WHERE generation = %(gen)s AND summary_key = ANY(%(sources)s::text[])),
+ins AS (
+    INSERT INTO summaries (summary_key, generation, thread_id, episode_id, kind, level, from_seq, upto_seq, text,
+                           content, source_ids, model, prompt_version)
+    SELECT %(key)s, %(gen)s, %(thread)s, %(episode)s, %(kind)s, %(level)s, %(from_seq)s, %(upto_seq)s, %(text)s,
+           %(content)s, (SELECT ids FROM src), %(model)s, %(prompt_version)s
+    FROM t WHERE t.generation <= %(gen)s
+    ON CONFLICT (generation, summary_key) DO NOTHING RETURNING id),
+sources AS (
+    UPDATE summaries SET is_active = false, archived_at = now()
+    WHERE id IN (SELECT unnest(ids) FROM src) AND EXISTS (SELECT 1 FROM ins)),
+parts AS (
+    UPDATE summaries SET is_active = false, archived_at = now()
+    WHERE %(archive)s AND generation = %(gen)s AND episode_id = %(episode)s AND kind IN ('running', 'chunk')
+      AND is_active AND EXISTS (SELECT 1 FROM ins)),
+msgs AS (
+    UPDATE messages SET is_active = false
+    WHERE %(archive)s AND thread_id = %(thread)s AND generation = %(gen)s AND episode_id = %(episode)s
+      AND EXISTS (SELECT 1 FROM ins)),
+topic AS (
+    UPDATE episodes SET topic_label = %(topic)s
+    WHERE %(archive)s AND episode_id = %(episode)s AND generation = %(gen)s AND EXISTS (SELECT 1 FROM ins))
+SELECT (SELECT generation FROM t), (SELECT id FROM ins)
+"""
+
+
 class PostgresSummaryStore:
     """The `SummaryVectors` of memory/jobs.py and the `LostFinals` of memory/sweeper.py."""
 
@@ -73,6 +107,36 @@ class PostgresSummaryStore:
         return lines
 
     def save_summary(self, record: SummaryRecord, *, archive_episode: bool) -> bool:
+        if record.kind in ("running", "chunk"):
+            return self._save_partial(record)
+        r = record
+        with self.pool.connection() as conn:
+            active, saved = conn.execute(
+                _SAVE_WHOLE,
+                {
+                    "key": r.summary_key,
+                    "gen": r.generation,
+                    "thread": r.thread_id,
+                    "episode": r.episode_id,
+                    "kind": r.kind,
+                    "level": r.level,
+                    "from_seq": r.from_seq,
+                    "upto_seq": r.upto_seq,
+                    "text": r.text,
+                    "content": Jsonb(r.content),
+                    "sources": list(r.source_keys),
+                    "model": r.model,
+                    "prompt_version": r.prompt_version,
+                    "archive": archive_episode,
+                    "topic": r.content.get("topic_label"),
+                },
+            ).fetchone()
+        if active is None or r.generation < active:
+            raise StaleGeneration(r.thread_id)
+        return saved is not None
+
+    def _save_partial(self, record: SummaryRecord) -> bool:
+        """A running or chunk summary: its archiving rules read the rows it is inserted next to."""
         r = record
         with self.pool.connection() as conn, conn.transaction():
             active = conn.execute(
@@ -80,15 +144,6 @@ class PostgresSummaryStore:
             ).fetchone()
             if active is None or r.generation < active[0]:
                 raise StaleGeneration(r.thread_id)
-            source_ids = []
-            if r.source_keys:
-                source_ids = [
-                    row[0]
-                    for row in conn.execute(
-                        "SELECT id FROM summaries WHERE generation = %s AND summary_key = ANY(%s) ORDER BY id",
-                        (r.generation, list(r.source_keys)),
-                    )
-                ]
             row = conn.execute(
                 """INSERT INTO summaries (summary_key, generation, thread_id, episode_id, kind, level, from_seq,
                                           upto_seq, text, content, source_ids, model, prompt_version)
@@ -105,45 +160,25 @@ class PostgresSummaryStore:
                     r.upto_seq,
                     r.text,
                     Jsonb(r.content),
-                    source_ids,
+                    [],
                     r.model,
                     r.prompt_version,
                 ),
             ).fetchone()
             if row is None:
                 return False
-            if r.kind in ("running", "chunk"):
-                # Whatever order jobs finish in, the end state is the same: only the newest running
-                # summary is active, and nothing of an episode whose final summary exists.
-                conn.execute(
-                    """UPDATE summaries s SET is_active = false, archived_at = now()
-                       WHERE s.generation = %s AND s.episode_id = %s AND s.kind IN ('running', 'chunk') AND s.is_active
-                       AND (EXISTS (SELECT 1 FROM summaries f WHERE f.generation = s.generation
-                                    AND f.summary_key = s.episode_id || ':final')
-                            OR (s.kind = 'running' AND s.upto_seq < (
-                                SELECT max(upto_seq) FROM summaries m WHERE m.generation = s.generation
-                                AND m.episode_id = s.episode_id AND m.kind = 'running')))""",
-                    (r.generation, r.episode_id),
-                )
-            if source_ids:
-                conn.execute(
-                    "UPDATE summaries SET is_active = false, archived_at = now() WHERE id = ANY(%s)", (source_ids,)
-                )
-            if archive_episode:
-                conn.execute(
-                    """UPDATE summaries SET is_active = false, archived_at = now()
-                       WHERE generation = %s AND episode_id = %s AND kind IN ('running', 'chunk') AND is_active""",
-                    (r.generation, r.episode_id),
-                )
-                conn.execute(
-                    """UPDATE messages SET is_active = false WHERE thread_id = %s AND generation = %s
-                       AND episode_id = %s""",
-                    (r.thread_id, r.generation, r.episode_id),
-                )
-                conn.execute(
-                    "UPDATE episodes SET topic_label = %s WHERE episode_id = %s AND generation = %s",
-                    (r.content.get("topic_label"), r.episode_id, r.generation),
-                )
+            # Whatever order jobs finish in, the end state is the same: only the newest running
+            # summary is active, and nothing of an episode whose final summary exists.
+            conn.execute(
+                """UPDATE summaries s SET is_active = false, archived_at = now()
+                   WHERE s.generation = %s AND s.episode_id = %s AND s.kind IN ('running', 'chunk') AND s.is_active
+                   AND (EXISTS (SELECT 1 FROM summaries f WHERE f.generation = s.generation
+                                AND f.summary_key = s.episode_id || ':final')
+                        OR (s.kind = 'running' AND s.upto_seq < (
+                            SELECT max(upto_seq) FROM summaries m WHERE m.generation = s.generation
+                            AND m.episode_id = s.episode_id AND m.kind = 'running')))""",
+                (r.generation, r.episode_id),
+            )
             return True
 
     def embed_summaries(self, thread_id: str, embedder: Embedder, limit: int = 100) -> int:

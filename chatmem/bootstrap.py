@@ -612,8 +612,9 @@ class Container:
         """Rebuild one thread (memory/replay.py), facts included; then retire what the old
         generation derived that the rebuild did not."""
         llm = llm.for_thread(thread_id)
-        # One connection for the whole rebuild: its many short blocks run on it in turn.
-        with self.pool.pinned():
+        # One connection for the whole rebuild: its many short blocks run on it in turn, and
+        # only its last commit waits for the disk.
+        with self.pool.pinned(flush_at_end=True):
             return self._replay(thread_id, llm, owner, **kw)
 
     def _replay(self, thread_id: str, llm: CachedLLM, owner: str, **kw: Any) -> ReplayResult:

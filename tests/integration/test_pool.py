@@ -76,3 +76,26 @@ def test_recent_check_skips_only_a_connection_just_handed_back(monkeypatch, fres
         stale.returned(conn)
         stale.check(conn)
         assert len(checks) == 3
+
+
+def _sync(pool) -> str:
+    with pool.connection() as conn:
+        return conn.execute("SHOW synchronous_commit").fetchone()[0]
+
+
+def test_flush_at_end_waits_only_for_the_last_commit_and_restores_the_setting(fresh_db):
+    pool = make_pool(fresh_db, 1, name="one")  # one connection: the one pinned is the one checked afterwards
+    with pool.connection() as conn:
+        conn.execute("CREATE TABLE pin (n int)")
+    with pool.pinned(flush_at_end=True):
+        assert _sync(pool) == "off"
+        with pool.connection() as conn:
+            conn.execute("INSERT INTO pin VALUES (1)")
+    assert _sync(pool) == "on"
+    with psycopg.connect(fresh_db) as other:
+        assert other.execute("SELECT count(*) FROM pin").fetchone() == (1,)
+    with pytest.raises(RuntimeError), pool.pinned(flush_at_end=True):
+        assert _sync(pool) == "off"
+        raise RuntimeError("a rebuild that fails")
+    assert _sync(pool) == "on"
+    pool.close()
