@@ -23,7 +23,9 @@ OFFLINE_MODEL = OfflineLLM.model
 # generation checked and held, the summary inserted unless present, and only if it was, its
 # sources and its episode's running and chunk summaries archived, its messages archived and its
 # topic set. Every part reads the rows as they were before the statement; none of them
-# touches the row inserted.
+# touches the row inserted. The episode id (thread id and ordinal) picks the rows by the episode
+# indexes: a generation a rebuild is writing has no statistics yet, and by generation the planner
+# took an index that walks the whole thread (`generation + 0` keeps it off (generation, key)).
 _SAVE_WHOLE = """
 WITH t AS (SELECT generation FROM threads WHERE thread_id = %(thread)s FOR SHARE),
 src AS (SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids FROM summaries
@@ -40,12 +42,11 @@ sources AS (
     WHERE id IN (SELECT unnest(ids) FROM src) AND EXISTS (SELECT 1 FROM ins)),
 parts AS (
     UPDATE summaries SET is_active = false, archived_at = now()
-    WHERE %(archive)s AND generation = %(gen)s AND episode_id = %(episode)s AND kind IN ('running', 'chunk')
+    WHERE %(archive)s AND episode_id = %(episode)s AND generation + 0 = %(gen)s AND kind IN ('running', 'chunk')
       AND is_active AND EXISTS (SELECT 1 FROM ins)),
 msgs AS (
     UPDATE messages SET is_active = false
-    WHERE %(archive)s AND thread_id = %(thread)s AND generation = %(gen)s AND episode_id = %(episode)s
-      AND EXISTS (SELECT 1 FROM ins)),
+    WHERE %(archive)s AND episode_id = %(episode)s AND generation = %(gen)s AND EXISTS (SELECT 1 FROM ins)),
 topic AS (
     UPDATE episodes SET topic_label = %(topic)s
     WHERE %(archive)s AND episode_id = %(episode)s AND generation = %(gen)s AND EXISTS (SELECT 1 FROM ins))
