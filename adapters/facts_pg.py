@@ -54,9 +54,11 @@ class PostgresFactStore:
     def episode_user_lines(self, thread_id: str, generation: int, episode_id: str) -> list[UserLine]:
         with self.pool.connection() as conn:
             rows = conn.execute(
-                """SELECT seq, event_id, user_id, text FROM messages WHERE thread_id = %s AND generation = %s
-                   AND episode_id = %s AND role = 'user' ORDER BY seq""",
-                (thread_id, generation, episode_id),
+                # By the episode index alone (the episode id carries its thread): with the thread
+                # too, the planner walked the whole thread of a generation still being rebuilt.
+                """SELECT seq, event_id, user_id, text FROM messages WHERE episode_id = %s AND generation = %s
+                   AND role = 'user' ORDER BY seq""",
+                (episode_id, generation),
             ).fetchall()
         return [UserLine(*r) for r in rows]
 
