@@ -46,10 +46,14 @@ class PostgresFactStore:
             ).fetchall()
         return [(t, int(g), e) for t, g, e in rows]
 
-    def generation_active(self, thread_id: str, generation: int) -> bool:
+    def job_state(self, op_key: str, thread_id: str, generation: int) -> tuple[dict | None, bool]:
         with self.pool.connection() as conn:
-            row = conn.execute("SELECT generation FROM threads WHERE thread_id = %s", (thread_id,)).fetchone()
-        return row is not None and generation >= row[0]
+            done, active = conn.execute(
+                """SELECT (SELECT result FROM fact_ledger WHERE op_key = %s),
+                          (SELECT generation FROM threads WHERE thread_id = %s)""",
+                (op_key, thread_id),
+            ).fetchone()
+        return done, active is not None and generation >= active
 
     def episode_user_lines(self, thread_id: str, generation: int, episode_id: str) -> list[UserLine]:
         with self.pool.connection() as conn:

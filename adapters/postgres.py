@@ -86,10 +86,11 @@ class RecentCheck:
     """The pool's check before it hands a connection out, skipped for a connection handed back
     within `fresh_s`: the check is a round trip of its own, and a worker that takes a
     connection several times per event paid one per take (replay: 7 of 11 round trips an event).
-    A connection that broke within that moment fails on its first statement instead, which
-    callers already treat as a transient error."""
+    A job's takes come milliseconds apart, so a short moment keeps most of the saving; a
+    connection that broke within it (a database restarted that fast) fails on its first
+    statement instead, which callers already treat as a transient error."""
 
-    def __init__(self, fresh_s: float = 1.0):
+    def __init__(self, fresh_s: float = 0.2):
         self.fresh_s = fresh_s
         self._returned: weakref.WeakKeyDictionary[psycopg.Connection, float] = weakref.WeakKeyDictionary()
 

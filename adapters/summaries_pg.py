@@ -61,20 +61,15 @@ class PostgresSummaryStore:
         self.pool = pool
         self.keys = keys
 
-    def has_summary(self, generation: int, summary_key: str) -> bool:
+    def job_state(self, thread_id: str, generation: int, summary_key: str) -> tuple[bool, bool]:
         with self.pool.connection() as conn:
-            return (
-                conn.execute(
-                    "SELECT 1 FROM summaries WHERE generation = %s AND summary_key = %s", (generation, summary_key)
-                ).fetchone()
-                is not None
-            )
-
-    def generation_active(self, thread_id: str, generation: int) -> bool:
-        with self.pool.connection() as conn:
-            row = conn.execute("SELECT generation FROM threads WHERE thread_id = %s", (thread_id,)).fetchone()
+            saved, active = conn.execute(
+                """SELECT EXISTS (SELECT 1 FROM summaries WHERE generation = %s AND summary_key = %s),
+                          (SELECT generation FROM threads WHERE thread_id = %s)""",
+                (generation, summary_key, thread_id),
+            ).fetchone()
         # A replay writes its generation before switching to it: both are "current" for jobs.
-        return row is not None and generation >= row[0]
+        return bool(saved), active is not None and generation >= active
 
     def episode_lines(
         self, thread_id: str, generation: int, episode_id: str, from_seq: int, upto_seq: int
@@ -190,17 +185,25 @@ class PostgresSummaryStore:
         summary embedded meanwhile by another worker keeps its vector."""
         embedder = concrete(embedder)
         with self.pool.connection() as conn:
-            conn.execute(
-                """UPDATE summaries s SET embedding = c.v, embed_model = %(model)s
-                   FROM (SELECT x.id, (SELECT avg(m.embedding) FROM messages m
-                                       WHERE m.thread_id = x.thread_id AND m.generation = x.generation
-                                         AND m.seq BETWEEN x.from_seq AND x.upto_seq AND m.embedding IS NOT NULL
-                                         AND vector_dims(m.embedding) = %(dim)s
-                                         AND coalesce(m.embed_model, %(model)s) = %(model)s) AS v
-                         FROM summaries x
-                         WHERE x.thread_id = %(thread)s AND x.embedding IS NULL AND starts_with(x.model, %(offline)s)
-                         ORDER BY x.id LIMIT %(n)s) c
-                   WHERE s.id = c.id AND c.v IS NOT NULL AND s.embedding IS NULL""",
+            # One statement: the extracts filled from their messages, then what is left to embed
+            # (the outer query sees the rows as before the update, so it leaves out those filled).
+            rows = conn.execute(
+                """WITH filled AS (
+                       UPDATE summaries s SET embedding = c.v, embed_model = %(model)s
+                       FROM (SELECT x.id, (SELECT avg(m.embedding) FROM messages m
+                                           WHERE m.thread_id = x.thread_id AND m.generation = x.generation
+                                             AND m.seq BETWEEN x.from_seq AND x.upto_seq AND m.embedding IS NOT NULL
+                                             AND vector_dims(m.embedding) = %(dim)s
+                                             AND coalesce(m.embed_model, %(model)s) = %(model)s) AS v
+                             FROM summaries x
+                             WHERE x.thread_id = %(thread)s AND x.embedding IS NULL
+                               AND starts_with(x.model, %(offline)s)
+                             ORDER BY x.id LIMIT %(n)s) c
+                       WHERE s.id = c.id AND c.v IS NOT NULL AND s.embedding IS NULL
+                       RETURNING s.id)
+                   SELECT id, text FROM summaries
+                   WHERE thread_id = %(thread)s AND embedding IS NULL AND id NOT IN (SELECT id FROM filled)
+                   ORDER BY id LIMIT %(n)s""",
                 {
                     "model": embedder.model,
                     "dim": embedder.dim,
@@ -208,10 +211,6 @@ class PostgresSummaryStore:
                     "offline": OFFLINE_MODEL,
                     "n": limit,
                 },
-            )
-            rows = conn.execute(
-                "SELECT id, text FROM summaries WHERE thread_id = %s AND embedding IS NULL ORDER BY id LIMIT %s",
-                (thread_id, limit),
             ).fetchall()
         if not rows:
             return 0

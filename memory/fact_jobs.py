@@ -70,7 +70,10 @@ class FactStore(Protocol):
 
     def ledger_put(self, op_key: str, result: dict) -> None: ...
 
-    def generation_active(self, thread_id: str, generation: int) -> bool: ...
+    def job_state(self, op_key: str, thread_id: str, generation: int) -> tuple[dict | None, bool]:
+        """(the ledger entry of `op_key`, the generation is still the thread's current one), read
+        together: a rebuild asks once per episode."""
+        ...
 
     def episode_user_lines(self, thread_id: str, generation: int, episode_id: str) -> list[UserLine]: ...
 
@@ -183,9 +186,10 @@ def write_episode_facts(
     """The facts the user stated in a closed episode, extracted through the LLM port: patterns
     on the offline provider, the model when one is configured; both answer in one schema."""
     op = f"{episode_id}:g{generation}:facts"
-    if (done := store.ledger_get(op)) is not None:
+    done, current = store.job_state(op, thread_id, generation)
+    if done is not None:
         return {**counts_only(done), "duplicate": True}
-    if not store.generation_active(thread_id, generation):
+    if not current:
         return {"stale": True}
     lines = {ln.seq: ln for ln in store.episode_user_lines(thread_id, generation, episode_id)}
     if not lines:

@@ -89,8 +89,8 @@ class ScratchFacts:
     def ledger_put(self, op_key: str, result: dict) -> None:
         self.ledger.setdefault(op_key, result)
 
-    def generation_active(self, thread_id: str, generation: int) -> bool:
-        return True  # the scratch generation is the one being derived
+    def job_state(self, op_key: str, thread_id: str, generation: int) -> tuple[dict | None, bool]:
+        return self.ledger.get(op_key), True  # the scratch generation is the one being derived
 
     def episode_user_lines(self, thread_id: str, generation: int, episode_id: str) -> list[UserLine]:
         return self.source.episode_user_lines(thread_id, generation, episode_id)

@@ -56,9 +56,10 @@ class LevelItem:
 
 
 class SummaryStore(Protocol):
-    def has_summary(self, generation: int, summary_key: str) -> bool: ...
-
-    def generation_active(self, thread_id: str, generation: int) -> bool: ...
+    def job_state(self, thread_id: str, generation: int, summary_key: str) -> tuple[bool, bool]:
+        """(the summary is saved already, the generation is still the thread's current one),
+        read together: a rebuild asks once per episode."""
+        ...
 
     def episode_lines(
         self, thread_id: str, generation: int, episode_id: str, from_seq: int, upto_seq: int
@@ -92,9 +93,10 @@ def job_key(job: Job) -> str:
 
 def run_job(store: SummaryStore, llm: LLM, job: Job, thread_id: str, generation: int, *, fanin: int, keep: int) -> str:
     key = job_key(job)
-    if store.has_summary(generation, key):
+    saved, current = store.job_state(thread_id, generation, key)
+    if saved:
         return "duplicate"
-    if not store.generation_active(thread_id, generation):
+    if not current:
         return "stale"
     if job.kind == "running":
         # From the episode's own recent lines only, never from the previous running summary:

@@ -673,8 +673,8 @@ class FakeProjections:
         return sorted(rows, key=lambda s: s.record.summary_key)
 
     # --- summary store --------------------------------------------------------------------
-    def has_summary(self, generation: int, summary_key: str) -> bool:
-        return (generation, summary_key) in self.summaries
+    def job_state(self, thread_id: str, generation: int, summary_key: str) -> tuple[bool, bool]:
+        return (generation, summary_key) in self.summaries, self.generation_active(thread_id, generation)
 
     def generation_active(self, thread_id: str, generation: int) -> bool:
         ctx = self.contexts.get(thread_id)
@@ -806,8 +806,8 @@ class FakeFactStore:
     def ledger_put(self, op_key: str, result: dict) -> None:
         self.ledger.setdefault(op_key, dict(result))
 
-    def generation_active(self, thread_id: str, generation: int) -> bool:
-        return self.db.generation_active(thread_id, generation)
+    def job_state(self, op_key: str, thread_id: str, generation: int) -> tuple[dict | None, bool]:
+        return self.ledger.get(op_key), self.db.generation_active(thread_id, generation)
 
     def missing_facts(self, older_than_s: float) -> list[tuple[str, int, str]]:
         """The sweeper's LostFacts port: closed episodes of active generations whose final is
