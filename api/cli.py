@@ -377,7 +377,6 @@ def replay(
     """Rebuild threads' memory from the event log into a new generation and switch to it. With
     --check: compare a rebuild with what is there and exit 1 on any difference. With --jobs N:
     N processes share the threads (a thread is one process's, so its order holds)."""
-    from chatmem.adapters.procs import process_name
     from chatmem.schemas.events import InvalidEvent, validate_identifier
 
     if threads_file is not None:
@@ -393,13 +392,17 @@ def replay(
     except InvalidEvent as error:
         console.print(f"[red]{error.reason}[/red]")
         raise typer.Exit(2) from None
-    if jobs > 1 and len(ids) > 1 and not check:
-        counts = c.thread_log.event_counts(ids)
-        c.close()
-        raise typer.Exit(_replay_in_processes(counts, jobs, refresh_llm))
     llm = c.llm("maintenance", refresh=refresh_llm)
     if check:
         raise typer.Exit(_check_replay(c, ids, llm))
+    if jobs > 1 and len(ids) > 1:
+        raise typer.Exit(_replay_in_processes(c, llm, c.thread_log.event_counts(ids), jobs, refresh_llm))
+    _replay_threads(c, llm, ids)
+
+
+def _replay_threads(c: Container, llm: CachedLLM, ids: list[str]) -> None:
+    from chatmem.adapters.procs import process_name
+
     for tid in ids:
         r = c.replay(tid, llm, process_name("replay"))
         console.print(
@@ -408,9 +411,11 @@ def replay(
     console.print(f"LLM calls made: {llm.calls} (the rest came from the cache)")
 
 
-def _replay_in_processes(counts: dict[str, int], jobs: int, refresh_llm: bool) -> int:
-    """Threads dealt to `jobs` child replays, largest first to the least loaded, so the
-    processes finish together; the exit code is the worst of theirs."""
+def _replay_in_processes(c: Container, llm: CachedLLM, counts: dict[str, int], jobs: int, refresh_llm: bool) -> int:
+    """Threads dealt to `jobs` replays, largest first to the least loaded, so they finish
+    together: this process takes the first share itself (it has started already; a child
+    process pays its start-up first) and a child process each of the others. The exit code is
+    the worst of them."""
     import subprocess
     import tempfile
 
@@ -420,14 +425,21 @@ def _replay_in_processes(counts: dict[str, int], jobs: int, refresh_llm: bool) -
         k = loads.index(min(loads))
         shares[k].append(tid)
         loads[k] += max(n, 1)
+    own, *others = [s for s in shares if s]
     with tempfile.TemporaryDirectory(prefix="chatmem-replay-") as tmp:
         procs = []
-        for k, share in enumerate(s for s in shares if s):
+        for k, share in enumerate(others):
             listing = Path(tmp) / f"threads-{k}"
             listing.write_text("\n".join(share))
             args = [sys.executable, "-m", "chatmem.api.cli", "replay", "--threads-file", str(listing)]
             procs.append(subprocess.Popen([*args, *(["--refresh-llm"] if refresh_llm else [])]))
-        return max(p.wait() for p in procs)
+        try:
+            _replay_threads(c, llm, own)
+            mine = 0
+        except Exception:  # the children's shares still finish; the exit code tells
+            logging.getLogger("chatmem.replay").exception("replay failed")
+            mine = 1
+        return max([mine, *(p.wait() for p in procs)])
 
 
 def _check_replay(c: Container, ids: list[str], llm: CachedLLM) -> int:
