@@ -8,7 +8,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from chatmem.adapters.keys_pg import EventKeys, wrapped_key_sql
-from chatmem.adapters.sql import scalar
+from chatmem.adapters.sql import one, scalar
 from chatmem.memory.fact_jobs import FactWrite, UserLine
 from chatmem.memory.facts import FactCandidate, resolve
 
@@ -48,11 +48,12 @@ class PostgresFactStore:
 
     def job_state(self, op_key: str, thread_id: str, generation: int) -> tuple[dict | None, bool]:
         with self.pool.connection() as conn:
-            done, active = conn.execute(
+            done, active = one(
+                conn,
                 """SELECT (SELECT result FROM fact_ledger WHERE op_key = %s),
-                          (SELECT generation FROM threads WHERE thread_id = %s)""",
+                              (SELECT generation FROM threads WHERE thread_id = %s)""",
                 (op_key, thread_id),
-            ).fetchone()
+            )
         return done, active is not None and generation >= active
 
     def episode_user_lines(self, thread_id: str, generation: int, episode_id: str) -> list[UserLine]:

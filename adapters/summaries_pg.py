@@ -10,6 +10,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from chatmem.adapters.keys_pg import EventKeys, wrapped_key_sql
+from chatmem.adapters.sql import one
 from chatmem.memory.episodes import Job, author_name, log_text
 from chatmem.memory.offline_llm import OfflineLLM
 from chatmem.memory.ports import Embedder, concrete
@@ -63,11 +64,12 @@ class PostgresSummaryStore:
 
     def job_state(self, thread_id: str, generation: int, summary_key: str) -> tuple[bool, bool]:
         with self.pool.connection() as conn:
-            saved, active = conn.execute(
+            saved, active = one(
+                conn,
                 """SELECT EXISTS (SELECT 1 FROM summaries WHERE generation = %s AND summary_key = %s),
-                          (SELECT generation FROM threads WHERE thread_id = %s)""",
+                              (SELECT generation FROM threads WHERE thread_id = %s)""",
                 (generation, summary_key, thread_id),
-            ).fetchone()
+            )
         # A replay writes its generation before switching to it: both are "current" for jobs.
         return bool(saved), active is not None and generation >= active
 
@@ -107,7 +109,8 @@ class PostgresSummaryStore:
             return self._save_partial(record)
         r = record
         with self.pool.connection() as conn:
-            active, saved = conn.execute(
+            active, saved = one(
+                conn,
                 _SAVE_WHOLE,
                 {
                     "key": r.summary_key,
@@ -126,7 +129,7 @@ class PostgresSummaryStore:
                     "archive": archive_episode,
                     "topic": r.content.get("topic_label"),
                 },
-            ).fetchone()
+            )
         if active is None or r.generation < active:
             raise StaleGeneration(r.thread_id)
         return saved is not None
