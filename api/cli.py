@@ -409,6 +409,9 @@ def _replay_threads(c: Container, llm: CachedLLM, ids: list[str]) -> None:
             f"{tid}: generation {r.generation} · {r.events} events · {r.episodes} episodes · {r.seconds:.1f}s"
         )
     console.print(f"LLM calls made: {llm.calls} (the rest came from the cache)")
+    if ids:
+        # The replaced generations stay in the tables, and reads pay for them, until collected.
+        console.print("The replaced generations stay until `chatmem gc` (run it once you keep the rebuild).")
 
 
 def _replay_in_processes(c: Container, llm: CachedLLM, counts: dict[str, int], jobs: int, refresh_llm: bool) -> int:

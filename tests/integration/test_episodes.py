@@ -195,6 +195,7 @@ def test_replay_in_several_processes_rebuilds_every_thread_exactly(settings_fact
         assert episodes(container, t, generation=2) == episodes(container, t, generation=1) != []
         assert summaries(container, t, generation=2) == summaries(container, t, generation=1) != []
     assert "LLM calls made: 0" in out  # warm caches in every child
+    assert "chatmem gc" in out
 
 
 def test_replay_check_finds_no_difference_then_names_the_one_it_finds(settings_factory):
