@@ -570,6 +570,24 @@ def bench_batches(
     run(console, dialogues, texts=texts)
 
 
+@bench_app.command("hnsw")
+def bench_hnsw(
+    vectors: int = typer.Option(100_000, help="vectors to index"),
+    kind: str = typer.Option("clustered", help="clustered (around topic centres) or random"),
+    config: list[str] = typer.Option(
+        None, "--config", help="MEMORY:WORKERS, e.g. 2GB:1 (repeatable; default 64MB:0, 2GB:0, 2GB:1)"
+    ),
+) -> None:
+    """HNSW build time on N message-sized vectors by maintenance_work_mem and parallel workers."""
+    from chatmem.bench.hnsw import run
+
+    if kind not in ("clustered", "random"):
+        console.print("[red]--kind is clustered or random[/red]")
+        raise typer.Exit(2)
+    configs = [(m, int(w)) for m, w in (c.split(":") for c in (config or ["64MB:0", "2GB:0", "2GB:1"]))]
+    run(cli_settings(), console, n=vectors, kind=kind, configs=configs)
+
+
 @bench_app.command("topicseg")
 def bench_topicseg(
     data: Path = typer.Option(..., exists=True, dir_okay=False, help="TIAGE .json or Def-DTS .jsonl"),
