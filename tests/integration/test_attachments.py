@@ -99,7 +99,8 @@ def test_image_text_is_read_by_ocr_and_found_by_recall(driver, container, tmp_pa
     text = message_text(container, "trip-1")
     assert text.startswith(f"here is my ticket\n[image#{sha[:8]}] my ticket — PNG image, 900×420 with the text")
     assert "Lisbon" in text
-    kinds = {r[0] for r in container.pool.connection().__enter__().execute("SELECT kind FROM artifact_text")}
+    with container.pool.connection() as conn:
+        kinds = {r[0] for r in conn.execute("SELECT kind FROM artifact_text")}
     assert kinds == {"ocr", "user_caption"}
     assert scalar(container, "SELECT count(*) FROM artifact_text WHERE embedding IS NULL") == 0
 
