@@ -8,43 +8,27 @@ resolved from the caller; nothing from a request is spliced into SQL."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 
 import psycopg
-from psycopg_pool import ConnectionPool
+
+from chatmem.adapters.postgres import PinningPool
 
 
 class ReadConnections:
-    """The pool, and the connection pinned by the current thread's open session (if any)."""
+    """The pool, whose connection a read's session pins for the current thread: its queries run
+    on that one connection, in one transaction the session ends."""
 
-    def __init__(self, pool: ConnectionPool):
+    def __init__(self, pool: PinningPool):
         self.pool = pool
-        self._local = threading.local()
 
-    @contextmanager
-    def session(self) -> Iterator[None]:
+    def session(self) -> AbstractContextManager[None]:
         """One connection for every query of a read: a pool checkout costs a round trip."""
-        if getattr(self._local, "conn", None) is not None:
-            yield
-            return
-        with self.pool.connection() as conn:
-            self._local.conn = conn
-            try:
-                yield
-            finally:
-                self._local.conn = None
+        return self.pool.pinned(commit_blocks=False)
 
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection]:
+    def connection(self) -> AbstractContextManager[psycopg.Connection]:
         """The pinned connection inside a session; a pooled one for a query on its own."""
-        pinned = getattr(self._local, "conn", None)
-        if pinned is not None:
-            yield pinned
-        else:
-            with self.pool.connection() as conn:
-                yield conn
+        return self.pool.connection()
 
 
 class PostgresReader:

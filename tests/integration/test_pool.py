@@ -99,3 +99,18 @@ def test_flush_at_end_waits_only_for_the_last_commit_and_restores_the_setting(fr
         raise RuntimeError("a rebuild that fails")
     assert _sync(pool) == "on"
     pool.close()
+
+
+def test_a_read_session_runs_its_blocks_in_one_transaction(pool, fresh_db):
+    requests = pool.get_stats().get("requests_num", 0)
+    with pool.pinned(commit_blocks=False):
+        with pool.connection() as conn:
+            conn.execute("INSERT INTO pin VALUES (1)")
+        # Not committed when the block ended: another session does not see it yet.
+        with psycopg.connect(fresh_db) as other:
+            assert other.execute("SELECT count(*) FROM pin").fetchone() == (0,)
+        with pool.connection() as conn:
+            assert conn.execute("SELECT count(*) FROM pin").fetchone() == (1,)
+    with psycopg.connect(fresh_db) as other:
+        assert other.execute("SELECT count(*) FROM pin").fetchone() == (1,)  # the session's end commits
+    assert pool.get_stats().get("requests_num", 0) == requests + 1
