@@ -45,6 +45,11 @@ bench: install
 # Retrains the segmenter's boundary scorer (memory/segmenter_weights.json, fixed seed) on the
 # development splits; embeddings are cached under .chatmem/segmenter, so a retrain embeds nothing.
 TOPICSEG_DATA ?= ../shared/eval/topicseg
+LOCOMO_DATA ?= ../shared/eval/locomo/locomo_dev.json
+.PHONY: train-ranker
+train-ranker: install
+	$(CHATMEM) bench train-ranker --data $(LOCOMO_DATA)
+
 .PHONY: train-segmenter
 train-segmenter: install
 	$(CHATMEM) bench train-segmenter --data $(TOPICSEG_DATA)

@@ -649,6 +649,19 @@ def bench_train_segmenter(
     run(data, cache, out, minilm_embedder(settings.embedding_backend), console.print)
 
 
+@bench_app.command("train-ranker")
+def bench_train_ranker(
+    data: Path = typer.Option(..., exists=True, dir_okay=False, help="LoCoMo JSON with questions and evidence"),
+    out: Path = typer.Option(None, help="weights file (default: the one shipped in chatmem.memory)"),
+    keep: Path = typer.Option(None, file_okay=False, help="as for `bench locomo`: reuse a processed database"),
+    sample: list[str] = typer.Option(None, "--sample", help="only these sample ids (repeatable)"),
+) -> None:
+    """Train the recall ranker (fixed seed) on LoCoMo questions, print its cross-validation, write its weights."""
+    from chatmem.bench.train_ranker import default_out, run
+
+    run(cli_settings(), console, data, out or default_out(), keep, set(sample) if sample else None)
+
+
 @bench_app.command("export-onnx")
 def bench_export_onnx(
     data: Path = typer.Option(
@@ -716,11 +729,13 @@ def bench_locomo(
     keep: Path = typer.Option(
         None, file_okay=False, help="run the services under this folder and keep them: a re-run only asks the questions"
     ),
+    linear: bool = typer.Option(False, "--linear", help="rank turns by the hand-tuned rule, not the shipped model"),
 ) -> None:
     """Evidence recall@5/10/25 and full@10 per question category through the whole pipeline."""
     from chatmem.bench.locomo import run
 
-    run(cli_settings(), console, data, out, set(sample) if sample else None, keep)
+    ranker = "linear" if linear else "learned"
+    run(cli_settings(), console, data, out, set(sample) if sample else None, keep, ranker)
 
 
 @bench_app.command("context")

@@ -85,14 +85,12 @@ def _settled(c: Container, n_messages: int) -> bool:
     return True
 
 
-def run(
-    settings: Settings,
-    console: Console,
-    data: Path,
-    out: Path | None,
-    samples: set[str] | None = None,
-    keep: Path | None = None,
-) -> dict:
+@contextmanager
+def processed(
+    settings: Settings, data: Path, samples: set[str] | None = None, keep: Path | None = None
+) -> Iterator[tuple[Container, list[dict], str]]:
+    """The conversations of `data` processed by the real pipeline: the container, the corpus and
+    a line saying what the pipeline did (or that a kept database was reused)."""
     corpus = [s for s in json.loads(Path(data).read_text()) if samples is None or s["sample_id"] in samples]
     events = list(locomo_events(data, samples))
     n_messages = sum(1 for e in events if e.type == "message")
@@ -111,16 +109,36 @@ def run(
                           (SELECT count(*) FROM facts), (SELECT count(*) FROM messages WHERE NOT is_active)"""
             ).fetchone()
         counts = tuple(row) if row else (0, 0, 0, 0)  # aggregates: always one row
+        pipeline = f"{n_messages} turns processed in {settle_s:.0f}s" if settle_s is not None else f"reused {keep}"
+        yield (
+            c,
+            corpus,
+            f"pipeline: {pipeline} · {counts[0]} episodes · {counts[1]} summaries · {counts[2]} facts · "
+            f"{counts[3]} archived messages",
+        )
+
+
+def run(
+    settings: Settings,
+    console: Console,
+    data: Path,
+    out: Path | None,
+    samples: set[str] | None = None,
+    keep: Path | None = None,
+    ranker: str = "learned",
+) -> dict:
+    """`ranker`: "learned" (the shipped model, the default) or "linear" (the hand-tuned rule it replaced)."""
+    with processed(settings, data, samples, keep) as (c, corpus, done):
+        if ranker == "linear":
+            c.recall.ranker = None
         c.recall(corpus[0]["conversation"]["speaker_a"], "warm up", thread_id=corpus[0]["sample_id"])
         scores, latencies, lines = _ask(c, corpus)
     if out:
         out.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    figures = _report(console, data, corpus, scores)
+    figures = _report(console, data, corpus, scores, ranker)
     latencies.sort()
-    pipeline = f"{n_messages} turns processed in {settle_s:.0f}s" if settle_s is not None else f"reused {keep}"
     console.print(
-        f"pipeline: {pipeline} · {counts[0]} episodes · {counts[1]} summaries · {counts[2]} facts · "
-        f"{counts[3]} archived messages · recall p50 {latencies[len(latencies) // 2] * 1e3:.1f} ms"
+        f"{done} · recall p50 {latencies[len(latencies) // 2] * 1e3:.1f} ms"
         f" p95 {latencies[int(len(latencies) * 0.95)] * 1e3:.1f} ms · target recall@10 ≥ 0.82"
     )
     return figures
@@ -156,7 +174,7 @@ def _ask(c: Container, corpus: list[dict]) -> tuple[Scores, list[float], list[di
     return scores, latencies, lines
 
 
-def _report(console: Console, data: Path, corpus: list[dict], scores: Scores) -> dict:
+def _report(console: Console, data: Path, corpus: list[dict], scores: Scores, ranker: str = "learned") -> dict:
     measures = [*(f"recall@{k}" for k in KS), f"full@{FULL_K}"]
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
     rows = {
@@ -168,6 +186,7 @@ def _report(console: Console, data: Path, corpus: list[dict], scores: Scores) ->
     overall = {m: mean(every[m]) for m in measures} | {"n": len(every[measures[-1]])}
     table = Table(
         title=f"chatmem bench locomo · {data.name} · {len(corpus)} conversations, {overall['n']} questions · "
+        f"{ranker} ranker · "
         f"{os.cpu_count()} cores · {datetime.now(UTC):%Y-%m-%d}"
     )
     for col in ("retriever / category", "questions", *measures):

@@ -40,12 +40,12 @@ from chatmem.memory.boundary_scorer import (
     STAGES,
     WEIGHTS_FILE,
     BoundaryScorer,
-    Mlp,
     TurnInfo,
     features,
     model_input,
     stage_of,
 )
+from chatmem.memory.mlp import Mlp
 from chatmem.memory.ports import Embedder
 from chatmem.memory.segmentation import SegmenterConfig, SegTurn, segment
 

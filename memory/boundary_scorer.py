@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from chatmem.memory.mlp import Mlp
+
 WEIGHTS_FILE = "segmenter_weights.json"
 STAGES: tuple[str, ...] = ("open", "reply", "closed")
 LEFT_WIDTHS: tuple[int, ...] = (1, 2, 3, 4)
@@ -180,38 +182,6 @@ def stage_of(window: Sequence[TurnInfo]) -> str:
 def model_input(stage: str, x: np.ndarray) -> np.ndarray:
     """One network serves every stage: the stage is a one-hot appended to the features."""
     return np.concatenate([x, [float(stage == "reply"), float(stage == "closed")]])
-
-
-@dataclass(frozen=True)
-class Mlp:
-    """One hidden tanh layer over standardised inputs, a logistic output."""
-
-    mean: np.ndarray
-    scale: np.ndarray
-    w1: np.ndarray
-    b1: np.ndarray
-    w2: np.ndarray
-    b2: float
-
-    def probability(self, inputs: np.ndarray) -> np.ndarray:
-        hidden = np.tanh(((inputs - self.mean) / self.scale) @ self.w1 + self.b1)
-        return 1.0 / (1.0 + np.exp(-(hidden @ self.w2 + self.b2)))
-
-    def to_json(self) -> dict[str, Any]:
-        r = lambda a: np.round(np.asarray(a, dtype=np.float64), 6).tolist()  # noqa: E731
-        return {
-            "mean": r(self.mean),
-            "scale": r(self.scale),
-            "w1": r(self.w1),
-            "b1": r(self.b1),
-            "w2": r(self.w2),
-            "b2": round(float(self.b2), 6),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Mlp:
-        a = lambda k: np.asarray(data[k], dtype=np.float64)  # noqa: E731
-        return cls(a("mean"), a("scale"), a("w1"), a("b1"), a("w2"), float(data["b2"]))
 
 
 @dataclass(frozen=True)

@@ -19,18 +19,23 @@ Why this shape (tuned on the LoCoMo dev split, see docs/read-path.md):
 from __future__ import annotations
 
 import heapq
+import json
 import math
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from functools import lru_cache
+from importlib import resources
 from typing import Protocol
 
 import numpy as np
 
 from chatmem.memory.attachments.surrogates import label, short_id
 from chatmem.memory.dates import Period, query_period
+from chatmem.memory.mlp import Mlp
 from chatmem.memory.ports import Embedder
 from chatmem.schemas.events import validate_identifier
 from chatmem.schemas.read import CONTEXT_CHARS, SNIPPET_CHARS, Citation, RecallHit, RecallResult, Scope, SourceKind
@@ -238,6 +243,90 @@ def fused(
     return p.lexical_weight * zscores(lex) + (1 - p.lexical_weight) * zscores(sim)
 
 
+# What the learned ranker reads of each candidate turn, all relative to the query's pool (z-scores)
+# so a query's scale does not matter: the turn's own match, its neighbours' (the answer sits next to
+# the question), its sitting's best, its episode summary's, the day and author the query names,
+# and the turn's shape (long statements answer, questions ask).
+TURN_FEATURES: tuple[str, ...] = (
+    "lexical",
+    "vector",
+    "prev",
+    "next",
+    "prev_vector",
+    "next_vector",
+    "prev_lexical",
+    "next_lexical",
+    "sitting",
+    "summary",
+    "named_day",
+    "named_author",
+    "log_length",
+    "question",
+    "attachment",
+)
+RANKER_FILE = "ranker_weights.json"
+_ATTACHMENT = re.compile(r"^\[(image|file)(#[0-9a-f]+)?\]", re.MULTILINE)
+
+
+def turn_features(
+    turns: Sequence[TurnCandidate],
+    stats: TermStats,
+    p: RankParams,
+    episode_boost: dict[str, float] | None = None,
+    period: Period | None = None,
+    groups: dict[tuple[str, int], list[int]] | None = None,
+) -> np.ndarray:
+    """One row of TURN_FEATURES per candidate (`groups`: their sittings, when already known)."""
+    n = len(turns)
+    lex = zscores(bm25_all(turns, stats, p.k1, p.b))
+    vec = zscores(np.array([t.sim for t in turns], dtype=float))
+    base = p.lexical_weight * lex + (1 - p.lexical_weight) * vec
+    at = {(t.thread_id, t.seq): i for i, t in enumerate(turns)}
+    prev = np.array([at.get((t.thread_id, t.seq - 1), -1) for t in turns])
+    nxt = np.array([at.get((t.thread_id, t.seq + 1), -1) for t in turns])
+
+    def of(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        # A neighbour outside the pool matched nothing: it counts as the weakest candidate.
+        return np.where(idx >= 0, values[idx], values.min())
+
+    sitting = np.zeros(n)
+    for idx in (groups if groups is not None else sittings(turns, p.sitting_gap_s)).values():
+        sitting[idx] = float(np.sort(base[idx])[::-1][: p.episode_top].mean())
+    boost = episode_boost or {}
+    return np.column_stack(
+        [
+            lex,
+            vec,
+            of(base, prev),
+            of(base, nxt),
+            of(vec, prev),
+            of(vec, nxt),
+            of(lex, prev),
+            of(lex, nxt),
+            sitting,
+            [boost.get(t.episode_id, 0.0) for t in turns],
+            [period is not None and period.first <= _utc_day(t) <= period.last for t in turns],
+            [t.author_named for t in turns],
+            np.log1p([t.length for t in turns]),
+            [t.text.rstrip().endswith("?") for t in turns],
+            [bool(_ATTACHMENT.search(t.text)) for t in turns],
+        ]
+    ).astype(float)
+
+
+def load_ranker(text: str) -> Mlp:
+    data = json.loads(text)
+    if list(data["features"]) != list(TURN_FEATURES):
+        raise ValueError("ranker weights were trained on other features; retrain with `make train-ranker`")
+    return Mlp.from_json(data["mlp"])
+
+
+@lru_cache(maxsize=1)
+def shipped_ranker() -> Mlp:
+    """The model trained by `chatmem bench train-ranker` (bench/train_ranker.py), package data."""
+    return load_ranker(resources.files("chatmem.memory").joinpath(RANKER_FILE).read_text())
+
+
 def rank_turns(
     turns: Sequence[TurnCandidate],
     stats: TermStats,
@@ -245,20 +334,43 @@ def rank_turns(
     episode_boost: dict[str, float] | None = None,
     period: Period | None = None,
     limit: int | None = None,
+    ranker: Mlp | None = None,
 ) -> list[tuple[TurnCandidate, float]]:
-    """Candidates best first; the sitting cap orders the first `limit` (all when None)."""
+    """Candidates best first; the sitting cap orders the first `limit` (all when None). With a
+    `ranker` its score over `turn_features` decides; without, the hand-tuned linear rule."""
     if not turns:
         return []
+    groups = sittings(turns, p.sitting_gap_s)
+    if ranker is not None:
+        final = ranker.logit(turn_features(turns, stats, p, episode_boost, period, groups))
+    else:
+        final = linear_scores(turns, stats, p, groups, episode_boost, period)
+    sitting = [0] * len(turns)
+    for n, idx in enumerate(groups.values()):
+        for i in idx:
+            sitting[i] = n
+    spread = float(final.std()) or 1.0
+    order = capped(final, sitting, p.episode_cap, p.cap_decay * spread, turns, limit)
+    return [(turns[i], float(final[i])) for i in order]
+
+
+def linear_scores(
+    turns: Sequence[TurnCandidate],
+    stats: TermStats,
+    p: RankParams,
+    groups: dict[tuple[str, int], list[int]],
+    episode_boost: dict[str, float] | None = None,
+    period: Period | None = None,
+) -> np.ndarray:
+    """The rule the learned ranker replaced (kept for comparison: `bench locomo --ranker linear`)."""
     base = fused(turns, stats, p)
     at = {(t.thread_id, t.seq): i for i, t in enumerate(turns)}
     floor = float(base.min())
     smoothed = base.copy()
     for i, t in enumerate(turns):
         near = [base[j] for j in (at.get((t.thread_id, t.seq - 1)), at.get((t.thread_id, t.seq + 1))) if j is not None]
-        # A neighbour outside the pool matched nothing: it counts as the weakest candidate.
         smoothed[i] += p.neighbour * (max(near) if near else floor)
     final = smoothed.copy()
-    groups = sittings(turns, p.sitting_gap_s)
     for idx in groups.values():
         top = np.sort(smoothed[idx])[::-1][: p.episode_top]
         final[idx] += p.episode_prior * float(top.mean())
@@ -269,12 +381,7 @@ def rank_turns(
     if period is not None:
         final += p.date_boost * spread * np.array([period.first <= _utc_day(t) <= period.last for t in turns])
     final += p.speaker_boost * spread * np.array([t.author_named for t in turns])
-    sitting = [0] * len(turns)
-    for n, idx in enumerate(groups.values()):
-        for i in idx:
-            sitting[i] = n
-    order = capped(final, sitting, p.episode_cap, p.cap_decay * spread, turns, limit)
-    return [(turns[i], float(final[i])) for i in order]
+    return final
 
 
 def _utc_day(t: TurnCandidate) -> date:
@@ -344,6 +451,7 @@ class Recall:
     embedder: Embedder
     facts: FactSearch | None = None
     params: RankParams = field(default_factory=RankParams)
+    ranker: Mlp | None = field(default_factory=shipped_ranker)  # None: the hand-tuned linear rule
 
     def __call__(
         self,
@@ -461,10 +569,20 @@ class Recall:
             period=query_period(query),
         )
         turns, stats = self.store.turn_candidates(threads, lexemes, qvec, p.pool, hops)
-        ranked = rank_turns(turns, stats, p, boost, hops.period, limit)[:limit]
+        ranked = self._rank_turns(turns, stats, boost, hops.period, limit)
         keys = [(t.thread_id, t.seq + d) for t, _ in ranked for d in (-1, 1)]
         context = self.store.neighbours(keys)
         return [self._turn_hit(t, score, context) for t, score in ranked]
+
+    def _rank_turns(
+        self,
+        turns: list[TurnCandidate],
+        stats: TermStats,
+        boost: dict[str, float],
+        period: Period | None,
+        limit: int,
+    ) -> list[tuple[TurnCandidate, float]]:
+        return rank_turns(turns, stats, self.params, boost, period, limit, self.ranker)[:limit]
 
     def _turn_hit(self, t: TurnCandidate, score: float, context: dict[tuple[str, int], str]) -> RecallHit:
         before = context.get((t.thread_id, t.seq - 1))

@@ -1,0 +1,223 @@
+"""`chatmem bench train-ranker`: trains the recall ranker shipped as
+`memory/ranker_weights.json` (memory/recall.py, `TURN_FEATURES`).
+
+The LoCoMo conversations are processed by the real pipeline (as `bench locomo` does), every
+question is asked through `recall`, and each candidate turn of its pool is recorded with its
+features and whether it is one of the question's evidence turns. A small network (8 tanh units
+plus a linear path) learns a score per turn with a listwise loss: the softmax over a question's
+pool should put its mass on the evidence. Full-batch Adam, seed 0: a retrain on the same data
+writes the same bytes.
+
+Leave-one-conversation-out cross-validation is printed next to the hand-tuned rule, on the same
+pools (ranked without the sitting cap), so what the model adds is measured on conversations it
+did not see. Held-out judgement uses other conversations."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from chatmem.bench.locomo import QUESTION_CATEGORIES, processed
+from chatmem.bootstrap import Container
+from chatmem.memory.dates import Period
+from chatmem.memory.mlp import Mlp
+from chatmem.memory.recall import (
+    RANKER_FILE,
+    TURN_FEATURES,
+    Recall,
+    TermStats,
+    TurnCandidate,
+    linear_scores,
+    sittings,
+    turn_features,
+)
+from chatmem.schemas.read import Scope
+from chatmem.schemas.settings import Settings
+
+SEED = 0
+HIDDEN = 8
+EPOCHS = 600
+L2 = 1e-2
+LEARNING_RATE = 0.05
+K = 10  # the cut the cross-validation reports
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One question's candidate turns as recall saw them."""
+
+    sample: str
+    category: int
+    features: np.ndarray  # (turns, TURN_FEATURES)
+    relevant: np.ndarray  # (turns,) bool: an evidence turn
+    linear: np.ndarray  # (turns,) the hand-tuned rule's scores
+    evidence: int  # evidence turns of the question (some may be missing from the pool)
+
+
+class _Recorder(Recall):
+    """Recall that keeps the last pool it ranked."""
+
+    last: tuple[list[TurnCandidate], np.ndarray, np.ndarray] | None = None
+
+    def _rank_turns(
+        self,
+        turns: list[TurnCandidate],
+        stats: TermStats,
+        boost: dict[str, float],
+        period: Period | None,
+        limit: int,
+    ) -> list[tuple[TurnCandidate, float]]:
+        if turns:
+            groups = sittings(turns, self.params.sitting_gap_s)
+            feats = turn_features(turns, stats, self.params, boost, period, groups)
+            self.last = (turns, feats, linear_scores(turns, stats, self.params, groups, boost, period))
+        return super()._rank_turns(turns, stats, boost, period, limit)
+
+
+def collect(c: Container, corpus: Sequence[dict]) -> list[Pool]:
+    """Every scored question's pool (categories 1-4 with evidence, as `bench locomo` scores)."""
+    r = c.recall
+    recorder = _Recorder(r.store, r.embedder, r.facts, r.params, ranker=None)
+    pools: list[Pool] = []
+    for sample in corpus:
+        sid = sample["sample_id"]
+        turn_ids = {t["dia_id"] for v in sample["conversation"].values() if isinstance(v, list) for t in v}
+        reader = sample["conversation"]["speaker_a"]
+        for qa in sample["qa"]:
+            evidence = {e for e in qa.get("evidence", []) if e in turn_ids}
+            if qa.get("category") not in QUESTION_CATEGORIES or not evidence:
+                continue
+            recorder.last = None
+            recorder(reader, qa["question"], scope=Scope.ALL, limit=25, thread_id=sid)
+            if recorder.last is None:
+                continue
+            turns, feats, linear = recorder.last
+            relevant = np.array([t.platform_message_id in evidence for t in turns])
+            pools.append(Pool(sid, int(qa["category"]), feats, relevant, linear, len(evidence)))
+    return pools
+
+
+def fit_ranker(pools: Sequence[Pool], seed: int = SEED, epochs: int = EPOCHS) -> Mlp:
+    """Full-batch Adam on the listwise softmax loss (target: the evidence turns, equally), with L2;
+    deterministic for a seed. Pools without evidence in them teach nothing and are left out."""
+    used = [p for p in pools if p.relevant.any()]
+    if not used:
+        raise ValueError("no question has an evidence turn among its candidates")
+    x = np.concatenate([p.features for p in used])
+    target = np.concatenate([p.relevant / p.relevant.sum() for p in used])
+    starts = np.cumsum([0] + [len(p.relevant) for p in used[:-1]])
+    sizes = np.array([len(p.relevant) for p in used])
+    mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-6
+    z = (x - mean) / scale
+    rng = np.random.default_rng(seed)
+    k = z.shape[1]
+    params = [
+        rng.normal(0.0, 1.0 / np.sqrt(k), (k, HIDDEN)),
+        np.zeros(HIDDEN),
+        rng.normal(0.0, 1.0 / np.sqrt(HIDDEN), HIDDEN),
+        np.zeros(k),  # the linear path
+    ]
+    m1 = [np.zeros_like(p) for p in params]
+    m2 = [np.zeros_like(p) for p in params]
+    n = len(used)
+    for t in range(1, epochs + 1):
+        hidden = np.tanh(z @ params[0] + params[1])
+        s = hidden @ params[2] + z @ params[3]
+        s = s - np.repeat(np.maximum.reduceat(s, starts), sizes)
+        e = np.exp(s)
+        g = (e / np.repeat(np.add.reduceat(e, starts), sizes) - target) / n  # d loss / d score
+        d_hidden = np.outer(g, params[2]) * (1.0 - hidden**2)
+        grads = [
+            z.T @ d_hidden + L2 * params[0],
+            d_hidden.sum(axis=0),
+            hidden.T @ g + L2 * params[2],
+            z.T @ g + L2 * params[3],
+        ]
+        for i, grad in enumerate(grads):
+            m1[i] = 0.9 * m1[i] + 0.1 * grad
+            m2[i] = 0.999 * m2[i] + 0.001 * grad**2
+            params[i] = params[i] - LEARNING_RATE * (m1[i] / (1 - 0.9**t)) / (np.sqrt(m2[i] / (1 - 0.999**t)) + 1e-8)
+    return Mlp(mean, scale, params[0], params[1], params[2], 0.0, params[3])
+
+
+def recall_at(pool: Pool, scores: np.ndarray, k: int = K) -> float:
+    top = np.argsort(-scores, kind="stable")[:k]
+    return float(pool.relevant[top].sum()) / pool.evidence
+
+
+def cross_validate(pools: Sequence[Pool], seed: int = SEED, epochs: int = EPOCHS) -> dict[str, dict[str, float]]:
+    """Recall@K per category, the hand-tuned rule against a model trained without the question's
+    conversation (leave one conversation out)."""
+    learned: dict[int, float] = {}
+    for held in sorted({p.sample for p in pools}):
+        rest = [p for p in pools if p.sample != held]
+        model = fit_ranker(rest, seed, epochs) if any(p.relevant.any() for p in rest) else None
+        for i, p in enumerate(pools):
+            if p.sample == held:
+                learned[i] = recall_at(p, model.logit(p.features)) if model is not None else 0.0
+    out: dict[str, dict[str, float]] = {}
+    groups = {"all": list(range(len(pools)))} | {
+        name: [i for i, p in enumerate(pools) if p.category == cat] for cat, name in QUESTION_CATEGORIES.items()
+    }
+    for name, idx in groups.items():
+        if idx:
+            out[name] = {
+                "questions": len(idx),
+                "linear": float(np.mean([recall_at(pools[i], pools[i].linear) for i in idx])),
+                "learned": float(np.mean([learned[i] for i in idx])),
+            }
+    return out
+
+
+def weights_json(model: Mlp, trained: dict[str, Any]) -> str:
+    return json.dumps({"features": list(TURN_FEATURES), "mlp": model.to_json(), "trained": trained}, indent=None)
+
+
+def run(
+    settings: Settings,
+    console: Console,
+    data: Path,
+    out: Path,
+    keep: Path | None = None,
+    samples: set[str] | None = None,
+    epochs: int = EPOCHS,
+) -> dict[str, dict[str, float]]:
+    with processed(settings, data, samples, keep) as (c, corpus, done):
+        console.print(done)
+        pools = collect(c, corpus)
+    cv = cross_validate(pools, SEED, epochs)
+    table = Table(
+        title=f"recall ranker · {data.name} · leave one conversation out · recall@{K} of the candidate pool, "
+        f"no sitting cap · {datetime.now(UTC):%Y-%m-%d}"
+    )
+    for col in ("category", "questions", "hand-tuned rule", "learned"):
+        table.add_column(col)
+    for name, fig in cv.items():
+        table.add_row(name, str(fig["questions"]), f"{fig['linear']:.3f}", f"{fig['learned']:.3f}")
+    console.print(table)
+    model = fit_ranker(pools, SEED, epochs)
+    trained = {
+        "data": data.name,
+        "conversations": len({p.sample for p in pools}),
+        "questions": len(pools),
+        "seed": SEED,
+        "hidden": HIDDEN,
+        "epochs": epochs,
+        "cross_validated_recall_at_10": {name: round(fig["learned"], 4) for name, fig in cv.items()},
+    }
+    out.write_text(weights_json(model, trained) + "\n")
+    console.print(f"wrote {out}")
+    return cv
+
+
+def default_out() -> Path:
+    return Path(str(resources.files("chatmem.memory").joinpath(RANKER_FILE)))
