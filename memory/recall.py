@@ -2,16 +2,16 @@
 (active and archived), summaries of every level and facts. Pure ranking over a read port; the
 SQL lives in adapters/recall_pg.py.
 
-Why this shape (tuned on the LoCoMo dev split, see docs/read-path.md):
-- both signals are z-normalised over the candidate pool and averaged; on dialogue this beats
-  reciprocal-rank fusion, which throws away how far ahead the best turn is;
-- a turn borrows 0.4 of its best neighbour's score: answers sit next to their questions;
-- an episode's best turns lift the others a little, and a matching episode summary lifts
-  the whole episode and brings its best turns into the pool even when they matched nothing;
+Why this shape (measured on the LoCoMo dev split, see docs/read-path.md):
+- turns are ranked by a small learned model over pool-relative features (`TURN_FEATURES`:
+  both signals as z-scores, the neighbours' (answers sit next to their questions), the
+  sitting's best, a matching summary's lift, the named day and author, the turn's shape); it
+  replaced a hand-tuned linear rule (`linear_scores`, kept for comparison) that had stopped
+  improving by hand;
+- a matching episode summary brings its episode's best turns into the pool even when they
+  matched nothing;
 - second hop: the turns the best summaries cover and the turns the matching facts were drawn
   from join the pool and are scored like the others (at scale the first stage may miss them);
-- a question naming a day or month lifts the turns sent then; one naming a participant lifts
-  that participant's turns (questions ask what someone said or did);
 - past `episode_cap` turns of one sitting in the answer, each further one pays `cap_decay`,
   so a single long sitting cannot take the whole answer.
 """
