@@ -157,7 +157,9 @@ def test_a_data_folder_of_the_previous_release_keeps_working(embedded, tmp_path)
         assert scalar(new.c, "SELECT count(*) FROM messages") == events
         assert scalar(new.c, "SELECT count(*) FROM messages WHERE embedding IS NOT NULL") == events
         hits = new.c.recall("alex", "overheating laptop fan", scope="messages", limit=3).hits
-        assert hits and "laptop" in hits[0].snippet.lower()
+        # The laptop turns and the reply about overheating all answer; the ranker may put any first.
+        top = hits[0].snippet.lower() if hits else ""
+        assert ("laptop" in top or "overheat" in top) and any("laptop" in h.snippet.lower() for h in hits)
         new.c.close()
     finally:
         pg.stop()
