@@ -15,6 +15,7 @@ did not see. Held-out judgement uses other conversations."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -156,14 +157,14 @@ def recall_at(pool: Pool, scores: np.ndarray, k: int = K) -> float:
 
 def cross_validate(pools: Sequence[Pool], seed: int = SEED, epochs: int = EPOCHS) -> dict[str, dict[str, float]]:
     """Recall@K per category, the hand-tuned rule against a model trained without the question's
-    conversation (leave one conversation out)."""
+    conversation (leave one conversation out; NaN when there is no other conversation to train on)."""
     learned: dict[int, float] = {}
     for held in sorted({p.sample for p in pools}):
         rest = [p for p in pools if p.sample != held]
         model = fit_ranker(rest, seed, epochs) if any(p.relevant.any() for p in rest) else None
         for i, p in enumerate(pools):
             if p.sample == held:
-                learned[i] = recall_at(p, model.logit(p.features)) if model is not None else 0.0
+                learned[i] = recall_at(p, model.logit(p.features)) if model is not None else math.nan
     out: dict[str, dict[str, float]] = {}
     groups = {"all": list(range(len(pools)))} | {
         name: [i for i, p in enumerate(pools) if p.category == cat] for cat, name in QUESTION_CATEGORIES.items()
@@ -202,7 +203,8 @@ def run(
     for col in ("category", "questions", "hand-tuned rule", "learned"):
         table.add_column(col)
     for name, fig in cv.items():
-        table.add_row(name, str(fig["questions"]), f"{fig['linear']:.3f}", f"{fig['learned']:.3f}")
+        learned = "– (one conversation)" if math.isnan(fig["learned"]) else f"{fig['learned']:.3f}"
+        table.add_row(name, str(fig["questions"]), f"{fig['linear']:.3f}", learned)
     console.print(table)
     model = fit_ranker(pools, SEED, epochs)
     trained = {
@@ -212,7 +214,9 @@ def run(
         "seed": SEED,
         "hidden": HIDDEN,
         "epochs": epochs,
-        "cross_validated_recall_at_10": {name: round(fig["learned"], 4) for name, fig in cv.items()},
+        "cross_validated_recall_at_10": {
+            name: None if math.isnan(fig["learned"]) else round(fig["learned"], 4) for name, fig in cv.items()
+        },
     }
     out.write_text(weights_json(model, trained) + "\n")
     console.print(f"wrote {out}")

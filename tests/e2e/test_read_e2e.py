@@ -68,3 +68,22 @@ def test_imported_conversation_is_recalled_with_dia_id_citations(container, tmp_
     assert len(pools) == 3 and all(p.relevant.sum() == 1 for p in pools)
     model = load_ranker(weights_json(fit_ranker(pools), {}))
     assert all(p.relevant[int(model.logit(p.features).argmax())] for p in pools)
+
+
+def test_the_ranker_trainer_runs_end_to_end_on_a_sample(container, tmp_path):
+    """`chatmem bench train-ranker` as `make train-ranker` runs it, on the one-conversation sample:
+    processed by the real pipeline, weights written that the read path loads."""
+    import io
+
+    from rich.console import Console
+
+    from chatmem.bench.train_ranker import run
+    from chatmem.memory.recall import load_ranker
+
+    out = tmp_path / "ranker.json"
+    printed = io.StringIO()
+    cv = run(container.settings, Console(file=printed, width=200), write_sample(tmp_path), out)
+    assert cv["all"]["questions"] == 3 and cv["all"]["linear"] > 0
+    assert "one conversation" in printed.getvalue()  # nothing to hold out: said, not scored 0
+    model = load_ranker(out.read_text())
+    assert json.loads(out.read_text())["trained"]["questions"] == 3 and model.skip is not None
