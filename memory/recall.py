@@ -21,7 +21,6 @@ from __future__ import annotations
 import heapq
 import json
 import math
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -33,7 +32,7 @@ from typing import Protocol
 
 import numpy as np
 
-from chatmem.memory.attachments.surrogates import label, short_id
+from chatmem.memory.attachments.surrogates import ATTACHMENT_LINE, label, short_id
 from chatmem.memory.dates import Period, query_period
 from chatmem.memory.mlp import Mlp
 from chatmem.memory.ports import Embedder
@@ -265,7 +264,6 @@ TURN_FEATURES: tuple[str, ...] = (
     "attachment",
 )
 RANKER_FILE = "ranker_weights.json"
-_ATTACHMENT = re.compile(r"^\[(image|file)(#[0-9a-f]+)?\]", re.MULTILINE)
 
 
 def turn_features(
@@ -309,7 +307,7 @@ def turn_features(
             [t.author_named for t in turns],
             np.log1p([t.length for t in turns]),
             [t.text.rstrip().endswith("?") for t in turns],
-            [bool(_ATTACHMENT.search(t.text)) for t in turns],
+            [bool(ATTACHMENT_LINE.search(t.text)) for t in turns],
         ]
     ).astype(float)
 
@@ -362,13 +360,14 @@ def linear_scores(
     episode_boost: dict[str, float] | None = None,
     period: Period | None = None,
 ) -> np.ndarray:
-    """The rule the learned ranker replaced (kept for comparison: `bench locomo --ranker linear`)."""
+    """The rule the learned ranker replaced (kept for comparison: `bench locomo --linear`)."""
     base = fused(turns, stats, p)
     at = {(t.thread_id, t.seq): i for i, t in enumerate(turns)}
     floor = float(base.min())
     smoothed = base.copy()
     for i, t in enumerate(turns):
         near = [base[j] for j in (at.get((t.thread_id, t.seq - 1)), at.get((t.thread_id, t.seq + 1))) if j is not None]
+        # A neighbour outside the pool matched nothing: it counts as the weakest candidate.
         smoothed[i] += p.neighbour * (max(near) if near else floor)
     final = smoothed.copy()
     for idx in groups.values():

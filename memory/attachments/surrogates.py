@@ -3,6 +3,7 @@ and what can be said of an image without a vision model."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -11,6 +12,8 @@ from chatmem.memory.prompts import ImageDescription
 
 SHORT_ID_CHARS = 8
 SURROGATE_CHARS = 160
+# A line `attachment_line` writes, as it starts (readers tell messages that carry a file).
+ATTACHMENT_LINE = re.compile(r"^\[(image|file)(#[0-9a-f]+)?\]", re.MULTILINE)
 
 
 def clip(text: str, limit: int) -> str:

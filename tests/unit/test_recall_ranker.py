@@ -94,3 +94,12 @@ def test_weights_for_other_features_are_refused():
     assert load_ranker(text).w1.shape[0] == len(TURN_FEATURES)
     with pytest.raises(ValueError, match="retrain"):
         load_ranker(text.replace('"vector"', '"dense"'))
+
+
+def test_the_attachment_feature_reads_the_lines_the_surrogates_write():
+    from chatmem.memory.attachments.surrogates import ATTACHMENT_LINE, RefState, attachment_line
+
+    photo = {"kind": "image", "caption": "a beach"}
+    for state in (None, RefState(0, "done", "image", "0a1b2c3d" * 8, "sand and sea"), RefState(0, "failed")):
+        assert ATTACHMENT_LINE.search("look at this\n" + attachment_line(photo, state))
+    assert not ATTACHMENT_LINE.search("I wrote [image] in the middle of a line")
