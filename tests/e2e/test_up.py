@@ -10,7 +10,7 @@ import pytest
 
 from chatmem.producers.publisher import Publisher
 from chatmem.schemas.events import MessageEvent
-from tests.conftest import scalar, spawn, wait_for
+from tests.conftest import scalar, spawn, status_json, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -52,7 +52,6 @@ def _get(url: str) -> int:
 
 
 def test_up_starts_a_killed_process_again_and_status_shows_it(container):
-    import json
     import os
 
     from tests.conftest import stop
@@ -70,9 +69,8 @@ def test_up_starts_a_killed_process_again_and_status_shows_it(container):
             pub.publish(MessageEvent(event_id="after-crash", thread_id="t", user_id="u", text="still here"))
         stored = lambda: scalar(container, "SELECT count(*) FROM events WHERE event_id = 'after-crash'") == 1  # noqa: E731
         assert wait_for(stored, timeout=60)
-        status = spawn(container.settings, "status", "--json")
-        out, _ = status.communicate(timeout=120)
-        processes = {p["command"]: p for p in json.loads(out[out.index("{") :])["processes"]}
+        # stdout alone, as `chatmem status --json | jq` reads it (log lines go to stderr).
+        processes = {p["command"]: p for p in status_json(container.settings)["processes"]}
         assert processes["ingest"]["state"] == "up" and processes["ingest"]["restarts"] == 1
         assert all(p["state"] == "up" for p in processes.values())
     finally:
