@@ -606,6 +606,7 @@ class Container:
             enqueue_attachment=lambda e, p: enqueue_attachment(app, e, p),
             enqueue_facts=lambda t, g, e: enqueue_episode_facts(app, t, g, e),
             facts_after_s=self.settings.sweeper_facts_after_s,
+            finals_after_s=self.settings.sweeper_finals_after_s,
         )
 
     def replay(self, thread_id: str, llm: CachedLLM, owner: str, **kw: Any) -> ReplayResult:

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from chatmem.memory import sequencer
@@ -55,12 +56,18 @@ class Sweeper:
     # A facts job not finished this long after its episode's final summary was saved is taken for
     # lost (its worker was killed holding it unacknowledged); longer than a job with all its retries.
     facts_after_s: float = float(STALE_ATTACHMENT_S)
+    # A missing final summary is taken for lost only once it has been missing this long: one
+    # being written has left the queue, so an empty queue alone does not tell it from a lost one,
+    # and queueing it again would run its LLM call twice (and hand its facts job on twice).
+    finals_after_s: float = 300.0
+    clock: Callable[[], float] = time.monotonic
+    _missing_since: dict[tuple[str, int, str], float] = field(default_factory=dict, repr=False, compare=False)
 
     def sweep(self) -> SweepResult:
         rung = sequencer.sweep(self.threads, self.doorbell)
         # A final summary is lost only if nothing waits in the summarize queue; re-queueing while
         # a backlog drains would multiply the backlog. Jobs are keyed: a duplicate does nothing.
-        finals = self.finals.missing_finals() if self.queue_depth("summarize") == 0 else []
+        finals = self._overdue(self.finals.missing_finals()) if self.queue_depth("summarize") == 0 else []
         for thread_id, generation, job in finals:
             self.enqueue_summary(thread_id, generation, job)
         stale = self.attachments.stale_references(STALE_ATTACHMENT_S) if self.queue_depth("attachments") == 0 else []
@@ -71,3 +78,19 @@ class Sweeper:
         for thread_id, generation, episode_id in facts:
             self.enqueue_facts(thread_id, generation, episode_id)
         return SweepResult(rung, len(finals), len(stale), len(facts))
+
+    def _overdue(self, missing: list[tuple[str, int, Job]]) -> list[tuple[str, int, Job]]:
+        """The missing finals first seen missing at least `finals_after_s` ago; one queued again
+        gets as long again before the next time."""
+        now = self.clock()
+        since = self._missing_since
+        keys = {(t, g, job.episode_id) for t, g, job in missing}
+        for gone in since.keys() - keys:
+            del since[gone]  # written meanwhile
+        due = []
+        for thread_id, generation, job in missing:
+            key = (thread_id, generation, job.episode_id)
+            if now - since.setdefault(key, now) >= self.finals_after_s:
+                due.append((thread_id, generation, job))
+                since[key] = now
+        return due

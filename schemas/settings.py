@@ -162,6 +162,12 @@ class Settings(BaseSettings):
         description="The sweeper re-queues an episode's facts job when its final summary is this old (seconds) and "
         "the job has not finished (its worker was killed holding it); longer than one job with all its retries.",
     )
+    sweeper_finals_after_s: float = Field(
+        300.0,
+        gt=0,
+        description="The sweeper re-queues a closed episode's final summary once it has been missing this long "
+        "(seconds): a job being written must not run twice; longer than one job with a stalled LLM and its retries.",
+    )
 
     # --- models ---------------------------------------------------------------------------
     llm_base_url: str | None = Field(

@@ -35,6 +35,8 @@ CHAOS_SETTINGS = {
     # fault, would otherwise set the length of a case.
     "running_summary_every": 50,
     "chunk_summary_every": 50,
+    # A final summary lost with a killed summarize worker is queued again within seconds.
+    "sweeper_finals_after_s": 3,
 }
 
 # What `chatmem up` runs, less the attachment worker and the API (no attachments, no reads here)

@@ -55,8 +55,14 @@ def test_kill9_facts_and_attachments_workers(settings_factory, embedded, tmp_pat
     started = time.monotonic()
     case = "kill-side"
     # A short reading limit, so the claim of a file whose worker was killed expires in seconds,
-    # and a short age for the sweeper to take a facts job for lost.
-    s = settings_factory(**CHAOS_SETTINGS, attachment_analysis_timeout_s=5, sweeper_facts_after_s=5)
+    # and a short age for the sweeper to take a facts job for lost. No summarize worker dies here,
+    # so no final summary is lost: one queued again would be a second copy of a slow one, and its
+    # facts job a second copy that could finish the held job without the sweeper (a CI run saw it).
+    s = settings_factory(
+        **{**CHAOS_SETTINGS, "sweeper_finals_after_s": 600},
+        attachment_analysis_timeout_s=5,
+        sweeper_facts_after_s=5,
+    )
     broker = redis.Redis.from_url(s.redis_url)
     c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))  # type: ignore[arg-type]
     events = conversation(case, 300, 10)

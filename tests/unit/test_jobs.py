@@ -350,7 +350,7 @@ def test_retire_rebuilt_archives_old_generation_facts_and_their_memories():
 # --- the sweeper ---------------------------------------------------------------------------------
 
 
-def sweeper(rig, attachments, depth, summaries, queued_attachments, queued_facts=None):
+def sweeper(rig, attachments, depth, summaries, queued_attachments, queued_facts=None, finals_after_s=0, clock=None):
     facts = [] if queued_facts is None else queued_facts
     return Sweeper(
         rig.log,
@@ -363,6 +363,8 @@ def sweeper(rig, attachments, depth, summaries, queued_attachments, queued_facts
         lambda e, p: queued_attachments.append((e, p)),
         lambda t, g, e: facts.append((t, g, e)),
         facts_after_s=60,
+        finals_after_s=finals_after_s,
+        clock=clock or (lambda: 0.0),
     )
 
 
@@ -382,6 +384,24 @@ def test_sweep_re_queues_lost_finals_only_when_the_summarize_queue_is_empty():
     assert sweeper(rig, FakeAttachmentStore(), {"summarize": 3}, busy, []).sweep().finals == 0
     assert sweeper(rig, FakeAttachmentStore(), {}, idle, []).sweep().finals == 1
     assert busy == [] and idle == [("t", 1, Job("final", "t#2", 2, 2))]
+
+
+def test_sweep_takes_a_final_for_lost_only_once_it_has_been_missing_long_enough():
+    # A final being written has left the queue: an empty queue alone must not queue it twice.
+    rig = episodes_of(MemoryRig(), ["One.", "Two.", "Three."])
+    run_finals(rig, [0])
+    now, queued = [0.0], []
+    sweep = sweeper(rig, FakeAttachmentStore(), {}, queued, [], finals_after_s=60, clock=lambda: now[0]).sweep
+    assert sweep().finals == 0  # both first seen missing
+    now[0] = 30
+    run_finals(rig, [1])  # the one in flight was written meanwhile
+    assert sweep().finals == 0
+    now[0] = 61
+    assert sweep().finals == 1 and queued == [("t", 1, Job("final", "t#3", 3, 3))]
+    now[0] = 100
+    assert sweep().finals == 0  # queued again: as long again before the next time
+    now[0] = 122
+    assert sweep().finals == 1 and len(queued) == 2
 
 
 def test_sweep_re_queues_lost_fact_jobs_once_their_final_is_old_and_the_facts_queue_is_empty():
