@@ -117,6 +117,16 @@ def input_hash(prompt: Prompt) -> bytes:
     return hashlib.sha256(json.dumps(prompt.input, sort_keys=True, ensure_ascii=False).encode()).digest()
 
 
+class _Count:
+    def __init__(self) -> None:
+        self.n = 0
+        self._lock = threading.Lock()
+
+    def add(self) -> None:
+        with self._lock:
+            self.n += 1
+
+
 class CachedLLM:
     """Replays cost no tokens: an output is reused for the same (model, prompt version, input)."""
 
@@ -136,7 +146,12 @@ class CachedLLM:
         # Outputs are tagged with the thread whose content they were made from: erasing the
         # thread's content removes them (chatmem erase).
         self.thread_id = thread_id
-        self.calls = 0
+        self._calls = _Count()  # shared with the per-thread copies, which do the asking
+
+    @property
+    def calls(self) -> int:
+        """Requests that reached the endpoint (not answered by the cache), this one's and its copies'."""
+        return self._calls.n
 
     def for_thread(self, thread_id: str) -> CachedLLM:
         scoped = copy.copy(self)
@@ -160,7 +175,7 @@ class CachedLLM:
                     calls.labels(self.model, "cached").inc()
                     return cached
         self.limiter.wait()
-        self.calls += 1
+        self._calls.add()
         try:
             result = self.inner.complete(prompt, response_model)
         except Exception:

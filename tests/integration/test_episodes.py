@@ -172,6 +172,9 @@ def test_replay_reproduces_the_same_episodes_and_summaries(settings_factory):
     assert scalar(container, "SELECT generation FROM threads WHERE thread_id = 'script'") == 2
     removed = container.projections.gc()
     assert removed["messages"] == 16 and episodes(container, generation=1) == []
+    refreshed = container.llm("maintenance", refresh=True)
+    container.replay("script", refreshed, "replay")
+    assert refreshed.calls > 0  # the count sees the calls of the per-thread copy replay asks through
 
 
 def test_replay_in_several_processes_rebuilds_every_thread_exactly(settings_factory):
