@@ -403,10 +403,9 @@ def replay(
 def _replay_threads(c: Container, llm: CachedLLM, ids: list[str]) -> None:
     from chatmem.adapters.procs import process_name
 
-    for tid in ids:
-        r = c.replay(tid, llm, process_name("replay"))
+    for r in c.replay_many(ids, llm, process_name("replay")):
         console.print(
-            f"{tid}: generation {r.generation} · {r.events} events · {r.episodes} episodes · {r.seconds:.1f}s"
+            f"{r.thread_id}: generation {r.generation} · {r.events} events · {r.episodes} episodes · {r.seconds:.1f}s"
         )
     console.print(f"LLM calls made: {llm.calls} (the rest came from the cache)")
     if ids:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -71,6 +72,8 @@ log = logging.getLogger(__name__)
 
 # The module Celery loads in a worker to register the tasks.
 TASK_MODULES = ("chatmem.workers.tasks",)
+# Rebuilds in flight per replay process (Container.replay_many).
+REPLAY_OVERLAP = 2
 
 
 class _RecordingProjections:
@@ -95,7 +98,15 @@ class _Deferred:
     first seconds."""
 
     def __init__(self, build: Callable[[], Any]):
-        self._build = build
+        self._make = build
+        self._built: Any = None
+        self._lock = threading.Lock()  # overlapping rebuilds (replay_many) share it
+
+    def _build(self) -> Any:
+        with self._lock:
+            if self._built is None:
+                self._built = self._make()
+            return self._built
 
     def add(self, text: str, *, user_id: str, run_id: str, metadata: dict[str, Any]) -> list[str]:
         return self._build().add(text, user_id=user_id, run_id=run_id, metadata=metadata)
@@ -617,6 +628,28 @@ class Container:
         # only its last commit waits for the disk.
         with self.pool.pinned(flush_at_end=True):
             return self._replay(thread_id, llm, owner, **kw)
+
+    def replay_many(
+        self, thread_ids: Sequence[str], llm: CachedLLM, owner: str, *, overlap: int = REPLAY_OVERLAP
+    ) -> Iterator[ReplayResult]:
+        """Rebuild threads `overlap` at a time, each on a thread of this process, yielding results
+        as they finish. A rebuild waits on Postgres for about half its time, one statement after
+        another, and another rebuild computes meanwhile. A thread is one rebuild's, so its order
+        holds. The first failure stops the ones not started and is raised."""
+        if overlap <= 1 or len(thread_ids) <= 1:
+            for tid in thread_ids:
+                yield self.replay(tid, llm, owner)
+            return
+        # Built here, once, before two rebuilds could each build them (mem0 locks its own).
+        self.embedder, self.jobs, self.projections, self.thread_log, self.seg_config, self.summary_policy  # noqa: B018
+        with ThreadPoolExecutor(min(overlap, len(thread_ids)), thread_name_prefix="replay") as pool:
+            futures = [pool.submit(self.replay, tid, llm, owner) for tid in thread_ids]
+            try:
+                for done in as_completed(futures):
+                    yield done.result()
+            finally:
+                for f in futures:
+                    f.cancel()
 
     def _replay(self, thread_id: str, llm: CachedLLM, owner: str, **kw: Any) -> ReplayResult:
         from chatmem.memory.replay import replay_thread

@@ -201,6 +201,30 @@ def test_replay_in_several_processes_rebuilds_every_thread_exactly(settings_fact
     assert "chatmem gc" in out
 
 
+def test_overlapping_rebuilds_in_one_process_reproduce_every_thread(settings_factory):
+    from chatmem.adapters.services import ServiceUrls
+    from chatmem.bootstrap import Container
+
+    s = settings_factory(rollup_fanin=2, rollup_keep=1)
+    container = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
+    d = Driver(container)
+    threads = ("one", "two", "three", "four")
+    for k, t in enumerate(threads):
+        d.publish(script_events(t, user_id=f"user{k}")[: 16 - 3 * k])
+        d.advance(t)
+    d.run_jobs(with_facts=True)
+    facts_before = scalar(container, "SELECT count(*) FROM facts WHERE archived_at IS NULL")
+    llm = container.llm("maintenance")
+    results = list(container.replay_many(threads, llm, "replay", overlap=3))
+    assert sorted(r.thread_id for r in results) == sorted(threads) and {r.generation for r in results} == {2}
+    for t in threads:
+        assert episodes(container, t, generation=2) == episodes(container, t, generation=1) != []
+        assert summaries(container, t, generation=2) == summaries(container, t, generation=1) != []
+    assert llm.calls == 0
+    # The rebuild derived the same facts, so none was retired and none added.
+    assert scalar(container, "SELECT count(*) FROM facts WHERE archived_at IS NULL") == facts_before > 0
+
+
 def test_replay_check_finds_no_difference_then_names_the_one_it_finds(settings_factory):
     from chatmem.adapters.services import ServiceUrls
     from chatmem.bootstrap import Container
