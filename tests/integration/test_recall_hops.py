@@ -76,3 +76,20 @@ def test_the_author_a_query_names_is_flagged(memory):
         turns, _ = reader.turn_candidates(["race"], reader.lexemes(q), c.query_embedder.embed([q])[0], 10, Hops())
     flagged = {t.seq: t.author_named for t in turns}
     assert flagged[1] and not flagged[2]  # mel wrote turn 1, the bot turn 2
+
+
+def test_collection_figures_are_those_of_the_scope_counted_row_by_row(memory):
+    # BM25's figures come from SQL (docs from the threads' counts, df through the rows matching
+    # the query); here they are counted from every message's lexemes in Python.
+    c = memory
+    reader = c.recall_reader
+    q = "charity race with garlic pasta"
+    lexemes, qvec = reader.lexemes(q), c.query_embedder.embed([q])[0]
+    with c.pool.connection() as conn:
+        rows = [set(r[0]) for r in conn.execute("SELECT tsvector_to_array(tsv) FROM messages WHERE thread_id = 'race'")]
+        lengths = [r[0] for r in conn.execute("SELECT length(tsv) FROM messages WHERE thread_id = 'race'")]
+    with reader.session():
+        _, stats = reader.turn_candidates(["race"], lexemes, qvec, 3, Hops())
+    assert stats.docs == len(rows) == 5
+    assert stats.df == tuple(sum(lex in r for r in rows) for lex in lexemes) and max(stats.df) == 3
+    assert stats.avg_len == pytest.approx(sum(lengths) / len(lengths))
