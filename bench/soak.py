@@ -11,6 +11,7 @@ import io
 import os
 import platform
 import random
+import signal
 import statistics
 import threading
 import time
@@ -134,6 +135,10 @@ def run(
 ) -> list[Sample]:
     words = [w for text in TOPICS.values() for w in text.split()]
     rng = random.Random(11)
+    # A SIGTERM ends the load early, like its time running out: the stack is stopped (it would
+    # otherwise outlive this process) and the samples so far are printed.
+    ending = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: ending.set())
     with scratch(settings) as c:
         log = c.settings.data_dir / "soak.log"
         sup = Supervisor(DEFAULT_PROCESSES, env=c.settings.as_env(), output=log)
@@ -145,7 +150,7 @@ def run(
                 t0 = time.monotonic()
                 interval = minutes * 60 / samples
                 next_sample, n, edits = t0 + interval, 0, 0
-                while time.monotonic() - t0 < minutes * 60:
+                while time.monotonic() - t0 < minutes * 60 and not ending.is_set():
                     second = time.monotonic()
                     sup.check()
                     for _ in range(max(1, int(rate))):
@@ -187,6 +192,7 @@ def run(
             reads.stop.set()
             restarts = {_label(ch.name): ch.restarts for ch in sup.children}
             sup.stop()
+            signal.signal(signal.SIGTERM, previous)
     _print(console, results, restarts, minutes, rate, threads)
     return results
 
