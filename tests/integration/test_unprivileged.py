@@ -1,0 +1,98 @@
+"""The embedded services for a normal user. Most people run chatmem as themselves, not as root,
+often where there is no per-user runtime folder (a container, `su`, cron, CI) and after another
+account, root or a colleague, already ran it on the machine. This suite runs as root here, so
+the case is run as `nobody`; where the suite itself runs unprivileged, every embedded test is
+already that check."""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the suite runs unprivileged: every embedded test is this check"),
+]
+
+START_BOTH = """
+import sys
+from pathlib import Path
+from chatmem.adapters.services import EmbeddedPostgres, EmbeddedRedis
+import psycopg, redis
+data = Path(sys.argv[1])
+pg, rd = EmbeddedPostgres(data), EmbeddedRedis(data)
+try:
+    url = pg.start()
+    assert pg.check is not None  # the vector self-check ran on the new server
+    with psycopg.connect(url) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        print("postgres", round(conn.execute("SELECT '[1,2]'::vector <=> '[2,1]'::vector").fetchone()[0], 6))
+    r = redis.Redis.from_url(rd.start())
+    print("redis", r.ping(), r.info("server")["redis_version"])
+finally:
+    rd.stop()
+    pg.stop()
+"""
+
+
+def as_nobody(python: str = sys.executable) -> list[str] | None:
+    """A command prefix that runs as `nobody` with one extra right: to read and enter any
+    folder (CAP_DAC_READ_SEARCH), so it can use this venv and checkout, which may sit in a folder
+    only root enters (here, /root). Writing stays as restricted as for any normal user."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    prefix = [
+        setpriv,
+        "--reuid=nobody",
+        "--regid=" + grp.getgrgid(pwd.getpwnam("nobody").pw_gid).gr_name,
+        "--clear-groups",
+        "--inh-caps=+dac_read_search",
+        "--ambient-caps=+dac_read_search",
+    ]
+    probe = subprocess.run([*prefix, python, "-c", "import os; print(os.geteuid())"], capture_output=True)
+    return prefix if probe.returncode == 0 and probe.stdout.decode().strip() != "0" else None
+
+
+def test_a_normal_user_starts_the_embedded_services_after_root_ran_them():
+    user = pwd.getpwnam("nobody")
+    prefix = as_nobody()
+    if prefix is None:
+        pytest.skip("setpriv cannot run a process as nobody here (no setpriv, or no capabilities to hand on)")
+    env = {"PATH": os.environ["PATH"], "HOME": "/nonexistent", "PYTHONPATH": str(ROOT), "LANG": "C.UTF-8"}
+    # What a root run leaves where no runtime folder exists: the embedded server's start lock in
+    # the shared temp folder, root's and not writable by others (it made `make run` fail for a
+    # normal user with `PermissionError: /tmp/.lockfile`).
+    shared_lock = Path(tempfile.gettempdir()) / ".lockfile"
+    if not shared_lock.exists():
+        shared_lock.touch(mode=0o644)
+    folder = Path(tempfile.mkdtemp(prefix="chatmem-unprivileged-"))
+    try:
+        os.chmod(folder, 0o755)
+        os.chown(folder, user.pw_uid, user.pw_gid)
+        run = subprocess.run(
+            [*prefix, sys.executable, "-c", START_BOTH, str(folder / "data")],
+            env=env,
+            capture_output=True,
+            timeout=180,
+        )
+        out = run.stdout.decode()
+        assert run.returncode == 0, run.stderr.decode()[-3000:]
+        assert "postgres 0.2" in out  # vectors work
+        assert "redis True" in out
+        lock_dir = Path(tempfile.gettempdir()) / f"chatmem-pgserver-{user.pw_uid}"
+        assert lock_dir.is_dir() and lock_dir.stat().st_uid == user.pw_uid
+        assert lock_dir.stat().st_mode & 0o077 == 0
+        assert (folder / "data" / "postgres").stat().st_uid == user.pw_uid  # the server ran as that user
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
