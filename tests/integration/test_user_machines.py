@@ -1,8 +1,11 @@
-"""The embedded services for a normal user. Most people run chatmem as themselves, not as root,
-often where there is no per-user runtime folder (a container, `su`, cron, CI) and after another
-account, root or a colleague, already ran it on the machine. This suite runs as root here, so
-the case is run as `nobody`; where the suite itself runs unprivileged, every embedded test is
-already that check."""
+"""The embedded services on machines unlike this one: started by a normal user, and from a
+folder whose path has a space in it.
+
+Most people run chatmem as themselves, not as root, often where there is no per-user runtime
+folder (a container, `su`, cron, CI) and after another account, root or a colleague, already
+ran it on the machine. This suite runs as root here, so that case is run as `nobody`; where the
+suite itself runs unprivileged, every embedded test is already that check. Project folders
+with spaces are common on laptops (`~/My Projects/bot`)."""
 
 from __future__ import annotations
 
@@ -15,34 +18,38 @@ import sys
 import tempfile
 from pathlib import Path
 
+import psycopg
 import pytest
+import redis
 
+from chatmem.adapters.services import EmbeddedPostgres, EmbeddedRedis
 from tests.conftest import ROOT
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the suite runs unprivileged: every embedded test is this check"),
-]
+pytestmark = pytest.mark.integration
 
 START_BOTH = """
 import sys
 from pathlib import Path
-from chatmem.adapters.services import EmbeddedPostgres, EmbeddedRedis
-import psycopg, redis
-data = Path(sys.argv[1])
-pg, rd = EmbeddedPostgres(data), EmbeddedRedis(data)
-try:
-    url = pg.start()
-    assert pg.check is not None  # the vector self-check ran on the new server
-    with psycopg.connect(url) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        print("postgres", round(conn.execute("SELECT '[1,2]'::vector <=> '[2,1]'::vector").fetchone()[0], 6))
-    r = redis.Redis.from_url(rd.start())
-    print("redis", r.ping(), r.info("server")["redis_version"])
-finally:
-    rd.stop()
-    pg.stop()
+from tests.integration.test_user_machines import start_both
+start_both(Path(sys.argv[1]))
 """
+
+
+def start_both(data: Path) -> None:
+    """Start the embedded Postgres and Redis under `data`, use each, stop both."""
+    pg, rd = EmbeddedPostgres(data), EmbeddedRedis(data)
+    try:
+        url = pg.start()
+        assert pg.check is not None  # the vector self-check ran on the new server
+        with psycopg.connect(url) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            print("postgres", round(conn.execute("SELECT '[1,2]'::vector <=> '[2,1]'::vector").fetchone()[0], 6))
+        r = redis.Redis.from_url(rd.start())
+        print("redis", r.ping(), r.info("server")["redis_version"])
+        r.close()
+    finally:
+        rd.stop()
+        pg.stop()
 
 
 def as_nobody(python: str = sys.executable) -> list[str] | None:
@@ -64,6 +71,7 @@ def as_nobody(python: str = sys.executable) -> list[str] | None:
     return prefix if probe.returncode == 0 and probe.stdout.decode().strip() != "0" else None
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the suite runs unprivileged: every embedded test is this check")
 def test_a_normal_user_starts_the_embedded_services_after_root_ran_them():
     user = pwd.getpwnam("nobody")
     prefix = as_nobody()
@@ -96,3 +104,12 @@ def test_a_normal_user_starts_the_embedded_services_after_root_ran_them():
         assert (folder / "data" / "postgres").stat().st_uid == user.pw_uid  # the server ran as that user
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_data_folder_with_a_space_in_its_path(tmp_path, capsys):
+    """Postgres is started with `-k SOCKET_DIR` unquoted and redis.conf splits on spaces: both
+    failed to start from `.../with space/.chatmem`."""
+    start_both(tmp_path / "with space" / ".chatmem")
+    out = capsys.readouterr().out
+    assert "postgres 0.2" in out
+    assert "redis True" in out
