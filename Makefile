@@ -16,6 +16,7 @@ QUEUES ?= all
 .PHONY: install run test chaos up worker bench lint schemas clean
 
 $(STAMP): pyproject.toml
+	$(PYTHON) chatmem/preflight.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)

