@@ -57,12 +57,16 @@ def as_nobody(python: str = sys.executable) -> list[str] | None:
     folder (CAP_DAC_READ_SEARCH), so it can use this venv and checkout, which may sit in a folder
     only root enters (here, /root). Writing stays as restricted as for any normal user."""
     setpriv = shutil.which("setpriv")
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        return None
     if setpriv is None:
         return None
     prefix = [
         setpriv,
         "--reuid=nobody",
-        "--regid=" + grp.getgrgid(pwd.getpwnam("nobody").pw_gid).gr_name,
+        "--regid=" + grp.getgrgid(nobody.pw_gid).gr_name,
         "--clear-groups",
         "--inh-caps=+dac_read_search",
         "--ambient-caps=+dac_read_search",
@@ -73,10 +77,10 @@ def as_nobody(python: str = sys.executable) -> list[str] | None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the suite runs unprivileged: every embedded test is this check")
 def test_a_normal_user_starts_the_embedded_services_after_root_ran_them():
-    user = pwd.getpwnam("nobody")
     prefix = as_nobody()
     if prefix is None:
-        pytest.skip("setpriv cannot run a process as nobody here (no setpriv, or no capabilities to hand on)")
+        pytest.skip("cannot run a process as nobody here (no such user, no setpriv, or no capabilities to hand on)")
+    user = pwd.getpwnam("nobody")
     env = {"PATH": os.environ["PATH"], "HOME": "/nonexistent", "PYTHONPATH": str(ROOT), "LANG": "C.UTF-8"}
     # What a root run leaves where no runtime folder exists: the embedded server's start lock in
     # the shared temp folder, root's and not writable by others (it made `make run` fail for a
