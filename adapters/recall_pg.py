@@ -97,6 +97,21 @@ class PostgresRecallReader(PostgresReader):
         and reading never makes a malformed query) and the model filter."""
         return int(len(qvec)), {"model": self.query_model(), "legacy": self.legacy_model}
 
+    def _search_params(
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int
+    ) -> tuple[int, dict[str, Any]]:
+        """What every candidate query binds: the scope, the query's lexemes and vector, the list
+        size, the model filter, and how many rows BM25's mean length reads."""
+        d, models = self._vector_params(qvec)
+        return d, {
+            **models,
+            "threads": list(threads),
+            "lex": list(lexemes),
+            "q": qvec,
+            "n": limit,
+            "avg_rows": AVG_LEN_ROWS,
+        }
+
     def lexemes(self, text: str) -> list[str]:
         with self._conn() as conn:
             row = conn.execute("SELECT tsvector_to_array(to_tsvector('english', %s))", (text,)).fetchone()
@@ -106,15 +121,9 @@ class PostgresRecallReader(PostgresReader):
     def turn_candidates(
         self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, hops: Hops
     ) -> tuple[list[TurnCandidate], TermStats]:
-        d, models = self._vector_params(qvec)
+        d, params = self._search_params(threads, lexemes, qvec, limit)
         period = hops.period
-        params = {
-            **models,
-            "threads": list(threads),
-            "lex": list(lexemes),
-            "q": qvec,
-            "n": limit,
-            "avg_rows": AVG_LEN_ROWS,
+        params |= {
             "eps": list(hops.episodes),
             "r_thread": [r[0] for r in hops.ranges],
             "r_from": [r[1] for r in hops.ranges],
@@ -200,15 +209,7 @@ class PostgresRecallReader(PostgresReader):
     def summary_candidates(
         self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int
     ) -> tuple[list[SummaryCandidate], TermStats]:
-        d, models = self._vector_params(qvec)
-        params = {
-            "threads": list(threads),
-            "lex": list(lexemes),
-            "q": qvec,
-            "n": limit,
-            "avg_rows": AVG_LEN_ROWS,
-            **models,
-        }
+        d, params = self._search_params(threads, lexemes, qvec, limit)
         sql = f"""
         WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
         q AS (SELECT {_OR_QUERY} AS tsq),
@@ -247,8 +248,7 @@ class PostgresRecallReader(PostgresReader):
     def artifact_candidates(
         self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int
     ) -> tuple[list[ArtifactCandidate], TermStats]:
-        d, models = self._vector_params(qvec)
-        params = {"threads": list(threads), "lex": list(lexemes), "q": qvec, "n": limit, **models}
+        d, params = self._search_params(threads, lexemes, qvec, limit)
         # Visible texts: what was derived from files linked in these threads, and their captions.
         visible = """
         refs AS (SELECT event_id, position, sha256, thread_id, created_at FROM attachments

