@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -57,9 +58,19 @@ class Instruments:
     sweeper_requeued: Counter
 
 
-@cache
+# functools.cache may run the builder twice when two threads ask first (replay rebuilds two
+# threads at once), and a second Histogram of the same name is refused by the registry.
+_BUILD_LOCK = threading.Lock()
+
+
 def instruments() -> Instruments:
     """Built on first use, not at import: the multiprocess folder must be chosen first."""
+    with _BUILD_LOCK:
+        return _build_instruments()
+
+
+@cache
+def _build_instruments() -> Instruments:
     return Instruments(
         task_duration=Histogram(
             "chatmem_task_duration_seconds", "Time a Celery task attempt took.", ["task"], buckets=TASK_BUCKETS
@@ -122,7 +133,7 @@ def record_sweep(rung: int, finals: int, attachments: int, facts: int) -> None:
 def use_multiprocess_dir(path: Path, *, clear: bool = False) -> None:
     """Record this process's metrics (and its children's) as files under `path`. Call it before
     anything is recorded; `clear` starts from zero (`chatmem up` does, for the processes it runs)."""
-    if instruments.cache_info().currsize:
+    if _build_instruments.cache_info().currsize:
         raise RuntimeError("metrics were recorded before the multiprocess folder was set")
     if clear and path.exists():
         shutil.rmtree(path)

@@ -207,3 +207,35 @@ def test_json_log_lines_carry_the_ids_in_context_and_extra():
     with pytest.raises(ValueError, match="unknown ids"):
         with log_context(user_id="u"):
             pass
+
+
+def test_instruments_built_once_when_threads_ask_at_the_same_time():
+    """Replay rebuilds two threads at once; both may record the first metric together."""
+    import subprocess
+    import sys
+
+    # A fresh interpreter: this one has built its instruments already. The slowed Histogram
+    # widens the window in which a second builder would start.
+    script = """
+import threading, time
+from chatmem.adapters import metrics
+real = metrics.Histogram
+def slow(*a, **kw):
+    time.sleep(0.05)
+    return real(*a, **kw)
+metrics.Histogram = slow
+errors, gate = [], threading.Barrier(4)
+def ask():
+    gate.wait()
+    try:
+        metrics.instruments()
+    except Exception as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=ask) for _ in range(4)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(errors)
+raise SystemExit(1 if errors else 0)
+"""
+    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
