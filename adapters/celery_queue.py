@@ -14,6 +14,7 @@ from chatmem.schemas.queues import PROFILES, VISIBILITY_TIMEOUT_S, Queue
 from chatmem.schemas.settings import Settings
 
 ADVANCE_THREAD = "chatmem.advance_thread"
+ADVANCE_THREADS = "chatmem.advance_threads"
 SUMMARIZE = "chatmem.summarize"
 EPISODE_FACTS = "chatmem.episode_facts"
 FACT_COMMAND = "chatmem.fact_command"
@@ -24,6 +25,7 @@ RETENTION = "chatmem.retention"
 
 TASK_QUEUES: dict[str, Queue] = {
     ADVANCE_THREAD: Queue.SEGMENT,
+    ADVANCE_THREADS: Queue.SEGMENT,
     SUMMARIZE: Queue.SUMMARIZE,
     EPISODE_FACTS: Queue.FACTS,
     FACT_COMMAND: Queue.FACTS,
@@ -81,6 +83,14 @@ def ring_thread(app: Celery, thread_id: str, bulk: bool = False, countdown: floa
         app.send_task(ADVANCE_THREAD, args=[thread_id, True], countdown=countdown, priority=BULK_PRIORITY)
     else:
         app.send_task(ADVANCE_THREAD, args=[thread_id], countdown=countdown)
+
+
+def ring_threads(app: Celery, thread_ids: Sequence[str]) -> None:
+    """Several live threads for one doorbell task; one thread keeps the task of its own."""
+    if len(thread_ids) == 1:
+        app.send_task(ADVANCE_THREAD, args=[thread_ids[0]])
+    else:
+        app.send_task(ADVANCE_THREADS, args=[list(thread_ids)])
 
 
 def enqueue_summary(app: Celery, thread_id: str, generation: int, job: Job) -> None:

@@ -372,6 +372,34 @@ class PostgresThreadLog:
             events.append(LoggedEvent(**{**row, "payload": self.keys.open(row["payload"], wrapped)}))
         return events
 
+    def first_pending(self, thread_ids: Sequence[str], limit: int) -> dict[str, list[LoggedEvent]]:
+        with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(
+                f"""
+                SELECT e.stream_pos, e.event_id, e.type, e.thread_id, e.user_id, e.occurred_at, e.payload,
+                       {wrapped_key_sql("e")} AS wrapped
+                FROM threads t
+                CROSS JOIN LATERAL (
+                    SELECT * FROM events
+                    WHERE events.thread_id = t.thread_id AND events.stream_pos > t.cursor_pos
+                      AND events.stream_pos < (
+                          SELECT coalesce(max(watermark), 0) FROM ingest_state WHERE stream_key = %s)
+                    ORDER BY events.stream_pos
+                    LIMIT %s
+                ) e
+                WHERE t.thread_id = ANY(%s)
+                ORDER BY e.thread_id, e.stream_pos
+                """,
+                (self.stream_key, limit, list(thread_ids)),
+            )
+            rows = cur.fetchall()
+        found: dict[str, list[LoggedEvent]] = {}
+        for row in rows:
+            wrapped = row.pop("wrapped")
+            event = LoggedEvent(**{**row, "payload": self.keys.open(row["payload"], wrapped)})
+            found.setdefault(event.thread_id, []).append(event)
+        return found
+
     def advance_cursor(self, lease: ThreadLease, events: Sequence[LoggedEvent]) -> ThreadLease:
         with self.pool.connection() as conn, conn.transaction():
             return self.advance_cursor_in(conn, lease, events)

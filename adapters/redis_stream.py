@@ -180,6 +180,21 @@ return fresh
 """
 
 
+def split_evenly(items: list[str], most: int) -> list[list[str]]:
+    """Fewest groups of at most `most`, their sizes differing by at most one (so two pool
+    processes get similar work)."""
+    if not items:
+        return []
+    n = -(-len(items) // most)
+    size, extra = divmod(len(items), n)
+    out, start = [], 0
+    for k in range(n):
+        end = start + size + (1 if k < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
 class RedisDoorbell:
     """Dedupe with SET NX EX per thread, then enqueue the doorbell task for the new ones; threads
     in the bulk set (fed by imports) are enqueued at bulk priority."""
@@ -191,9 +206,13 @@ class RedisDoorbell:
         ttl_s: int,
         prefix: str = "chatmem:doorbell:",
         bulk_key: str = "chatmem:bulk_threads",
+        send_group: Callable[[list[str]], None] | None = None,
+        group_size: int = 1,
     ):
         self.r = client
         self.send = send
+        self.send_group = send_group
+        self.group_size = group_size
         self.ttl_s = ttl_s
         self.prefix = prefix
         self.bulk_key = bulk_key
@@ -205,8 +224,13 @@ class RedisDoorbell:
             return 0
         keys = [self.prefix + t for t in ids]
         fresh = self._ring(keys=keys, args=[self.ttl_s, self.bulk_key, *ids])
+        live = [ids[i - 1] for i in fresh if i > 0]
         for i in fresh:
-            self.send(ids[abs(i) - 1], i < 0)
+            if i < 0 or self.send_group is None:
+                self.send(ids[abs(i) - 1], i < 0)
+        if self.send_group is not None:
+            for group in split_evenly(live, self.group_size):
+                self.send_group(group)
         return len(fresh)
 
     def clear(self, thread_id: str) -> None:

@@ -28,7 +28,7 @@ from chatmem.bench.ingest import scratch
 from chatmem.producers.importers import locomo_events
 from chatmem.producers.publisher import Publisher
 from chatmem.schemas.events import MessageEvent
-from chatmem.schemas.settings import Settings
+from chatmem.schemas.settings import ENV_PREFIX, Settings
 
 TOPICS = {
     "travel": "flight hotel Lisbon Berlin train booking luggage passport museum beach weekend trip",
@@ -75,10 +75,10 @@ STAGES = {
 
 
 @contextmanager
-def pipeline_processes(c) -> Iterator[dict[str, int]]:  # noqa: ANN001
+def pipeline_processes(c, extra_env: dict[str, str] | None = None) -> Iterator[dict[str, int]]:  # noqa: ANN001
     """The ingest consumer and one worker per pipeline queue, as separate processes; yields
     each stage's pid."""
-    env = c.settings.as_env()
+    env = c.settings.as_env() | (extra_env or {})
     procs = {
         stage: subprocess.Popen(
             [sys.executable, "-m", "chatmem.api.cli", *args],
@@ -147,6 +147,40 @@ def wait_until_settled(c, n_messages: int, t0: float, limit_s: float = 900) -> f
         if applied >= n_messages and idle and time.perf_counter() - last_change > 1.0:
             return last_change - t0
     raise TimeoutError("the pipeline did not settle")
+
+
+def applied_messages(c) -> int:  # noqa: ANN001
+    with c.pool.connection() as conn:
+        return int(conn.execute("SELECT coalesce(sum(message_count), 0) FROM threads").fetchone()[0])
+
+
+def live_phase(c, events: list[MessageEvent], extra_env: dict[str, str] | None = None):  # noqa: ANN001, ANN201
+    """Publish `events` to the running pipeline: seconds until settled, CPU by stage, and the
+    bytes Postgres grew by per message."""
+    with pipeline_processes(c, extra_env) as pids:
+        time.sleep(15)  # let the workers load the model and mem0: start-up is not throughput
+        meter = CpuMeter({stage: [pid] for stage, pid in pids.items()} | service_pids(c))
+        db_before, applied_before = database_bytes(c), applied_messages(c)
+        meter.start()
+        t0 = time.perf_counter()
+        with Publisher.from_settings(c.settings, c.urls.redis_url) as pub:
+            for e in events:
+                pub.publish_nowait(e)
+        live_s = wait_until_settled(c, applied_before + len(events), t0)
+        live_cpu = meter.stop()
+        db_per_message = (database_bytes(c) - db_before) / len(events)
+    return live_s, live_cpu, db_per_message
+
+
+def per_thread_doorbells_rate(c, events: list[MessageEvent]) -> float:  # noqa: ANN001
+    """The live rate again with a doorbell task per thread (groups of one, as before doorbells
+    were grouped): the same messages as new threads, with the embedding and LLM caches emptied
+    so that neither run finds the other's work."""
+    with c.pool.connection() as conn:
+        conn.execute("TRUNCATE embedding_cache, llm_cache")
+    solo = [e.model_copy(update={"event_id": f"solo-{e.event_id}", "thread_id": f"solo-{e.thread_id}"}) for e in events]
+    live_s, _, _ = live_phase(c, solo, {f"{ENV_PREFIX}DOORBELL_GROUP_SIZE": "1"})
+    return len(events) / live_s
 
 
 def replay_rate_of(c, thread_ids: list[str], llm) -> float:  # noqa: ANN001
@@ -221,18 +255,7 @@ def run(
         raw_rates = raw_embedding_rates(texts)
         raw_rate = raw_rates[backend]  # the workers' backend: the limit the live rate is compared with
 
-        with pipeline_processes(c) as pids:
-            time.sleep(15)  # let the workers load the model and mem0: start-up is not throughput
-            meter = CpuMeter({stage: [pid] for stage, pid in pids.items()} | service_pids(c))
-            db_before = database_bytes(c)
-            meter.start()
-            t0 = time.perf_counter()
-            with Publisher.from_settings(c.settings, c.urls.redis_url) as pub:
-                for e in events:
-                    pub.publish_nowait(e)
-            live_s = wait_until_settled(c, len(events), t0)
-            live_cpu = meter.stop()
-            db_per_message = (database_bytes(c) - db_before) / len(events)
+        live_s, live_cpu, db_per_message = live_phase(c, events)
         live_rate = len(events) / live_s
 
         llm = c.llm("maintenance")
@@ -263,6 +286,8 @@ def run(
         with c.pool.connection() as conn:
             n_episodes = conn.execute("SELECT count(*) FROM episodes").fetchone()[0]
             n_summaries = conn.execute("SELECT count(*) FROM summaries").fetchone()[0]
+        # Last, so that it changes nothing the figures above measured.
+        solo_rate = per_thread_doorbells_rate(c, events)
 
     table = Table(title=f"chatmem bench pipeline · {os.cpu_count()} cores · {datetime.now(UTC):%Y-%m-%d}")
     for col in ("measure", "rate", "compared with (same run)", "ratio", "target"):
@@ -283,6 +308,13 @@ def run(
         f"{raw_rate:,.0f} texts/s raw",
         f"{live_rate / raw_rate:.0%}",
         "≥ 75%",
+    )
+    table.add_row(
+        f"live, doorbells grouped (up to {c.settings.doorbell_group_size} threads a task)",
+        f"{live_rate:,.0f} msg/s",
+        f"{solo_rate:,.0f} msg/s with a task per thread",
+        f"{live_rate / solo_rate:.2f}×",
+        "",
     )
     table.add_row(
         "replay, one process (two rebuilds in flight), warm caches",
@@ -323,6 +355,7 @@ def run(
         "raw_rate": raw_rate,
         "raw_rates": raw_rates,
         "live_rate": live_rate,
+        "live_rate_per_thread_doorbells": solo_rate,
         "replay_rate": replay_rate,
         "parallel_replay_rate": parallel_replay_rate,
         "replay_sealed_rate": sealed_replay_rate,

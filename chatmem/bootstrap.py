@@ -25,6 +25,7 @@ from chatmem.adapters.celery_queue import (
     enqueue_summary,
     queue_depths,
     ring_thread,
+    ring_threads,
 )
 from chatmem.adapters.crypto import kek_from_setting, load_or_create_kek
 from chatmem.adapters.keys_pg import EventKeys
@@ -176,7 +177,13 @@ class Container:
     @cached_property
     def doorbell(self) -> RedisDoorbell:
         app = self.celery
-        return RedisDoorbell(self.redis, lambda tid, bulk: ring_thread(app, tid, bulk), self.settings.doorbell_dedupe_s)
+        return RedisDoorbell(
+            self.redis,
+            lambda tid, bulk: ring_thread(app, tid, bulk),
+            self.settings.doorbell_dedupe_s,
+            send_group=lambda tids: ring_threads(app, tids),
+            group_size=self.settings.doorbell_group_size,
+        )
 
     @cached_property
     def embedding_state(self) -> EmbeddingState:

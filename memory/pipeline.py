@@ -61,6 +61,14 @@ class ThreadProcessor:
         self.assist = assist  # None (the default): the offline segmenter alone
         self.renew_lease = renew_lease
 
+    def prefetch(self, batches: Sequence[Sequence[LoggedEvent]]) -> int:
+        """Embed the texts of several threads' batches in one call, so that each thread's
+        `apply` reads them from the embedder's cache: larger model calls cost less per text."""
+        texts = list(dict.fromkeys(t for batch in batches for t in texts_to_embed(batch).values()))
+        if texts:
+            concrete(self.embedder).embed(texts)
+        return len(texts)
+
     def apply(self, lease: ThreadLease, batch: Sequence[LoggedEvent]) -> ThreadLease:
         ctx = self.projections.load_context(lease.thread_id)
         if not ctx.memory_on:

@@ -73,6 +73,11 @@ class ThreadLog(Protocol):
 
     def pending_events(self, thread_id: str, after_pos: int, limit: int) -> list[LoggedEvent]: ...
 
+    def first_pending(self, thread_ids: Sequence[str], limit: int) -> dict[str, list[LoggedEvent]]:
+        """Each thread's next `limit` events after its cursor, read without a lease: only for
+        work that is safe to repeat (embedding ahead into the shared cache)."""
+        ...
+
     def advance_cursor(self, lease: ThreadLease, events: Sequence[LoggedEvent]) -> ThreadLease:
         """Move the cursor past `events` if the lease still holds; raise LeaseLost otherwise."""
         ...

@@ -81,3 +81,34 @@ def advance_thread(
 def sweep(threads: ThreadLog, doorbell: Doorbell, *, limit: int = 1000) -> int:
     """Re-ring threads whose cursor lags the committed log (a lost doorbell, a dead worker)."""
     return doorbell.ring(threads.lagging_threads(limit))
+
+
+# Embeds ahead the first batches of several threads (one model call), so each thread's apply
+# finds its vectors in the shared cache.
+Prefetch = Callable[[Sequence[Sequence[LoggedEvent]]], int]
+
+
+def advance_threads(
+    threads: ThreadLog,
+    doorbell: Doorbell,
+    thread_ids: Sequence[str],
+    *,
+    owner: str,
+    lease_s: int,
+    batch_size: int,
+    apply: Applier | None = None,
+    prefetch: Prefetch | None = None,
+) -> list[AdvanceResult]:
+    """A doorbell pass over several rung threads: one embedding call for all of their next
+    batches, then one batch of each thread applied as `advance_thread` does. A thread with more
+    (`more`) is for the caller to ring again, so a backlog in one thread never holds up the
+    others of its group. The read ahead takes no lease; at worst it embeds texts another worker
+    has just embedded."""
+    if prefetch is not None and len(thread_ids) > 1:
+        prefetch(list(threads.first_pending(thread_ids, batch_size).values()))
+    return [
+        advance_thread(
+            threads, doorbell, t, owner=owner, lease_s=lease_s, batch_size=batch_size, apply=apply, max_batches=1
+        )
+        for t in thread_ids
+    ]

@@ -122,6 +122,12 @@ class Settings(BaseSettings):
     doorbell_dedupe_s: int = Field(
         60, ge=1, description="A thread's doorbell is rung at most once per this window while pending."
     )
+    doorbell_group_size: int = Field(
+        8,
+        ge=1,
+        description="Live threads rung together are handed to one doorbell task in groups of up to this many, "
+        "whose new messages are embedded in one model call (larger calls cost less per text). 1: a task per thread.",
+    )
     thread_lease_s: int = Field(
         120, ge=5, description="How long a worker may hold a thread before another may take it over."
     )

@@ -226,6 +226,10 @@ class FakeThreadLog:
         watermark = self.store.watermarks.get(self.stream_key, 0)
         return [e for e in self.store.logged(thread_id) if after_pos < e.stream_pos < watermark][:limit]
 
+    def first_pending(self, thread_ids: Sequence[str], limit: int) -> dict[str, list[LoggedEvent]]:
+        found = {t: self.pending_events(t, self.cursors.get(t, 0), limit) for t in thread_ids}
+        return {t: events for t, events in found.items() if events}
+
     def advance_cursor(self, lease: ThreadLease, events: Sequence[LoggedEvent]) -> ThreadLease:
         if self.leases.get(lease.thread_id) != lease.owner or self.cursors.get(lease.thread_id, 0) != lease.cursor_pos:
             raise LeaseLost(lease.thread_id)

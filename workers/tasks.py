@@ -156,6 +156,36 @@ def advance_thread(self: Task, thread_id: str, bulk: bool = False) -> dict:
     return {"thread_id": thread_id, "applied": result.applied, "busy": result.busy, "more": result.more}
 
 
+@shared_task(name="chatmem.advance_threads", bind=True, **RETRY)
+def advance_threads(self: Task, thread_ids: list[str]) -> dict:
+    """Live threads rung together: their new messages embedded in one call, then each drained."""
+    if not isinstance(thread_ids, list):
+        raise ValueError(f"advance_threads: thread_ids must be a list, got {type(thread_ids).__name__}")
+    ids = [_checked(t, "advance_threads") for t in thread_ids]
+    c = wiring(self)
+    results = sequencer.advance_threads(
+        c.thread_log,
+        c.doorbell,
+        ids,
+        owner=process_name("worker"),
+        lease_s=c.settings.thread_lease_s,
+        batch_size=c.settings.apply_batch_size,
+        apply=c.processor.apply,
+        prefetch=c.processor.prefetch,
+    )
+    paused = c.embedding_state.paused()
+    for result in results:
+        if result.busy and not paused:  # as advance_thread: look again shortly, on its own
+            advance_thread.apply_async(args=[result.thread_id], countdown=1)
+    c.doorbell.ring([r.thread_id for r in results if r.more])  # a backlog: another turn each
+    return {
+        "threads": len(results),
+        "applied": sum(r.applied for r in results),
+        "busy": [r.thread_id for r in results if r.busy],
+        "more": [r.thread_id for r in results if r.more],
+    }
+
+
 @shared_task(name="chatmem.summarize", bind=True, **RETRY)
 def summarize(
     self: Task, thread_id: str, generation: int, kind: str, episode_id: str, from_seq: int, upto_seq: int

@@ -116,6 +116,53 @@ def test_scripted_conversation_yields_the_expected_episodes(container):
     assert any("prefer" in f for f in finals[0][6]["facts_candidates"])
 
 
+def test_a_group_doorbell_embeds_its_threads_in_one_model_call_and_segments_as_alone(container):
+    from chatmem.adapters.embedders import CachedEmbedder
+    from chatmem.memory.sequencer import advance_threads
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner, self.model, self.dim, self.calls = inner, inner.model, inner.dim, []
+
+        def embed(self, texts):
+            self.calls.append(len(texts))
+            return self.inner.embed(texts)
+
+    c = container
+    d = Driver(c)
+    model = Counting(c.embedder.current().inner)
+    d.processor.embedder = CachedEmbedder(model, c.pool)
+    grouped, alone = ("g1", "g2", "g3"), ("a1", "a2", "a3")
+    for k, (g, a) in enumerate(zip(grouped, alone, strict=True)):
+        # Each pair of threads has the same turns, and no other thread has them: every text is
+        # embedded once, by one of the pair.
+        for t in (g, a):
+            turns = script_events(t)[: 16 - 3 * k]
+            d.publish([e.model_copy(update={"text": f"{e.text} (take {k})"}) for e in turns])
+    firsts = c.thread_log.first_pending([*grouped, "ghost"], 5)
+    assert sorted(firsts) == sorted(grouped)  # a thread unknown or with nothing pending: absent
+    for t in grouped:
+        assert firsts[t] == c.thread_log.pending_events(t, 0, 5)
+
+    results = advance_threads(
+        c.thread_log,
+        c.doorbell,
+        grouped,
+        owner="w",
+        lease_s=30,
+        batch_size=500,
+        apply=d.processor.apply,
+        prefetch=d.processor.prefetch,
+    )
+    assert [r.applied for r in results] == [16, 13, 10]
+    # The read ahead embedded all three threads' texts in one call; the applies found them cached.
+    assert model.calls == [16 + 13 + 10]
+    for a in alone:
+        d.advance(a, batch_size=500)
+    for g, a in zip(grouped, alone, strict=True):
+        assert [e[1:] for e in episodes(c, g)] == [e[1:] for e in episodes(c, a)]
+
+
 @pytest.mark.xfail(strict=True, reason="known over-split of the shipped scorer (docs/benchmarks.md)")
 def test_a_follow_up_on_the_same_subject_after_a_shift_is_no_boundary():
     # The script's laptop follow-up (seq 13) right after the shift to the laptop (seq 11): the left

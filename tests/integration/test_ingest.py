@@ -154,6 +154,27 @@ def test_doorbell_for_an_unknown_thread_is_not_busy(container):
     assert res.unknown and not res.busy
 
 
+def test_live_threads_rung_together_go_out_in_groups_and_bulk_ones_alone(container):
+    from chatmem.adapters.redis_stream import RedisDoorbell
+
+    singles, groups = [], []
+    bell = RedisDoorbell(
+        container.redis,
+        lambda t, bulk: singles.append((t, bulk)),
+        60,
+        prefix="test:bell:",
+        bulk_key="test:bulk",
+        send_group=groups.append,
+        group_size=2,
+    )
+    bell.classify(bulk=["imp"], live=[])
+    assert bell.ring(["a", "b", "imp", "c", "d", "e"]) == 6
+    assert groups == [["a", "b"], ["c", "d"], ["e"]] and singles == [("imp", True)]
+    # Still pending: rung again, nothing goes out; cleared, it goes out again.
+    bell.clear("c")
+    assert bell.ring(["a", "c"]) == 1 and groups[-1] == ["c"]
+
+
 def test_conflicts_and_clocks_out_of_range_are_noticed_listed_and_counted(container):
     from datetime import UTC, datetime
 

@@ -174,3 +174,42 @@ def test_a_reused_event_id_with_other_content_is_kept_as_a_conflict_and_a_redeli
     conflicts = [k for k in store.notices if k[0] == "conflict"]
     assert len(conflicts) == 1 and json.loads(conflicts[0][2])["text"] == "second version"
     assert svc.stats.conflicts == 1 and svc.stats.duplicates == 2
+
+
+def test_a_group_pass_reads_ahead_once_then_drains_each_thread_as_alone():
+    from chatmem.memory.sequencer import advance_threads
+
+    store, bell = FakeEventStore(), FakeDoorbell()
+    svc = IngestService(FakeEventStream(), store, bell, stream_key=KEY, limits=IngestLimits(50, 1000))
+    svc.stream.add_many([msg(f"{t}{i}", thread=t) for i in range(3) for t in ("A", "B", "C")])
+    svc.process(svc.stream.read_new("c1", 100, 0))
+    log = FakeThreadLog(store)
+    log.leases["C"] = "other"  # held elsewhere: busy, like advance_thread
+    seen: list[list[list[str]]] = []
+
+    def prefetch(batches):
+        seen.append([[e.event_id for e in b] for b in batches])
+        return sum(map(len, batches))
+
+    results = advance_threads(log, bell, ["A", "B", "C"], owner="w", lease_s=30, batch_size=2, prefetch=prefetch)
+    # One read ahead, of each thread's next batch (C's too: it takes no lease).
+    assert seen == [[["A0", "A1"], ["B0", "B1"], ["C0", "C1"]]]
+    # One batch each: the rest is another turn, so that no thread's backlog holds up the group.
+    got = [(r.thread_id, r.applied, r.busy, r.more) for r in results]
+    assert got == [("A", 2, False, True), ("B", 2, False, True), ("C", 0, True, False)]
+    assert log.applied == {"A": ["A0", "A1"], "B": ["B0", "B1"]}
+    # A single thread has nothing to gather with.
+    assert advance_threads(log, bell, ["A"], owner="w", lease_s=30, batch_size=2, prefetch=prefetch)[0].applied == 1
+    assert len(seen) == 1 and log.applied["A"] == ["A0", "A1", "A2"]
+
+
+@pytest.mark.parametrize(
+    ("n", "most", "sizes"), [(0, 8, []), (1, 8, [1]), (8, 8, [8]), (9, 8, [5, 4]), (5, 2, [2, 2, 1]), (7, 1, [1] * 7)]
+)
+def test_rung_threads_are_split_into_the_fewest_even_groups(n, most, sizes):
+    from chatmem.adapters.redis_stream import split_evenly
+
+    items = [f"t{i}" for i in range(n)]
+    groups = split_evenly(items, most)
+    assert [len(g) for g in groups] == sizes
+    assert [t for g in groups for t in g] == items
