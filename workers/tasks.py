@@ -131,20 +131,22 @@ def _attempt_finished(task_id: str, task: Task, state: str | None = None, **_: o
         m.task_retries.labels(name).inc()
 
 
+def _pass_args(c: Wiring) -> dict[str, Any]:
+    """What every doorbell pass is given: this worker's name, the lease and batch sizes, the processor."""
+    return {
+        "owner": process_name("worker"),
+        "lease_s": c.settings.thread_lease_s,
+        "batch_size": c.settings.apply_batch_size,
+        "apply": c.processor.apply,
+    }
+
+
 @shared_task(name="chatmem.advance_thread", bind=True, **RETRY)
 def advance_thread(self: Task, thread_id: str, bulk: bool = False) -> dict:
     thread_id = _checked(thread_id, "advance_thread")
     c = wiring(self)
-    result = sequencer.advance_thread(
-        c.thread_log,
-        c.doorbell,
-        thread_id,
-        owner=process_name("worker"),
-        lease_s=c.settings.thread_lease_s,
-        batch_size=c.settings.apply_batch_size,
-        apply=c.processor.apply,
-        max_batches=c.settings.bulk_batches_per_task if bulk else None,
-    )
+    max_batches = c.settings.bulk_batches_per_task if bulk else None
+    result = sequencer.advance_thread(c.thread_log, c.doorbell, thread_id, **_pass_args(c), max_batches=max_batches)
     if result.busy and c.embedding_state.paused():
         pass  # a re-embedding holds every thread: the sweeper rings the lagging ones once it is done
     elif result.busy:
@@ -158,21 +160,12 @@ def advance_thread(self: Task, thread_id: str, bulk: bool = False) -> dict:
 
 @shared_task(name="chatmem.advance_threads", bind=True, **RETRY)
 def advance_threads(self: Task, thread_ids: list[str]) -> dict:
-    """Live threads rung together: their new messages embedded in one call, then each drained."""
+    """Live threads rung together: their new messages embedded in one call, then a batch of each applied."""
     if not isinstance(thread_ids, list):
         raise ValueError(f"advance_threads: thread_ids must be a list, got {type(thread_ids).__name__}")
     ids = [_checked(t, "advance_threads") for t in thread_ids]
     c = wiring(self)
-    results = sequencer.advance_threads(
-        c.thread_log,
-        c.doorbell,
-        ids,
-        owner=process_name("worker"),
-        lease_s=c.settings.thread_lease_s,
-        batch_size=c.settings.apply_batch_size,
-        apply=c.processor.apply,
-        prefetch=c.processor.prefetch,
-    )
+    results = sequencer.advance_threads(c.thread_log, c.doorbell, ids, **_pass_args(c), prefetch=c.processor.prefetch)
     paused = c.embedding_state.paused()
     for result in results:
         if result.busy and not paused:  # as advance_thread: look again shortly, on its own

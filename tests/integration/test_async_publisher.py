@@ -43,6 +43,7 @@ def test_a_bulk_publisher_marks_its_entries_and_their_threads_ring_at_bulk_prior
     assert [f.get(b"priority") for f in fields] == [b"bulk"] * 4 + [None]
     sent: list[tuple[str, bool]] = []
     container.doorbell.send = lambda tid, bulk: sent.append((tid, bulk))
+    container.doorbell.send_group = lambda tids: sent.extend((t, False) for t in tids)  # live threads
     IngestRunner(container, "c").run(threading.Event(), until_idle=True)
     assert sorted(sent) == [("new", False), ("old", True)]
     assert container.doorbell.is_bulk("old") and not container.doorbell.is_bulk("new")
