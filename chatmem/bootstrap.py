@@ -647,8 +647,10 @@ class Container:
             for tid in thread_ids:
                 yield self.replay(tid, llm, owner)
             return
-        # Built here, once, before two rebuilds could each build them (mem0 locks its own).
+        # Built here, once, before two rebuilds could each build them: cached_property has no
+        # lock from Python 3.12 on (mem0 locks its own; the LLM assist's cooldown is per process).
         self.embedder, self.jobs, self.projections, self.thread_log, self.seg_config, self.summary_policy  # noqa: B018
+        self.boundary_assist()
         with ThreadPoolExecutor(min(overlap, len(thread_ids)), thread_name_prefix="replay") as pool:
             futures = [pool.submit(self.replay, tid, llm, owner) for tid in thread_ids]
             try:
