@@ -310,6 +310,12 @@ class PostgresStore:
         return row[0] if row else 0
 
 
+def _logged_columns(e: str) -> str:
+    """What an event of the log is read as, its data key included (`e`: the events row's alias)."""
+    columns = ", ".join(f"{e}.{c}" for c in ("stream_pos", "event_id", "type", "thread_id", "user_id", "occurred_at"))
+    return f"{columns}, {e}.payload, {wrapped_key_sql(e)} AS wrapped"
+
+
 class PostgresThreadLog:
     def __init__(self, pool: ConnectionPool, stream_key: str, keys: EventKeys):
         self.pool = pool
@@ -351,33 +357,33 @@ class PostgresThreadLog:
                 (thread_id, owner),
             )
 
-    def pending_events(self, thread_id: str, after_pos: int, limit: int) -> list[LoggedEvent]:
+    def _read_logged(self, sql: str, params: tuple) -> list[LoggedEvent]:
+        """Rows of `_logged_columns` as events, their sealed content opened."""
         with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(
-                f"""
-                SELECT stream_pos, event_id, type, thread_id, user_id, occurred_at, payload,
-                       {wrapped_key_sql("events")} AS wrapped
-                FROM events
-                WHERE thread_id = %s AND stream_pos > %s
-                  AND stream_pos < (SELECT coalesce(max(watermark), 0) FROM ingest_state WHERE stream_key = %s)
-                ORDER BY stream_pos
-                LIMIT %s
-                """,
-                (thread_id, after_pos, self.stream_key, limit),
-            )
-            rows = cur.fetchall()
+            rows = cur.execute(sql, params).fetchall()
         events = []
         for row in rows:
             wrapped = row.pop("wrapped")
             events.append(LoggedEvent(**{**row, "payload": self.keys.open(row["payload"], wrapped)}))
         return events
 
+    def pending_events(self, thread_id: str, after_pos: int, limit: int) -> list[LoggedEvent]:
+        return self._read_logged(
+            f"""
+                SELECT {_logged_columns("events")}
+                FROM events
+                WHERE thread_id = %s AND stream_pos > %s
+                  AND stream_pos < (SELECT coalesce(max(watermark), 0) FROM ingest_state WHERE stream_key = %s)
+                ORDER BY stream_pos
+                LIMIT %s
+            """,
+            (thread_id, after_pos, self.stream_key, limit),
+        )
+
     def first_pending(self, thread_ids: Sequence[str], limit: int) -> dict[str, list[LoggedEvent]]:
-        with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(
-                f"""
-                SELECT e.stream_pos, e.event_id, e.type, e.thread_id, e.user_id, e.occurred_at, e.payload,
-                       {wrapped_key_sql("e")} AS wrapped
+        events = self._read_logged(
+            f"""
+                SELECT {_logged_columns("e")}
                 FROM threads t
                 CROSS JOIN LATERAL (
                     SELECT * FROM events
@@ -389,14 +395,11 @@ class PostgresThreadLog:
                 ) e
                 WHERE t.thread_id = ANY(%s)
                 ORDER BY e.thread_id, e.stream_pos
-                """,
-                (self.stream_key, limit, list(thread_ids)),
-            )
-            rows = cur.fetchall()
+            """,
+            (self.stream_key, limit, list(thread_ids)),
+        )
         found: dict[str, list[LoggedEvent]] = {}
-        for row in rows:
-            wrapped = row.pop("wrapped")
-            event = LoggedEvent(**{**row, "payload": self.keys.open(row["payload"], wrapped)})
+        for event in events:
             found.setdefault(event.thread_id, []).append(event)
         return found
 

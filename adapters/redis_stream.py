@@ -224,11 +224,15 @@ class RedisDoorbell:
             return 0
         keys = [self.prefix + t for t in ids]
         fresh = self._ring(keys=keys, args=[self.ttl_s, self.bulk_key, *ids])
-        live = [ids[i - 1] for i in fresh if i > 0]
+        # The script numbers the threads it rang from 1, negative for the bulk ones.
         for i in fresh:
-            if i < 0 or self.send_group is None:
-                self.send(ids[abs(i) - 1], i < 0)
-        if self.send_group is not None:
+            if i < 0:
+                self.send(ids[-i - 1], True)
+        live = [ids[i - 1] for i in fresh if i > 0]
+        if self.send_group is None:
+            for tid in live:
+                self.send(tid, False)
+        else:
             for group in split_evenly(live, self.group_size):
                 self.send_group(group)
         return len(fresh)
