@@ -48,7 +48,10 @@ bench: install
 TOPICSEG_DATA ?= ../shared/eval/topicseg
 LOCOMO_DATA ?= ../shared/eval/locomo/locomo_dev.json
 .PHONY: train-ranker
+# The ranker learns from the turns the fine-tuned query encoder finds, so the retrain fine-tunes
+# it first (torch: the `export` extra, installed here only; the read path runs the ONNX file).
 train-ranker: install
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,export]'
 	$(CHATMEM) bench train-ranker --data $(LOCOMO_DATA)
 
 .PHONY: train-segmenter

@@ -654,11 +654,31 @@ def bench_train_ranker(
     out: Path = typer.Option(None, help="weights file (default: the one shipped in chatmem.memory)"),
     keep: Path = typer.Option(None, file_okay=False, help="as for `bench locomo`: reuse a processed database"),
     sample: list[str] = typer.Option(None, "--sample", help="only these sample ids (repeatable)"),
+    query_encoder: bool = typer.Option(
+        True, help="also fine-tune the recall query encoder (needs the `export` extra: torch) and rank with it"
+    ),
+    query_out: Path = typer.Option(None, help="query encoder file (default: the one shipped in chatmem.adapters)"),
 ) -> None:
-    """Train the recall ranker (fixed seed) on LoCoMo questions, print its cross-validation, write its weights."""
+    """Train the recall ranker (fixed seed) on LoCoMo questions, print its cross-validation, write its weights;
+    first fine-tune the query encoder it ranks with (fixed seed)."""
+    from chatmem.adapters.embedders import QUERY_ONNX_FILE, torch_available
     from chatmem.bench.train_ranker import default_out, run
 
-    run(cli_settings(), console, data, out or default_out(), keep, set(sample) if sample else None)
+    if query_encoder and not torch_available():
+        console.print(
+            "[red]fine-tuning the query encoder needs torch: pip install -e '.\\[export]' "
+            "(or --no-query-encoder to train the ranker alone)[/red]"
+        )
+        raise typer.Exit(2)
+    run(
+        cli_settings(),
+        console,
+        data,
+        out or default_out(),
+        keep,
+        set(sample) if sample else None,
+        query_out=(query_out or QUERY_ONNX_FILE) if query_encoder else None,
+    )
 
 
 @bench_app.command("export-onnx")

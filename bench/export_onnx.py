@@ -76,7 +76,9 @@ def sample_texts(eval_dir: Path, n: int = SAMPLE_SIZE, seed: int = SEED) -> list
     return picked
 
 
-def _torch_model() -> Any:
+def _torch_model(bert: Any = None) -> Any:
+    """The encoder as a module whose output is the token embeddings: the packaged model's, or
+    `bert` (a fine-tuned copy, bench/train_query.py)."""
     import torch
 
     class TokenEmbeddings(torch.nn.Module):
@@ -88,18 +90,18 @@ def _torch_model() -> Any:
             out = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
             return out.last_hidden_state
 
-    st = MiniLMEmbedder()._load()
-    bert = st[0].auto_model
+    if bert is None:
+        bert = MiniLMEmbedder()._load()[0].auto_model
     # The SDPA path decides from the mask's values whether to use it at all; traced on one
     # sample, that choice would be frozen into the graph. Eager attention always applies it.
     bert.config._attn_implementation = "eager"
     return TokenEmbeddings(bert).eval()
 
 
-def export_fp32(path: Path) -> None:
+def export_fp32(path: Path, bert: Any = None) -> None:
     import torch
 
-    model = _torch_model()
+    model = _torch_model(bert)
     # Two texts of different lengths: the shorter one is padded, so the mask path is traced.
     ids = torch.tensor([[101, 7592, 2088, 2003, 1037, 3231, 102], [101, 7592, 102, 0, 0, 0, 0]], dtype=torch.int64)
     mask = (ids != 0).to(torch.int64)

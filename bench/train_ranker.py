@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,6 +32,7 @@ from chatmem.bench.locomo import QUESTION_CATEGORIES, processed
 from chatmem.bootstrap import Container
 from chatmem.memory.dates import Period
 from chatmem.memory.mlp import Mlp
+from chatmem.memory.ports import Embedder
 from chatmem.memory.recall import (
     RANKER_FILE,
     TURN_FEATURES,
@@ -84,10 +86,11 @@ class _Recorder(Recall):
         return super()._rank_turns(turns, stats, boost, period, limit)
 
 
-def collect(c: Container, corpus: Sequence[dict]) -> list[Pool]:
-    """Every scored question's pool (categories 1-4 with evidence, as `bench locomo` scores)."""
+def collect(c: Container, corpus: Sequence[dict], turn_embedder: Embedder | None = None) -> list[Pool]:
+    """Every scored question's pool (categories 1-4 with evidence, as `bench locomo` scores),
+    the turns searched with `turn_embedder`'s query vector (None: the pipeline's embedder)."""
     r = c.recall
-    recorder = _Recorder(r.store, r.embedder, r.facts, r.params, ranker=None)
+    recorder = _Recorder(r.store, r.embedder, r.facts, r.params, ranker=None, turn_embedder=turn_embedder)
     pools: list[Pool] = []
     for sample in corpus:
         sid = sample["sample_id"]
@@ -183,6 +186,34 @@ def weights_json(model: Mlp, trained: dict[str, Any]) -> str:
     return json.dumps({"features": list(TURN_FEATURES), "mlp": model.to_json(), "trained": trained}, indent=None)
 
 
+def encoder_pools(c: Container, corpus: Sequence[dict], query_out: Path, console: Console) -> list[Pool]:
+    """Trains the query encoder (bench/train_query.py) and writes it to `query_out`; returns the
+    pools the ranker learns from. Each conversation's pools are searched with an encoder trained
+    without it (leave one out), so the ranker learns how far a held-out query's vector can be
+    trusted; with one conversation only, with the final encoder (in-sample)."""
+    from chatmem.adapters.embedders import TOKENIZER_FILE, OnnxMiniLMEmbedder, QueryEmbedder
+    from chatmem.bench import train_query
+
+    items = train_query.questions(c, corpus, tuple(QUESTION_CATEGORIES))
+    console.print(f"query encoder: {len(items)} questions, {train_query.EPOCHS} epochs, seed {train_query.SEED}")
+
+    def encoder(path: Path) -> Embedder:
+        return QueryEmbedder(OnnxMiniLMEmbedder(model_file=path, tokenizer_file=TOKENIZER_FILE))
+
+    samples = [s["sample_id"] for s in corpus]
+    pools: list[Pool] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        if len(samples) > 1:
+            for held in samples:
+                path = Path(tmp) / f"without-{held}.onnx"
+                train_query.export(train_query.fine_tune([q for q in items if q.sample != held]), path)
+                pools += collect(c, [s for s in corpus if s["sample_id"] == held], encoder(path))
+                console.print(f"  encoder without {held}: pools collected")
+    train_query.export(train_query.fine_tune(items), query_out)
+    console.print(f"wrote {query_out} ({query_out.stat().st_size / 1e6:.1f} MB)")
+    return pools if pools else collect(c, corpus, encoder(query_out))
+
+
 def run(
     settings: Settings,
     console: Console,
@@ -191,36 +222,45 @@ def run(
     keep: Path | None = None,
     samples: set[str] | None = None,
     epochs: int = EPOCHS,
+    query_out: Path | None = None,
 ) -> dict[str, dict[str, float]]:
+    """Trains the ranker and, with `query_out`, the query encoder first (then the ranker learns
+    from the turns the encoder's queries find; the table compares both)."""
     with processed(settings, data, samples, keep) as (c, corpus, done):
         console.print(done)
         pools = collect(c, corpus)
+        encoded = encoder_pools(c, corpus, query_out, console) if query_out is not None else None
     cv = cross_validate(pools, SEED, epochs)
+    cv_encoded = cross_validate(encoded, SEED, epochs) if encoded is not None else None
     table = Table(
         title=f"recall ranker · {data.name} · leave one conversation out · recall@{K} of the candidate pool, "
         f"no sitting cap · {datetime.now(UTC):%Y-%m-%d}"
     )
-    for col in ("category", "questions", "hand-tuned rule", "learned"):
+    columns = ["category", "questions", "hand-tuned rule", "learned", *(["learned + query encoder"] if encoded else [])]
+    for col in columns:
         table.add_column(col)
+    shown = lambda x: "– (one conversation)" if math.isnan(x) else f"{x:.3f}"  # noqa: E731
     for name, fig in cv.items():
-        learned = "– (one conversation)" if math.isnan(fig["learned"]) else f"{fig['learned']:.3f}"
-        table.add_row(name, str(fig["questions"]), f"{fig['linear']:.3f}", learned)
+        row = [name, str(fig["questions"]), f"{fig['linear']:.3f}", shown(fig["learned"])]
+        table.add_row(*row, *([shown(cv_encoded[name]["learned"])] if cv_encoded else []))
     console.print(table)
-    model = fit_ranker(pools, SEED, epochs)
+    final_pools, final_cv = (encoded, cv_encoded) if encoded is not None and cv_encoded is not None else (pools, cv)
+    model = fit_ranker(final_pools, SEED, epochs)
     trained = {
         "data": data.name,
-        "conversations": len({p.sample for p in pools}),
-        "questions": len(pools),
+        "conversations": len({p.sample for p in final_pools}),
+        "questions": len(final_pools),
         "seed": SEED,
         "hidden": HIDDEN,
         "epochs": epochs,
+        "query_encoder": encoded is not None,
         "cross_validated_recall_at_10": {
-            name: None if math.isnan(fig["learned"]) else round(fig["learned"], 4) for name, fig in cv.items()
+            name: None if math.isnan(fig["learned"]) else round(fig["learned"], 4) for name, fig in final_cv.items()
         },
     }
     out.write_text(weights_json(model, trained) + "\n")
     console.print(f"wrote {out}")
-    return cv
+    return final_cv
 
 
 def default_out() -> Path:
