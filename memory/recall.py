@@ -451,6 +451,9 @@ class Recall:
     facts: FactSearch | None = None
     params: RankParams = field(default_factory=RankParams)
     ranker: Mlp | None = field(default_factory=shipped_ranker)  # None: the hand-tuned linear rule
+    # Embeds the query for the turn search: the query encoder fine-tuned for it, whose vectors
+    # live in `embedder`'s space (bench/train_query.py). None: `embedder` does it.
+    turn_embedder: Embedder | None = None
 
     def __call__(
         self,
@@ -490,7 +493,8 @@ class Recall:
                 hits = [self._summary_hit(s, score) for s, score in ranked_summaries[:limit]]
             else:
                 sources = tuple(f.citation.event_id for f in facts if f.citation.event_id)
-                hits = self._turn_hits(threads, query, lexemes, qvec, ranked_summaries, sources, limit)
+                tvec = qvec if self.turn_embedder is None else self.turn_embedder.embed([query])[0]
+                hits = self._turn_hits(threads, query, lexemes, tvec, ranked_summaries, sources, limit)
         if scope is Scope.FACTS:
             hits = self._fact_hits(user_id, query, lexemes, limit)
         elif scope is Scope.ALL:

@@ -246,6 +246,11 @@ class Settings(BaseSettings):
         1500, ge=0, description="Tokens for facts, attachment snippets and retrieved earlier messages."
     )
     recall_mem0: bool = Field(True, description="Also search mem0 (semantic fact search) when recalling facts.")
+    recall_query_encoder: bool = Field(
+        True,
+        description="Embed recall queries for the turn search with the fine-tuned query encoder shipped with "
+        "all-MiniLM-L6-v2 (only while that model is in use); false: with the model itself.",
+    )
     api_host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
     api_port: int = Field(8765, ge=1, le=65535, description="Port of the HTTP API.")
     mcp_user: str | None = Field(

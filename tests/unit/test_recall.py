@@ -262,3 +262,42 @@ def test_second_hop_asks_for_fact_sources_summary_ranges_and_the_named_day():
     # A messages-only read asks for no facts, so facts add no hop there.
     recall("alice", "gardens", scope=Scope.MESSAGES)
     assert recorder.hops[-1].events == () and recorder.hops[-1].period is None
+
+
+class QueryVectors:
+    """Wraps the fake store and keeps the query vector each candidate search was given."""
+
+    def __init__(self, store):
+        self.store = store
+        self.turns: list[np.ndarray] = []
+        self.summaries: list[np.ndarray] = []
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def turn_candidates(self, threads, lexemes, qvec, limit, hops):
+        self.turns.append(qvec)
+        return self.store.turn_candidates(threads, lexemes, qvec, limit, hops)
+
+    def summary_candidates(self, threads, lexemes, qvec, limit):
+        self.summaries.append(qvec)
+        return self.store.summary_candidates(threads, lexemes, qvec, limit)
+
+
+def test_the_turn_search_takes_the_query_encoders_vector_and_the_rest_the_embedders():
+    from chatmem.memory.recall import Recall
+    from tests.fakes import FakeEmbedder, FakeRecallStore
+
+    store = FakeRecallStore(FakeEmbedder())
+    store.add_turn("t1", "alice", "I adopted a greyhound named Pixel", platform_message_id="m1")
+    store.add_turn("t1", "alice", "The roses finally bloomed", platform_message_id="m2")
+    store.add_summary("t1", "Alice adopted a dog.", 1, 1)
+    spy, embedder, encoder = QueryVectors(store), FakeEmbedder(), FakeEmbedder()
+    # The encoder's vector differs from the embedder's for the same query, so the two cannot be confused.
+    encoder.embed = lambda texts: FakeEmbedder().embed(["greyhound " + t for t in texts])  # type: ignore[method-assign]
+    result = Recall(spy, embedder, turn_embedder=encoder)("alice", "what dog did she adopt", limit=2)
+    assert np.allclose(spy.turns[-1], encoder.embed(["what dog did she adopt"])[0])
+    assert np.allclose(spy.summaries[-1], embedder.embed(["what dog did she adopt"])[0])
+    assert result.hits[0].citation.platform_message_id == "m1"
+    Recall(spy, embedder)("alice", "what dog did she adopt", limit=2)  # no encoder: the embedder's vector
+    assert np.allclose(spy.turns[-1], spy.summaries[-1])
