@@ -13,6 +13,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ BACKENDS = ("onnx", "torch")
 TORCH_EXTRA_HINT = "pip install 'chatmem[torch]'"
 _load_lock = threading.Lock()
 _models: dict[Any, Any] = {}
+_background: dict[int, ThreadPoolExecutor] = {}
 
 
 class MissingBackendError(RuntimeError):
@@ -304,6 +306,14 @@ class SwitchingEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return self.current().embed(texts)
 
+    def submit(self, texts: Sequence[str]) -> Future[np.ndarray]:
+        current = self.current()
+        if hasattr(current, "submit"):
+            return current.submit(texts)
+        done: Future[np.ndarray] = Future()
+        done.set_result(current.embed(texts))
+        return done
+
 
 def text_hash(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
@@ -353,6 +363,16 @@ class CachedEmbedder:
         return out
 
 
+def background() -> ThreadPoolExecutor:
+    """This process's threads for query embeddings started ahead (threads do not survive a fork:
+    a forked child makes its own)."""
+    with _load_lock:
+        pid = os.getpid()
+        if pid not in _background:
+            _background[pid] = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chatmem-query")
+        return _background[pid]
+
+
 class QueryEmbedder:
     """For the read path: queries are embedded by the model directly, with a small in-process
     LRU, and never written to the shared cache (a read must not write; most queries are new)."""
@@ -370,3 +390,6 @@ class QueryEmbedder:
         for i, text in enumerate(texts):
             out[i] = self._one(text)
         return out
+
+    def submit(self, texts: Sequence[str]) -> Future[np.ndarray]:
+        return background().submit(self.embed, list(texts))

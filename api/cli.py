@@ -648,6 +648,18 @@ def bench_train_segmenter(
     run(data, cache, out, minilm_embedder(settings.embedding_backend), console.print)
 
 
+@bench_app.command("recall-latency")
+def bench_recall_latency(
+    data: Path = typer.Option(..., exists=True, dir_okay=False, help="LoCoMo-format JSON"),
+    keep: Path = typer.Option(None, file_okay=False, help="as for `bench locomo`: reuse a processed database"),
+    rounds: int = typer.Option(3, min=1, help="passes over the questions, per way"),
+) -> None:
+    """Recall p50/p95 with the turn search's query vector three ways, interleaved in one run."""
+    from chatmem.bench.recall_latency import run
+
+    run(cli_settings(), console, data, keep, rounds)
+
+
 @bench_app.command("train-ranker")
 def bench_train_ranker(
     data: Path = typer.Option(..., exists=True, dir_okay=False, help="LoCoMo JSON with questions and evidence"),

@@ -4,7 +4,8 @@ hand-written in-memory fake in `tests/fakes.py` for unit tests."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol, TypeVar
+from concurrent.futures import Future
+from typing import Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel
@@ -118,6 +119,14 @@ class Embedder(Protocol):
     def dim(self) -> int: ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+@runtime_checkable
+class BackgroundEmbedder(Embedder, Protocol):
+    """An embedder that can start a small job on a thread of its own: the caller goes on with
+    other work (a database query) and takes the vectors when it needs them."""
+
+    def submit(self, texts: Sequence[str]) -> Future[np.ndarray]: ...
 
 
 def concrete(embedder: Embedder) -> Embedder:

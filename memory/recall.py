@@ -22,7 +22,7 @@ import heapq
 import json
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -35,7 +35,7 @@ import numpy as np
 from chatmem.memory.attachments.surrogates import ATTACHMENT_LINE, label, short_id
 from chatmem.memory.dates import Period, query_period
 from chatmem.memory.mlp import Mlp
-from chatmem.memory.ports import Embedder
+from chatmem.memory.ports import BackgroundEmbedder, Embedder
 from chatmem.schemas.events import validate_identifier
 from chatmem.schemas.read import CONTEXT_CHARS, SNIPPET_CHARS, Citation, RecallHit, RecallResult, Scope, SourceKind
 
@@ -478,6 +478,8 @@ class Recall:
         query = query.strip()
         if not query or limit <= 0:
             return RecallResult(query=query, scope=scope, hits=[])
+        searches_turns = scope in (Scope.ALL, Scope.MESSAGES) and bool(threads)
+        turn_vector = self._start_turn_vector(query) if searches_turns else None
         lexemes = self.store.lexemes(query)
         qvec = self.embedder.embed([query])[0]
         p = self.params
@@ -493,7 +495,7 @@ class Recall:
                 hits = [self._summary_hit(s, score) for s, score in ranked_summaries[:limit]]
             else:
                 sources = tuple(f.citation.event_id for f in facts if f.citation.event_id)
-                tvec = qvec if self.turn_embedder is None else self.turn_embedder.embed([query])[0]
+                tvec = qvec if turn_vector is None else turn_vector()
                 hits = self._turn_hits(threads, query, lexemes, tvec, ranked_summaries, sources, limit)
         if scope is Scope.FACTS:
             hits = self._fact_hits(user_id, query, lexemes, limit)
@@ -507,6 +509,23 @@ class Recall:
                 artifacts = self._artifact_hits(threads, lexemes, qvec, share)
                 hits = _interleave(hits, artifacts, p.artifact_weight, p, limit)
         return RecallResult(query=query, scope=scope, hits=hits[:limit])
+
+    def _start_turn_vector(self, query: str) -> Callable[[], np.ndarray] | None:
+        """The turn search's query vector, started now when the encoder can run in the background:
+        it is computed while the query's own vector is, and the facts and summaries searched."""
+        encoder = self.turn_embedder
+        if encoder is None:
+            return None
+        if not isinstance(encoder, BackgroundEmbedder):
+            return lambda: encoder.embed([query])[0]
+        future = encoder.submit([query])
+
+        def vector() -> np.ndarray:
+            if future.cancel():  # not started yet (other recalls hold the threads): do it here
+                return encoder.embed([query])[0]
+            return future.result()[0]
+
+        return vector
 
     def _artifact_hits(self, threads: list[str], lexemes: list[str], qvec: np.ndarray, limit: int) -> list[RecallHit]:
         """The best text of each attachment (one hit per file and message), ranked like turns."""

@@ -87,3 +87,16 @@ def test_the_ranker_trainer_runs_end_to_end_on_a_sample(container, tmp_path):
     assert "one conversation" in printed.getvalue()  # nothing to hold out: said, not scored 0
     model = load_ranker(out.read_text())
     assert json.loads(out.read_text())["trained"]["questions"] == 3 and model.skip is not None
+
+
+def test_the_recall_latency_bench_compares_the_three_query_vectors_on_a_sample(container, tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from chatmem.bench.recall_latency import run
+
+    printed = io.StringIO()
+    out = run(container.settings, Console(file=printed, width=200), write_sample(tmp_path), rounds=1)
+    assert len(out) == 3 and all(0 < p50 <= p95 for p50, p95 in out.values())
+    assert "started ahead (shipped)" in printed.getvalue() and "p50 vs encoder off" in printed.getvalue()

@@ -96,3 +96,15 @@ def test_fine_tuning_moves_questions_to_their_evidence_and_exports_a_file_the_re
     tuned = OnnxMiniLMEmbedder(model_file=out, tokenizer_file=TOKENIZER_FILE)
     after = [float(turns[q.relevant][0] @ tuned.embed([q.text])[0]) for q in items]
     assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
+
+
+def test_a_query_started_in_the_background_gives_the_vector_embedding_it_inline_gives(encoder):
+    from chatmem.adapters.embedders import QueryEmbedder, SwitchingEmbedder
+    from chatmem.memory.ports import BackgroundEmbedder
+
+    switching = SwitchingEmbedder(lambda: "minilm", lambda _spec: QueryEmbedder(encoder))
+    assert isinstance(switching, BackgroundEmbedder)
+    ahead = switching.submit(["What is the name of Maya's dog?"]).result(timeout=30)
+    assert np.array_equal(ahead, encoder.embed(["What is the name of Maya's dog?"]))
+    plain = SwitchingEmbedder(lambda: "x", lambda _spec: encoder)  # no background: done on the spot
+    assert np.array_equal(plain.submit(["ok"]).result(timeout=0), encoder.embed(["ok"]))

@@ -301,3 +301,61 @@ def test_the_turn_search_takes_the_query_encoders_vector_and_the_rest_the_embedd
     assert result.hits[0].citation.platform_message_id == "m1"
     Recall(spy, embedder)("alice", "what dog did she adopt", limit=2)  # no encoder: the embedder's vector
     assert np.allclose(spy.turns[-1], spy.summaries[-1])
+
+
+class AheadEncoder:
+    """A background embedder whose job is held until released, recording when it was submitted."""
+
+    def __init__(self, events: list[str], start: bool = True):
+        from concurrent.futures import Future
+
+        from tests.fakes import FakeEmbedder
+
+        self.inner, self.events, self.start = FakeEmbedder(), events, start
+        self.model, self.dim = self.inner.model, self.inner.dim
+        self.future: Future[np.ndarray] = Future()
+
+    def embed(self, texts):
+        self.events.append("inline")
+        return self.inner.embed(["greyhound " + t for t in texts])
+
+    def submit(self, texts):
+        self.events.append("submitted")
+        if self.start:  # running: done by the time it is asked for
+            self.future.set_running_or_notify_cancel()
+            self.future.set_result(self.inner.embed(["greyhound " + t for t in texts]))
+        return self.future
+
+
+def _spied_recall(encoder, events):
+    from chatmem.memory.recall import Recall
+    from tests.fakes import FakeEmbedder, FakeRecallStore
+
+    store = FakeRecallStore(FakeEmbedder())
+    store.add_turn("t1", "alice", "I adopted a greyhound named Pixel", platform_message_id="m1")
+    spy = QueryVectors(store)
+    embedder = FakeEmbedder()
+    embed = embedder.embed
+    embedder.embed = lambda texts: (events.append("model"), embed(texts))[1]  # type: ignore[method-assign]
+    return Recall(spy, embedder, turn_embedder=encoder), spy
+
+
+def test_the_encoders_vector_is_started_before_the_models_and_taken_for_the_turn_search():
+    events: list[str] = []
+    encoder = AheadEncoder(events)
+    recall, spy = _spied_recall(encoder, events)
+    recall("alice", "what dog did she adopt", limit=2)
+    assert events == ["submitted", "model"]  # the encoder runs while the model embeds and the summaries are searched
+    assert np.allclose(spy.turns[-1], encoder.inner.embed(["greyhound what dog did she adopt"])[0])
+    events.clear()
+    recall("alice", "what dog did she adopt", scope="summaries", limit=2)
+    assert events == ["model"]  # no turn search: nothing started
+
+
+def test_an_encoder_job_not_started_yet_is_cancelled_and_done_inline():
+    events: list[str] = []
+    encoder = AheadEncoder(events, start=False)  # the background threads are busy with other recalls
+    recall, spy = _spied_recall(encoder, events)
+    recall("alice", "what dog did she adopt", limit=2)
+    assert events == ["submitted", "model", "inline"] and encoder.future.cancelled()
+    assert np.allclose(spy.turns[-1], encoder.inner.embed(["greyhound what dog did she adopt"])[0])
