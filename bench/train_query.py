@@ -33,6 +33,9 @@ import numpy as np
 from chatmem.bootstrap import Container
 
 SEED = 0
+# LoCoMo's question kinds learned from: the four scored ones and the adversarial one (5), whose
+# evidence is a real turn about the question's topic, said by the other speaker.
+CATEGORIES = (1, 2, 3, 4, 5)
 EPOCHS = 5
 LEARNING_RATE = 2e-5
 WEIGHT_DECAY = 0.01

@@ -194,7 +194,7 @@ def encoder_pools(c: Container, corpus: Sequence[dict], query_out: Path, console
     from chatmem.adapters.embedders import TOKENIZER_FILE, OnnxMiniLMEmbedder, QueryEmbedder
     from chatmem.bench import train_query
 
-    items = train_query.questions(c, corpus, tuple(QUESTION_CATEGORIES))
+    items = train_query.questions(c, corpus, train_query.CATEGORIES)
     console.print(f"query encoder: {len(items)} questions, {train_query.EPOCHS} epochs, seed {train_query.SEED}")
 
     def encoder(path: Path) -> Embedder:
