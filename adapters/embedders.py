@@ -393,3 +393,6 @@ class QueryEmbedder:
 
     def submit(self, texts: Sequence[str]) -> Future[np.ndarray]:
         return background().submit(self.embed, list(texts))
+
+    def cache_clear(self) -> None:
+        self._one.cache_clear()

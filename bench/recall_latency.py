@@ -38,8 +38,8 @@ class _Inline:
 def _clear_query_caches(*embedders: Any) -> None:
     for e in embedders:
         current = e.current() if hasattr(e, "current") else e
-        if hasattr(current, "_one"):
-            current._one.cache_clear()
+        if hasattr(current, "cache_clear"):
+            current.cache_clear()
 
 
 def run(

@@ -35,7 +35,7 @@ import numpy as np
 from chatmem.memory.attachments.surrogates import ATTACHMENT_LINE, label, short_id
 from chatmem.memory.dates import Period, query_period
 from chatmem.memory.mlp import Mlp
-from chatmem.memory.ports import BackgroundEmbedder, Embedder
+from chatmem.memory.ports import BackgroundEmbedder, Embedder, concrete
 from chatmem.schemas.events import validate_identifier
 from chatmem.schemas.read import CONTEXT_CHARS, SNIPPET_CHARS, Citation, RecallHit, RecallResult, Scope, SourceKind
 
@@ -513,8 +513,10 @@ class Recall:
     def _start_turn_vector(self, query: str) -> Callable[[], np.ndarray] | None:
         """The turn search's query vector, started now when the encoder can run in the background:
         it is computed while the query's own vector is, and the facts and summaries searched."""
-        encoder = self.turn_embedder
-        if encoder is None:
+        if self.turn_embedder is None:
+            return None
+        encoder = concrete(self.turn_embedder)
+        if encoder is concrete(self.embedder):  # encoder off or another model: the query's own vector serves
             return None
         if not isinstance(encoder, BackgroundEmbedder):
             return lambda: encoder.embed([query])[0]

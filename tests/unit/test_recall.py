@@ -359,3 +359,16 @@ def test_an_encoder_job_not_started_yet_is_cancelled_and_done_inline():
     recall("alice", "what dog did she adopt", limit=2)
     assert events == ["submitted", "model", "inline"] and encoder.future.cancelled()
     assert np.allclose(spy.turns[-1], encoder.inner.embed(["greyhound what dog did she adopt"])[0])
+
+
+def test_a_turn_embedder_that_is_the_query_embedder_adds_no_second_embedding():
+    """Encoder off (or another model): the turn search's embedder resolves to the query's own, so
+    its vector serves both, and nothing is started in the background to compute it again."""
+    events: list[str] = []
+    recall, spy = _spied_recall(None, events)
+    embedder = recall.embedder
+    embedder.submit = lambda texts: events.append("submitted")  # type: ignore[attr-defined]
+    recall.turn_embedder = embedder
+    recall("alice", "what dog did she adopt", limit=2)
+    assert events == ["model"]
+    assert np.allclose(spy.turns[-1], spy.summaries[-1])
