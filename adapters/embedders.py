@@ -42,6 +42,9 @@ TORCH_EXTRA_HINT = "pip install 'chatmem[torch]'"
 _load_lock = threading.Lock()
 _models: dict[Any, Any] = {}
 _background: dict[int, ThreadPoolExecutor] = {}
+# Its own lock: model loads hold `_load_lock` for seconds, and a recall must not wait on one
+# (say, a re-embedding's new model) just to reach the threads of an encoder already loaded.
+_background_lock = threading.Lock()
 
 
 class MissingBackendError(RuntimeError):
@@ -366,7 +369,7 @@ class CachedEmbedder:
 def background() -> ThreadPoolExecutor:
     """This process's threads for query embeddings started ahead (threads do not survive a fork:
     a forked child makes its own)."""
-    with _load_lock:
+    with _background_lock:
         pid = os.getpid()
         if pid not in _background:
             _background[pid] = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chatmem-query")
