@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from chatmem.adapters.keys_pg import EventKeys, wrapped_key_sql
 from chatmem.adapters.sql import scalar
@@ -141,6 +141,24 @@ class PinningPool(ConnectionPool):
                 conn.execute("SET synchronous_commit = on")
                 conn.execute("SELECT pg_current_xact_id()")  # an xid, so the commit writes a record and waits
                 conn.commit()
+
+    @contextmanager
+    def spare(self, timeout: float) -> Iterator[bool]:
+        """Pin a connection for this thread's read when one is free within `timeout`; yields
+        whether one was. For work that runs beside a read holding its own pin: waiting the pool's
+        full timeout there could wait on reads that wait on it."""
+        try:
+            conn = self.getconn(timeout)
+        except PoolTimeout:
+            yield False
+            return
+        self._local.conn, self._local.commit_blocks = conn, False
+        try:
+            with conn:  # a read: its transaction ends with the block
+                yield True
+        finally:
+            self._local.conn = None
+            self.putconn(conn)
 
     @contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:

@@ -8,11 +8,35 @@ resolved from the caller; nothing from a request is spliced into SQL."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
+from typing import TypeVar
 
 import psycopg
 
 from chatmem.adapters.postgres import PinningPool
+
+T = TypeVar("T")
+
+# Work run ahead of a read: two threads (a read starts one query ahead; a second read in the
+# process may too). Each tries for a spare connection for at most AHEAD_WAIT_S, in steps, and
+# gives up as soon as the read needs the result and takes the work back.
+AHEAD_THREADS = 2
+AHEAD_STEP_S = 0.002
+AHEAD_WAIT_S = 0.05
+_ahead_lock = threading.Lock()
+_ahead_executor: ThreadPoolExecutor | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _ahead_executor
+    with _ahead_lock:
+        if _ahead_executor is None:
+            _ahead_executor = ThreadPoolExecutor(AHEAD_THREADS, thread_name_prefix="chatmem-read-ahead")
+        return _ahead_executor
 
 
 class ReadConnections:
@@ -30,6 +54,38 @@ class ReadConnections:
         """The pinned connection inside a session; a pooled one for a query on its own."""
         return self.pool.connection()
 
+    def ahead(self, work: Callable[[], T]) -> Callable[[], T]:
+        """Start `work` (queries through this object) now on a spare connection in another thread,
+        so that it runs while the caller's session runs its own; the returned function gives its
+        result. Whoever comes first does the work: when no connection is free at once (a busy
+        process) or no thread, the caller does it on its own connection when it asks, so a read
+        never waits on another read's connection. The work sees its own snapshot: recall's
+        candidate lists are read in two transactions, as two reads a moment apart would be."""
+        claim = threading.Lock()  # acquired by whichever side runs `work`
+
+        def run() -> tuple[bool, T | None]:
+            deadline = time.monotonic() + AHEAD_WAIT_S
+            while not claim.locked() and time.monotonic() < deadline:
+                with self.pool.spare(AHEAD_STEP_S) as pinned:
+                    if not pinned:
+                        continue
+                    if not claim.acquire(blocking=False):
+                        break
+                    return True, work()
+            return False, None
+
+        future = _executor().submit(run)
+
+        def result() -> T:
+            if claim.acquire(blocking=False):  # not started: do it here
+                future.cancel()
+                return work()
+            done, value = future.result()
+            assert done  # the claim was taken by `run`, which returns the work's value or raises
+            return value  # type: ignore[return-value]
+
+        return result
+
 
 class PostgresReader:
     """Base of the read adapters: the shared session and the membership check reads start with."""
@@ -43,6 +99,10 @@ class PostgresReader:
 
     def _conn(self) -> AbstractContextManager[psycopg.Connection]:
         return self.connections.connection()
+
+    def ahead(self, work: Callable[[], T]) -> Callable[[], T]:
+        """`work` started on a spare connection (`ReadConnections.ahead`)."""
+        return self.connections.ahead(work)
 
     def readable_threads(self, user_id: str, thread_id: str | None) -> list[str]:
         with self._conn() as conn:

@@ -6,7 +6,7 @@ int from settings)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, time, timedelta
 from typing import Any, TypeVar
 
@@ -14,6 +14,7 @@ import numpy as np
 import psycopg
 
 from chatmem.adapters.read_pg import PostgresReader, ReadConnections
+from chatmem.memory.dates import Period
 from chatmem.memory.recall import ArtifactCandidate, FoundFact, Hops, SummaryCandidate, TermStats, TurnCandidate
 from chatmem.schemas.read import Citation
 
@@ -119,16 +120,10 @@ class PostgresRecallReader(PostgresReader):
 
     # --- recall candidates ------------------------------------------------------------------
     def turn_candidates(
-        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, hops: Hops
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, period: Period | None
     ) -> tuple[list[TurnCandidate], TermStats]:
         d, params = self._search_params(threads, lexemes, qvec, limit)
-        period = hops.period
         params |= {
-            "eps": list(hops.episodes),
-            "r_thread": [r[0] for r in hops.ranges],
-            "r_from": [r[1] for r in hops.ranges],
-            "r_upto": [r[2] for r in hops.ranges],
-            "events": list(hops.events),
             # Whole days in UTC, as stored; NULL bounds select nothing.
             "d0": datetime.combine(period.first, time(), UTC) if period else None,
             "d1": datetime.combine(period.last + timedelta(days=1), time(), UTC) if period else None,
@@ -141,35 +136,15 @@ class PostgresRecallReader(PostgresReader):
         dense AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
                   WHERE {_vec_ok("m", d)}
                   ORDER BY (m.embedding::vector({d}) <=> %(q)s::vector({d})){{exact}} LIMIT %(n)s),
-        episode_best AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
-                         WHERE m.episode_id = ANY(%(eps)s) AND {_vec_ok("m", d)}
-                         ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
-        -- Second hop: the turns the best summaries cover, the turns facts came from, and the
-        -- turns sent on the day or month the query names, each through an index, never a scan.
-        range_best AS (SELECT m.thread_id, m.seq
-                       FROM unnest(%(r_thread)s::text[], %(r_from)s::int[], %(r_upto)s::int[]) r(thread_id, lo, hi)
-                       JOIN scope s USING (thread_id)
-                       JOIN messages m ON m.thread_id = r.thread_id AND m.generation = s.generation
-                                      AND m.seq BETWEEN r.lo AND r.hi
-                       WHERE {_vec_ok("m", d)}
-                       ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
-        sources AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
-                    WHERE m.event_id = ANY(%(events)s)),
+        -- The turns sent on the day or month the query names, through an index, never a scan.
         dated AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
                   WHERE m.occurred_at >= %(d0)s AND m.occurred_at < %(d1)s AND {_vec_ok("m", d)}
                   ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
-        pool AS (SELECT * FROM lex UNION SELECT * FROM dense UNION SELECT * FROM episode_best
-                 UNION SELECT * FROM range_best UNION SELECT * FROM sources UNION SELECT * FROM dated),
+        pool AS (SELECT * FROM lex UNION SELECT * FROM dense UNION SELECT * FROM dated),
         -- BM25's collection figures over the whole scope: size, mean length, document frequencies.
         -- The scope's size is the threads' message counts, read first (a count scanned them all).
         stats AS ({_STATS.format(table="messages", docs="%(docs)s::bigint")})
-        SELECT m.thread_id, m.seq, m.episode_id, m.event_id, m.platform_message_id, m.user_id, m.role, m.text,
-               m.occurred_at, m.is_active,
-               CASE WHEN {_vec_ok("m", d)}
-                    THEN 1 - (m.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
-               CASE WHEN m.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="m")} END,
-               length(m.tsv), tsvector_to_array(to_tsvector('english', m.user_id)) && %(lex)s::text[],
-               stats.docs, stats.avg_len, stats.df
+        SELECT {_turn_columns(d)}, stats.docs, stats.avg_len, stats.df
         FROM pool JOIN scope s USING (thread_id)
         JOIN messages m ON m.thread_id = pool.thread_id AND m.generation = s.generation AND m.seq = pool.seq,
         q, stats"""
@@ -188,9 +163,54 @@ class PostgresRecallReader(PostgresReader):
             rows = conn.execute(sql, {**params, "docs": size}).fetchall()
         if not rows:
             return [], TermStats(0, 0.0, (0,) * len(lexemes))
-        zero = (0,) * len(lexemes)
-        turns = [_candidate(TurnCandidate, r, 10, zero, author_named=bool(r[13])) for r in rows]
-        return turns, _row_stats(rows[0][14:17])
+        return _turns(rows, len(lexemes)), _row_stats(rows[0][14:17])
+
+    def hop_turns(
+        self,
+        threads: Sequence[str],
+        lexemes: Sequence[str],
+        qvec: np.ndarray,
+        limit: int,
+        hops: Hops,
+        have: Collection[tuple[str, int]],
+    ) -> list[TurnCandidate]:
+        if not (hops.episodes or hops.ranges or hops.events):
+            return []
+        d, params = self._search_params(threads, lexemes, qvec, limit)
+        params |= {
+            "eps": list(hops.episodes),
+            "r_thread": [r[0] for r in hops.ranges],
+            "r_from": [r[1] for r in hops.ranges],
+            "r_upto": [r[2] for r in hops.ranges],
+            "events": list(hops.events),
+            "h_thread": [k[0] for k in have],
+            "h_seq": [k[1] for k in have],
+        }
+        sql = f"""
+        WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
+        q AS (SELECT {_OR_QUERY} AS tsq),
+        -- Each through an index, never a scan: the closest turns of the best episodes and of the
+        -- ranges the best summaries cover, and the turns facts came from.
+        episode_best AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
+                         WHERE m.episode_id = ANY(%(eps)s) AND {_vec_ok("m", d)}
+                         ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
+        range_best AS (SELECT m.thread_id, m.seq
+                       FROM unnest(%(r_thread)s::text[], %(r_from)s::int[], %(r_upto)s::int[]) r(thread_id, lo, hi)
+                       JOIN scope s USING (thread_id)
+                       JOIN messages m ON m.thread_id = r.thread_id AND m.generation = s.generation
+                                      AND m.seq BETWEEN r.lo AND r.hi
+                       WHERE {_vec_ok("m", d)}
+                       ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
+        sources AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
+                    WHERE m.event_id = ANY(%(events)s)),
+        pool AS ((SELECT * FROM episode_best UNION SELECT * FROM range_best UNION SELECT * FROM sources)
+                 EXCEPT SELECT * FROM unnest(%(h_thread)s::text[], %(h_seq)s::int[]))
+        SELECT {_turn_columns(d)}
+        FROM pool JOIN scope s USING (thread_id)
+        JOIN messages m ON m.thread_id = pool.thread_id AND m.generation = s.generation AND m.seq = pool.seq, q"""
+        with self._conn() as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return _turns(rows, len(lexemes))
 
     def neighbours(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
         if not keys:
@@ -336,6 +356,22 @@ def _fact(r: tuple[Any, ...]) -> FoundFact:
             source_ids=list(ids or []),
         ),
     )
+
+
+def _turn_columns(d: int) -> str:
+    """A turn candidate's columns (`_turns` reads them): the turn, its similarity to the query,
+    term frequencies when it matches the text query, length, whether the query names its author."""
+    return f"""m.thread_id, m.seq, m.episode_id, m.event_id, m.platform_message_id, m.user_id, m.role, m.text,
+               m.occurred_at, m.is_active,
+               CASE WHEN {_vec_ok("m", d)}
+                    THEN 1 - (m.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
+               CASE WHEN m.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="m")} END,
+               length(m.tsv), tsvector_to_array(to_tsvector('english', m.user_id)) && %(lex)s::text[]"""
+
+
+def _turns(rows: Sequence[tuple[Any, ...]], lexemes: int) -> list[TurnCandidate]:
+    zero = (0,) * lexemes
+    return [_candidate(TurnCandidate, r, 10, zero, author_named=bool(r[13])) for r in rows]
 
 
 def _candidate(make: Callable[..., C], r: tuple[Any, ...], fields: int, zero: tuple[int, ...], **extra: Any) -> C:

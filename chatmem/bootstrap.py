@@ -560,6 +560,7 @@ class Container:
             self.query_embedder,
             self.mem0 if self.settings.recall_mem0 else None,
             turn_embedder=self.turn_query_embedder,
+            parallel=self.settings.recall_parallel,
         )
 
     @cached_property

@@ -251,6 +251,11 @@ class Settings(BaseSettings):
         description="Embed recall queries for the turn search with the fine-tuned query encoder shipped with "
         "all-MiniLM-L6-v2 (only while that model is in use); false: with the model itself.",
     )
+    recall_parallel: bool = Field(
+        True,
+        description="Start recall's turn search on a second pooled connection, beside the summary and fact "
+        "searches, when one is free at once; false: one connection, the searches one after another.",
+    )
     api_host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
     api_port: int = Field(8765, ge=1, le=65535, description="Port of the HTTP API.")
     mcp_user: str | None = Field(

@@ -10,7 +10,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -29,6 +29,7 @@ from chatmem.memory.attachments import (
     Sniffed,
 )
 from chatmem.memory.boundary_llm import AssistFactory
+from chatmem.memory.dates import Period
 from chatmem.memory.episodes import Job, Plan, SummaryPolicy, ThreadContext, log_text, message_text
 from chatmem.memory.fact_jobs import FactWrite, UserLine
 from chatmem.memory.facts import FactCandidate, resolve
@@ -1207,38 +1208,55 @@ class FakeRecallStore:
         dense = sorted(range(len(items)), key=lambda i: -sims[i])[:limit]
         return [(i, sims[i]) for i in sorted(set(lexical) | set(dense))]
 
+    def ahead(self, work: Callable[[], Any]) -> Callable[[], Any]:
+        return work  # in one thread: done when asked for
+
+    def _turn(self, t: Any, sim: float, lexemes: Sequence[str]) -> TurnCandidate:
+        return TurnCandidate(
+            t.thread_id,
+            t.seq,
+            t.episode_id,
+            t.event_id,
+            t.platform_message_id,
+            t.user_id,
+            t.role,
+            t.text,
+            t.occurred_at,
+            t.is_active,
+            sim,
+            self._tf(t.text, lexemes),
+            len(t.text.split()),
+            author_named=t.user_id.lower() in lexemes,
+        )
+
     def turn_candidates(
-        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, hops: Hops
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, period: Period | None
     ) -> tuple[list[TurnCandidate], TermStats]:
         turns = [t for t in self.turns if t.thread_id in threads]
         texts = [t.text for t in turns]
         pool = self._pool(turns, texts, [t.vector for t in turns], lexemes, qvec, limit)
-        # The second hop's turns join the pool as in the SQL (fact sources, the period's turns).
+        # The period's turns join the pool as in the SQL.
         pooled = {i for i, _ in pool}
         for i, t in enumerate(turns):
-            dated = hops.period is not None and hops.period.first <= t.occurred_at.date() <= hops.period.last
-            if i not in pooled and (t.event_id in hops.events or dated):
+            if i not in pooled and period is not None and period.first <= t.occurred_at.date() <= period.last:
                 pool.append((i, float(np.dot(t.vector, qvec))))
-        found = [
-            TurnCandidate(
-                t.thread_id,
-                t.seq,
-                t.episode_id,
-                t.event_id,
-                t.platform_message_id,
-                t.user_id,
-                t.role,
-                t.text,
-                t.occurred_at,
-                t.is_active,
-                sim,
-                self._tf(t.text, lexemes),
-                len(t.text.split()),
-                author_named=t.user_id.lower() in lexemes,
-            )
-            for t, sim in ((turns[i], sim) for i, sim in pool)
+        return [self._turn(turns[i], sim, lexemes) for i, sim in pool], self._stats(texts, lexemes)
+
+    def hop_turns(
+        self,
+        threads: Sequence[str],
+        lexemes: Sequence[str],
+        qvec: np.ndarray,
+        limit: int,
+        hops: Hops,
+        have: Collection[tuple[str, int]],
+    ) -> list[TurnCandidate]:
+        # Fact sources, as in the SQL (the fake keeps no episode vectors to rank).
+        return [
+            self._turn(t, float(np.dot(t.vector, qvec)), lexemes)
+            for t in self.turns
+            if t.thread_id in threads and t.event_id in hops.events and (t.thread_id, t.seq) not in have
         ]
-        return found, self._stats(texts, lexemes)
 
     def neighbours(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
         by_key = {(t.thread_id, t.seq): t for t in self.turns}

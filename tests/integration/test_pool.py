@@ -3,6 +3,8 @@ connection is handed out skipped for one handed back a moment ago."""
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
@@ -114,3 +116,38 @@ def test_a_read_session_runs_its_blocks_in_one_transaction(pool, fresh_db):
     with psycopg.connect(fresh_db) as other:
         assert other.execute("SELECT count(*) FROM pin").fetchone() == (1,)  # the session's end commits
     assert pool.get_stats().get("requests_num", 0) == requests + 1
+
+
+def test_work_ahead_of_a_read_runs_on_a_spare_connection_beside_it(pool):
+    from chatmem.adapters.read_pg import ReadConnections
+
+    reads = ReadConnections(pool)
+    with reads.session():
+        mine = _backend(pool)
+        # The pool held one connection, the session's: asked for one, it grows to its second.
+        # The work waits for it a moment only; here the read takes it back and runs it itself.
+        assert reads.ahead(lambda: _backend(pool))() == mine
+        deadline = time.monotonic() + 10
+        while pool.get_stats()["pool_available"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        result = reads.ahead(lambda: _backend(pool))
+        time.sleep(0.2)  # the read's own queries, meanwhile
+        assert result() != mine  # a connection of its own, so its query ran beside the session's
+        failing = reads.ahead(lambda: _backend(pool) // 0)
+        with pytest.raises(ZeroDivisionError):  # the work's error reaches the read
+            failing()
+
+
+def test_work_ahead_never_waits_on_a_connection_a_read_holds(fresh_db):
+    from chatmem.adapters.read_pg import ReadConnections
+
+    pool = make_pool(fresh_db, 1, name="one", timeout_s=5)  # the session's is the only connection
+    reads = ReadConnections(pool)
+    try:
+        with reads.session():
+            mine = _backend(pool)
+            # Not a wait of the pool's timeout for a connection that is never handed back: the
+            # read takes the work back and runs it on its own connection.
+            assert reads.ahead(lambda: _backend(pool))() == mine
+    finally:
+        pool.close()

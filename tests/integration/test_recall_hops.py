@@ -49,23 +49,28 @@ def test_relative_dates_are_indexed_but_not_shown(memory):
     assert hit.citation.platform_message_id == "race-m0" and "[7 May" not in hit.snippet
 
 
-def test_second_hop_turns_join_the_pool_in_one_statement(memory):
+def test_second_hop_turns_join_the_pool_once(memory):
     c = memory
     reader = c.recall_reader
     q = "garlic"
     lexemes, qvec = reader.lexemes(q), c.query_embedder.embed([q])[0]
     event = scalar(c, "SELECT event_id FROM messages WHERE thread_id = 'race' AND seq = 2")
     may8 = day(MAY8.date())
+    hops = Hops(ranges=(("race", 1, 1),), events=(event,))
     with reader.session():
-        alone, _ = reader.turn_candidates(["race"], lexemes, qvec, 1, Hops())
-        hopped, stats = reader.turn_candidates(
-            ["race"], lexemes, qvec, 1, Hops(ranges=(("race", 1, 1),), events=(event,))
-        )
-        dated, _ = reader.turn_candidates(["race"], lexemes, qvec, 1, Hops(period=may8))
+        alone, stats = reader.turn_candidates(["race"], lexemes, qvec, 1, None)
+        hopped = reader.hop_turns(["race"], lexemes, qvec, 1, hops, {(t.thread_id, t.seq) for t in alone})
+        dated, _ = reader.turn_candidates(["race"], lexemes, qvec, 1, may8)
+        assert reader.hop_turns(["race"], lexemes, qvec, 1, Hops(), set()) == []
     assert {t.seq for t in alone} == {5}  # "Try garlic, ...": the lexical and the dense top 1
-    assert {t.seq for t in hopped} == {1, 2, 5}  # plus the summary's range and the fact's source
+    assert {t.seq for t in hopped} == {1, 2}  # the summary's range and the fact's source
     assert stats.docs == 5  # collection figures stay those of the whole scope
     assert {t.seq for t in dated} - {5} and all(t.seq in (1, 2, 3, 5) for t in dated)  # a turn of 8 May
+    # A hop turn is read as a first-stage one is: same similarity and term frequencies.
+    both = reader.hop_turns(["race"], lexemes, qvec, 5, Hops(events=(event,)), set())
+    first, _ = reader.turn_candidates(["race"], lexemes, qvec, 5, None)
+    assert [t.seq for t in both] == [2] and both[0] == {t.seq: t for t in first}[2]
+    assert reader.hop_turns(["race"], lexemes, qvec, 5, Hops(events=(event,)), {("race", 2)}) == []  # had already
 
 
 def test_the_author_a_query_names_is_flagged(memory):
@@ -73,7 +78,7 @@ def test_the_author_a_query_names_is_flagged(memory):
     reader = c.recall_reader
     q = "what did Mel say about the race?"
     with reader.session():
-        turns, _ = reader.turn_candidates(["race"], reader.lexemes(q), c.query_embedder.embed([q])[0], 10, Hops())
+        turns, _ = reader.turn_candidates(["race"], reader.lexemes(q), c.query_embedder.embed([q])[0], 10, None)
     flagged = {t.seq: t.author_named for t in turns}
     assert flagged[1] and not flagged[2]  # mel wrote turn 1, the bot turn 2
 
@@ -89,7 +94,7 @@ def test_collection_figures_are_those_of_the_scope_counted_row_by_row(memory):
         rows = [set(r[0]) for r in conn.execute("SELECT tsvector_to_array(tsv) FROM messages WHERE thread_id = 'race'")]
         lengths = [r[0] for r in conn.execute("SELECT length(tsv) FROM messages WHERE thread_id = 'race'")]
     with reader.session():
-        _, stats = reader.turn_candidates(["race"], lexemes, qvec, 3, Hops())
+        _, stats = reader.turn_candidates(["race"], lexemes, qvec, 3, None)
     assert stats.docs == len(rows) == 5
     assert stats.df == tuple(sum(lex in r for r in rows) for lex in lexemes) and max(stats.df) == 3
     assert stats.avg_len == pytest.approx(sum(lengths) / len(lengths))

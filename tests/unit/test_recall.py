@@ -225,18 +225,23 @@ def test_recall_over_the_fake_store_cites_the_platform_message_and_stays_in_the_
 
 
 class HopRecorder:
-    """Wraps the fake store and keeps the second-hop requests the ranking sent."""
+    """Wraps the fake store and keeps the periods and second-hop requests the ranking sent."""
 
     def __init__(self, store):
         self.store = store
+        self.periods: list = []
         self.hops: list[Hops] = []
 
     def __getattr__(self, name):
         return getattr(self.store, name)
 
-    def turn_candidates(self, threads, lexemes, qvec, limit, hops):
+    def turn_candidates(self, threads, lexemes, qvec, limit, period):
+        self.periods.append(period)
+        return self.store.turn_candidates(threads, lexemes, qvec, limit, period)
+
+    def hop_turns(self, threads, lexemes, qvec, limit, hops, have):
         self.hops.append(hops)
-        return self.store.turn_candidates(threads, lexemes, qvec, limit, hops)
+        return self.store.hop_turns(threads, lexemes, qvec, limit, hops, have)
 
 
 def test_second_hop_asks_for_fact_sources_summary_ranges_and_the_named_day():
@@ -257,11 +262,12 @@ def test_second_hop_asks_for_fact_sources_summary_ranges_and_the_named_day():
     result = recall("alice", "gardens dog on 7 May 2023", limit=5)
     hops = recorder.hops[-1]
     assert hops.events == ("t1:3",) and hops.ranges == (("t1", 1, 2),) and hops.episodes == ("t1#1",)
-    assert hops.period is not None and hops.period.first == may7.date()
+    period = recorder.periods[-1]
+    assert period is not None and period.first == may7.date()
     assert result.hits[0].citation.platform_message_id == "m2"  # sent on the day asked about
     # A messages-only read asks for no facts, so facts add no hop there.
     recall("alice", "gardens", scope=Scope.MESSAGES)
-    assert recorder.hops[-1].events == () and recorder.hops[-1].period is None
+    assert recorder.hops[-1].events == () and recorder.periods[-1] is None
 
 
 class QueryVectors:
@@ -275,9 +281,9 @@ class QueryVectors:
     def __getattr__(self, name):
         return getattr(self.store, name)
 
-    def turn_candidates(self, threads, lexemes, qvec, limit, hops):
+    def turn_candidates(self, threads, lexemes, qvec, limit, period):
         self.turns.append(qvec)
-        return self.store.turn_candidates(threads, lexemes, qvec, limit, hops)
+        return self.store.turn_candidates(threads, lexemes, qvec, limit, period)
 
     def summary_candidates(self, threads, lexemes, qvec, limit):
         self.summaries.append(qvec)
@@ -372,3 +378,45 @@ def test_a_turn_embedder_that_is_the_query_embedder_adds_no_second_embedding():
     recall("alice", "what dog did she adopt", limit=2)
     assert events == ["model"]
     assert np.allclose(spy.turns[-1], spy.summaries[-1])
+
+
+class CallOrder:
+    """Wraps the fake store and keeps the order in which recall starts and runs its searches."""
+
+    def __init__(self, store):
+        self.store = store
+        self.calls: list[str] = []
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def ahead(self, work):
+        self.calls.append("ahead")
+        return self.store.ahead(work)
+
+    def turn_candidates(self, *args):
+        self.calls.append("turns")
+        return self.store.turn_candidates(*args)
+
+    def summary_candidates(self, *args):
+        self.calls.append("summaries")
+        return self.store.summary_candidates(*args)
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_the_turn_search_starts_before_the_summary_search_and_gives_the_same_answer(parallel):
+    from chatmem.memory.recall import Recall
+    from tests.fakes import FakeEmbedder, FakeRecallStore
+
+    store = FakeRecallStore(FakeEmbedder())
+    store.add_turn("t1", "alice", "I adopted a greyhound named Pixel", platform_message_id="m1")
+    store.add_turn("t1", "alice", "The roses finally bloomed", platform_message_id="m2")
+    store.add_summary("t1", "Alice adopted a dog.", 1, 1)
+    spy = CallOrder(store)
+    answer = Recall(spy, FakeEmbedder(), parallel=parallel)("alice", "what dog did she adopt", limit=2)
+    if parallel:  # handed to the store to start beside the summary search
+        assert spy.calls == ["ahead", "summaries", "turns"]
+    else:
+        assert spy.calls == ["summaries", "turns"]
+    alone = Recall(store, FakeEmbedder(), parallel=not parallel)("alice", "what dog did she adopt", limit=2)
+    assert answer == alone and answer.hits[0].citation.platform_message_id == "m1"
