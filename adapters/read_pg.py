@@ -1,4 +1,5 @@
-"""What every read adapter shares: one pinned connection per read, and thread membership.
+"""What every read adapter shares: one pinned connection per read (and a spare one for work a
+read starts ahead, when one is free), and thread membership.
 
 The read path's queries are split by consumer: recall candidates (adapters/recall_pg.py), the
 sections of a context (adapters/context_pg.py) and browsing (adapters/browse_pg.py). They all
@@ -8,6 +9,7 @@ resolved from the caller; nothing from a request is spliced into SQL."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -28,15 +30,17 @@ AHEAD_THREADS = 2
 AHEAD_STEP_S = 0.002
 AHEAD_WAIT_S = 0.05
 _ahead_lock = threading.Lock()
-_ahead_executor: ThreadPoolExecutor | None = None
+_ahead_executors: dict[int, ThreadPoolExecutor] = {}
 
 
 def _executor() -> ThreadPoolExecutor:
-    global _ahead_executor
+    """This process's threads for work ahead (threads do not survive a fork: a forked child
+    makes its own)."""
     with _ahead_lock:
-        if _ahead_executor is None:
-            _ahead_executor = ThreadPoolExecutor(AHEAD_THREADS, thread_name_prefix="chatmem-read-ahead")
-        return _ahead_executor
+        pid = os.getpid()
+        if pid not in _ahead_executors:
+            _ahead_executors[pid] = ThreadPoolExecutor(AHEAD_THREADS, thread_name_prefix="chatmem-read-ahead")
+        return _ahead_executors[pid]
 
 
 class ReadConnections:
