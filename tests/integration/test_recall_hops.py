@@ -2,6 +2,7 @@
 the full-text vector (the shown text unchanged), turns of the day a question names, of the
 summaries' ranges and of fact sources brought into the pool, the author a query names."""
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -98,3 +99,34 @@ def test_collection_figures_are_those_of_the_scope_counted_row_by_row(memory):
     assert stats.docs == len(rows) == 5
     assert stats.df == tuple(sum(lex in r for r in rows) for lex in lexemes) and max(stats.df) == 3
     assert stats.avg_len == pytest.approx(sum(lengths) / len(lengths))
+
+
+def test_the_first_stage_finds_the_same_turns_ahead_on_a_spare_connection_with_large_scope_settings(
+    memory, monkeypatch
+):
+    # Past EXACT_SCAN_MAX messages the first stage may take the HNSW index, with settings local
+    # to its transaction; run ahead, that transaction is the spare connection's own.
+    from chatmem.adapters import recall_pg
+
+    c = memory
+    reader = c.recall_reader
+    q = "charity race"
+    lexemes, qvec = reader.lexemes(q), c.query_embedder.embed([q])[0]
+
+    def first() -> tuple[int, set[int]]:
+        with reader._conn() as conn:
+            pid = conn.info.backend_pid
+        turns, _ = reader.turn_candidates(["race"], lexemes, qvec, 10, None)
+        return pid, {t.seq for t in turns}
+
+    with reader.session():
+        exact = first()[1]
+    monkeypatch.setattr(recall_pg, "EXACT_SCAN_MAX", 0)
+    with reader.session():
+        mine = first()[0]
+        reader.ahead(first)()  # the pool grows to a spare connection
+        time.sleep(0.2)
+        pending = reader.ahead(first)
+        time.sleep(0.2)  # the read's own queries, meanwhile
+        pid, found = pending()
+    assert pid != mine and found == exact == {1, 2, 3, 4, 5}
