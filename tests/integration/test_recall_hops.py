@@ -101,9 +101,7 @@ def test_collection_figures_are_those_of_the_scope_counted_row_by_row(memory):
     assert stats.avg_len == pytest.approx(sum(lengths) / len(lengths))
 
 
-def test_the_first_stage_finds_the_same_turns_ahead_on_a_spare_connection_with_large_scope_settings(
-    memory, monkeypatch
-):
+def test_the_first_stage_run_ahead_with_large_scope_settings_finds_the_same_turns(memory, monkeypatch):
     # Past EXACT_SCAN_MAX messages the first stage may take the HNSW index, with settings local
     # to its transaction; run ahead, that transaction is the spare connection's own.
     from chatmem.adapters import recall_pg
