@@ -6,7 +6,7 @@ int from settings)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, time, timedelta
 from typing import Any, TypeVar
 
@@ -166,13 +166,7 @@ class PostgresRecallReader(PostgresReader):
         return _turns(rows, len(lexemes)), _row_stats(rows[0][14:17])
 
     def hop_turns(
-        self,
-        threads: Sequence[str],
-        lexemes: Sequence[str],
-        qvec: np.ndarray,
-        limit: int,
-        hops: Hops,
-        have: Collection[tuple[str, int]],
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, hops: Hops
     ) -> list[TurnCandidate]:
         if not (hops.episodes or hops.ranges or hops.events):
             return []
@@ -183,8 +177,6 @@ class PostgresRecallReader(PostgresReader):
             "r_from": [r[1] for r in hops.ranges],
             "r_upto": [r[2] for r in hops.ranges],
             "events": list(hops.events),
-            "h_thread": [k[0] for k in have],
-            "h_seq": [k[1] for k in have],
         }
         sql = f"""
         WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
@@ -203,8 +195,7 @@ class PostgresRecallReader(PostgresReader):
                        ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
         sources AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
                     WHERE m.event_id = ANY(%(events)s)),
-        pool AS ((SELECT * FROM episode_best UNION SELECT * FROM range_best UNION SELECT * FROM sources)
-                 EXCEPT SELECT * FROM unnest(%(h_thread)s::text[], %(h_seq)s::int[]))
+        pool AS (SELECT * FROM episode_best UNION SELECT * FROM range_best UNION SELECT * FROM sources)
         SELECT {_turn_columns(d)}
         FROM pool JOIN scope s USING (thread_id)
         JOIN messages m ON m.thread_id = pool.thread_id AND m.generation = s.generation AND m.seq = pool.seq, q"""

@@ -21,8 +21,9 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import threading
 from collections import defaultdict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -156,15 +157,9 @@ class RecallStore(Protocol):
         ...
 
     def hop_turns(
-        self,
-        threads: Sequence[str],
-        lexemes: Sequence[str],
-        qvec: np.ndarray,
-        limit: int,
-        hops: Hops,
-        have: Collection[tuple[str, int]],
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, hops: Hops
     ) -> list[TurnCandidate]:
-        """The closest turns of what `hops` names, other than the (thread_id, seq) in `have`."""
+        """The closest turns of what `hops` names."""
         ...
 
     def neighbours(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
@@ -508,10 +503,14 @@ class Recall:
         hits: list[RecallHit] = []
         if searches_turns:
             # The turn search's first stage needs nothing the summaries or facts find: it starts
-            # now, beside them (half of a recall's time was the two searches one after the other).
-            tvec = qvec if turn_vector is None else turn_vector()
+            # now, beside them (half of a recall's time was the two searches one after the other),
+            # and waits there for the encoder's vector, so the summaries and facts do not.
             period = query_period(query)
-            search = lambda: self.store.turn_candidates(threads, lexemes, tvec, p.pool, period)  # noqa: E731
+            tvec = (lambda: qvec) if turn_vector is None else turn_vector
+
+            def search() -> tuple[list[TurnCandidate], TermStats]:
+                return self.store.turn_candidates(threads, lexemes, tvec(), p.pool, period)
+
             first = self.store.ahead(search) if self.parallel else search
         # Facts first in an `all` answer: the turns they were drawn from are a second hop for the turns.
         facts = (
@@ -549,11 +548,17 @@ class Recall:
         if not isinstance(encoder, BackgroundEmbedder):
             return lambda: encoder.embed([query])[0]
         future = encoder.submit([query])
+        lock = threading.Lock()
+        done: list[np.ndarray] = []
 
-        def vector() -> np.ndarray:
-            if future.cancel():  # not started yet (other recalls hold the threads): do it here
-                return encoder.embed([query])[0]
-            return future.result()[0]
+        def vector() -> np.ndarray:  # asked for by the first stage and the second hop: computed once
+            with lock:
+                if not done:
+                    if future.cancel():  # not started yet (other recalls hold the threads): do it here
+                        done.append(encoder.embed([query])[0])
+                    else:
+                        done.append(future.result()[0])
+                return done[0]
 
         return vector
 
@@ -602,14 +607,16 @@ class Recall:
         self,
         threads: list[str],
         lexemes: list[str],
-        qvec: np.ndarray,
+        tvec: Callable[[], np.ndarray],
         first: Callable[[], tuple[list[TurnCandidate], TermStats]],
         period: Period | None,
         ranked_summaries: list[tuple[SummaryCandidate, float]],
         fact_sources: tuple[str, ...],
         limit: int,
     ) -> list[RecallHit]:
-        """The first stage's turns (`first`) with the second hop's, ranked."""
+        """The first stage's turns (`first`) with the second hop's, ranked. The second hop is
+        searched before the first stage is taken (it may still be running beside it); a turn both
+        found counts once."""
         p = self.params
         boost: dict[str, float] = {}
         for s, score in ranked_summaries:
@@ -621,8 +628,10 @@ class Recall:
             ranges=tuple((s.thread_id, s.from_seq, s.upto_seq) for s in best),
             events=fact_sources,
         )
+        hopped = self.store.hop_turns(threads, lexemes, tvec(), p.pool, hops)
         turns, stats = first()
-        turns += self.store.hop_turns(threads, lexemes, qvec, p.pool, hops, {(t.thread_id, t.seq) for t in turns})
+        seen = {(t.thread_id, t.seq) for t in turns}
+        turns += [t for t in hopped if (t.thread_id, t.seq) not in seen]
         ranked = self._rank_turns(turns, stats, boost, period, limit)
         keys = [(t.thread_id, t.seq + d) for t, _ in ranked for d in (-1, 1)]
         context = self.store.neighbours(keys)

@@ -10,7 +10,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -1243,19 +1243,13 @@ class FakeRecallStore:
         return [self._turn(turns[i], sim, lexemes) for i, sim in pool], self._stats(texts, lexemes)
 
     def hop_turns(
-        self,
-        threads: Sequence[str],
-        lexemes: Sequence[str],
-        qvec: np.ndarray,
-        limit: int,
-        hops: Hops,
-        have: Collection[tuple[str, int]],
+        self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, hops: Hops
     ) -> list[TurnCandidate]:
         # Fact sources, as in the SQL (the fake keeps no episode vectors to rank).
         return [
             self._turn(t, float(np.dot(t.vector, qvec)), lexemes)
             for t in self.turns
-            if t.thread_id in threads and t.event_id in hops.events and (t.thread_id, t.seq) not in have
+            if t.thread_id in threads and t.event_id in hops.events
         ]
 
     def neighbours(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:

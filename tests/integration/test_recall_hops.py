@@ -50,7 +50,7 @@ def test_relative_dates_are_indexed_but_not_shown(memory):
     assert hit.citation.platform_message_id == "race-m0" and "[7 May" not in hit.snippet
 
 
-def test_second_hop_turns_join_the_pool_once(memory):
+def test_second_hop_turns_join_the_pool(memory):
     c = memory
     reader = c.recall_reader
     q = "garlic"
@@ -60,18 +60,17 @@ def test_second_hop_turns_join_the_pool_once(memory):
     hops = Hops(ranges=(("race", 1, 1),), events=(event,))
     with reader.session():
         alone, stats = reader.turn_candidates(["race"], lexemes, qvec, 1, None)
-        hopped = reader.hop_turns(["race"], lexemes, qvec, 1, hops, {(t.thread_id, t.seq) for t in alone})
+        hopped = reader.hop_turns(["race"], lexemes, qvec, 1, hops)
         dated, _ = reader.turn_candidates(["race"], lexemes, qvec, 1, may8)
-        assert reader.hop_turns(["race"], lexemes, qvec, 1, Hops(), set()) == []
+        assert reader.hop_turns(["race"], lexemes, qvec, 1, Hops()) == []
     assert {t.seq for t in alone} == {5}  # "Try garlic, ...": the lexical and the dense top 1
     assert {t.seq for t in hopped} == {1, 2}  # the summary's range and the fact's source
     assert stats.docs == 5  # collection figures stay those of the whole scope
     assert {t.seq for t in dated} - {5} and all(t.seq in (1, 2, 3, 5) for t in dated)  # a turn of 8 May
     # A hop turn is read as a first-stage one is: same similarity and term frequencies.
-    both = reader.hop_turns(["race"], lexemes, qvec, 5, Hops(events=(event,)), set())
+    both = reader.hop_turns(["race"], lexemes, qvec, 5, Hops(events=(event,)))
     first, _ = reader.turn_candidates(["race"], lexemes, qvec, 5, None)
     assert [t.seq for t in both] == [2] and both[0] == {t.seq: t for t in first}[2]
-    assert reader.hop_turns(["race"], lexemes, qvec, 5, Hops(events=(event,)), {("race", 2)}) == []  # had already
 
 
 def test_the_author_a_query_names_is_flagged(memory):

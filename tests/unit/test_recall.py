@@ -239,9 +239,9 @@ class HopRecorder:
         self.periods.append(period)
         return self.store.turn_candidates(threads, lexemes, qvec, limit, period)
 
-    def hop_turns(self, threads, lexemes, qvec, limit, hops, have):
+    def hop_turns(self, threads, lexemes, qvec, limit, hops):
         self.hops.append(hops)
-        return self.store.hop_turns(threads, lexemes, qvec, limit, hops, have)
+        return self.store.hop_turns(threads, lexemes, qvec, limit, hops)
 
 
 def test_second_hop_asks_for_fact_sources_summary_ranges_and_the_named_day():
@@ -265,6 +265,9 @@ def test_second_hop_asks_for_fact_sources_summary_ranges_and_the_named_day():
     period = recorder.periods[-1]
     assert period is not None and period.first == may7.date()
     assert result.hits[0].citation.platform_message_id == "m2"  # sent on the day asked about
+    # The fact's source turn is in the first stage's pool too: it counts once.
+    turns = [h.citation.platform_message_id for h in result.hits if h.kind == "message"]
+    assert "m3" in turns and len(turns) == len(set(turns))
     # A messages-only read asks for no facts, so facts add no hop there.
     recall("alice", "gardens", scope=Scope.MESSAGES)
     assert recorder.hops[-1].events == () and recorder.periods[-1] is None
