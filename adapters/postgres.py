@@ -152,12 +152,13 @@ class PinningPool(ConnectionPool):
         except PoolTimeout:
             yield False
             return
+        pin = getattr(self._local, "conn", None), getattr(self._local, "commit_blocks", True)
         self._local.conn, self._local.commit_blocks = conn, False
         try:
             with conn:  # a read: its transaction ends with the block
                 yield True
         finally:
-            self._local.conn = None
+            self._local.conn, self._local.commit_blocks = pin
             self.putconn(conn)
 
     @contextmanager

@@ -13,9 +13,9 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import psycopg
 
@@ -27,10 +27,18 @@ T = TypeVar("T")
 # process may too). Each tries for a spare connection for at most AHEAD_WAIT_S, in steps, and
 # gives up as soon as the read needs the result and takes the work back.
 AHEAD_THREADS = 2
-AHEAD_STEP_S = 0.002
+AHEAD_STEP_S = 0.01  # longer than the interpreter's thread switch, so a free connection is seen
 AHEAD_WAIT_S = 0.05
 _ahead_lock = threading.Lock()
 _ahead_executors: dict[int, ThreadPoolExecutor] = {}
+
+
+def _after_fork() -> None:
+    global _ahead_lock
+    _ahead_lock = threading.Lock()  # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -58,37 +66,59 @@ class ReadConnections:
         """The pinned connection inside a session; a pooled one for a query on its own."""
         return self.pool.connection()
 
-    def ahead(self, work: Callable[[], T]) -> Callable[[], T]:
+    def ahead(self, work: Callable[[], T], before: Callable[[], object] | None = None) -> Ahead[T]:
         """Start `work` (queries through this object) now on a spare connection in another thread,
-        so that it runs while the caller's session runs its own; the returned function gives its
-        result. Whoever comes first does the work: when no connection is free at once (a busy
-        process) or no thread, the caller does it on its own connection when it asks, so a read
-        never waits on another read's connection. The work sees its own snapshot: recall's
-        candidate lists are read in two transactions, as two reads a moment apart would be."""
-        claim = threading.Lock()  # acquired by whichever side runs `work`
+        so that it runs while the caller's session runs its own; `.result()` gives its result.
+        Whoever comes first does the work: when no connection is free at once (a busy process) or
+        no thread, the caller does it on its own connection when it asks, so a read never waits
+        on another read's connection. `before` (what the work waits for, such as a vector) is
+        called in that thread before a connection is taken, so none sits idle meanwhile. The work
+        sees its own snapshot: recall's candidate lists are read in two transactions, as two reads
+        a moment apart would be."""
+        return Ahead(self.pool, work, before)
 
-        def run() -> tuple[bool, T | None]:
-            deadline = time.monotonic() + AHEAD_WAIT_S
-            while not claim.locked() and time.monotonic() < deadline:
-                with self.pool.spare(AHEAD_STEP_S) as pinned:
-                    if not pinned:
-                        continue
-                    if not claim.acquire(blocking=False):
-                        break
-                    return True, work()
-            return False, None
 
-        future = _executor().submit(run)
+class Ahead(Generic[T]):
+    """Work started on a spare connection by `ReadConnections.ahead`."""
 
-        def result() -> T:
-            if claim.acquire(blocking=False):  # not started: do it here
-                future.cancel()
-                return work()
-            done, value = future.result()
-            assert done  # the claim was taken by `run`, which returns the work's value or raises
-            return value  # type: ignore[return-value]
+    def __init__(self, pool: PinningPool, work: Callable[[], T], before: Callable[[], object] | None):
+        self._work = work
+        self._claim = threading.Lock()  # acquired by whichever side runs `work`, or by `cancel`
+        self._future: Future[tuple[bool, T | None]] | None
+        try:
+            self._future = _executor().submit(self._run, pool, before)
+        except RuntimeError:  # the interpreter is shutting down: no thread, done when asked for
+            self._future = None
 
-        return result
+    def _run(self, pool: PinningPool, before: Callable[[], object] | None) -> tuple[bool, T | None]:
+        if before is not None and not self._claim.locked():
+            before()
+        deadline = time.monotonic() + AHEAD_WAIT_S
+        while not self._claim.locked() and time.monotonic() < deadline:
+            with pool.spare(AHEAD_STEP_S) as pinned:
+                if not pinned:
+                    continue
+                if not self._claim.acquire(blocking=False):
+                    break
+                return True, self._work()
+        return False, None
+
+    def result(self) -> T:
+        if self._claim.acquire(blocking=False):  # not started: do it here
+            if self._future is not None:
+                self._future.cancel()
+            return self._work()
+        if self._future is None:
+            raise RuntimeError("asked twice for work done ahead, or after cancelling it")
+        done, value = self._future.result()
+        if not done:
+            raise RuntimeError("asked twice for work done ahead, or after cancelling it")
+        return value  # type: ignore[return-value]  # `_run` took the claim: the work's value
+
+    def cancel(self) -> None:
+        """The result is not needed (the read failed): work not started yet never starts."""
+        if self._claim.acquire(blocking=False) and self._future is not None:
+            self._future.cancel()
 
 
 class PostgresReader:
@@ -104,9 +134,9 @@ class PostgresReader:
     def _conn(self) -> AbstractContextManager[psycopg.Connection]:
         return self.connections.connection()
 
-    def ahead(self, work: Callable[[], T]) -> Callable[[], T]:
+    def ahead(self, work: Callable[[], T], before: Callable[[], object] | None = None) -> Ahead[T]:
         """`work` started on a spare connection (`ReadConnections.ahead`)."""
-        return self.connections.ahead(work)
+        return self.connections.ahead(work, before)
 
     def readable_threads(self, user_id: str, thread_id: str | None) -> list[str]:
         with self._conn() as conn:

@@ -182,17 +182,18 @@ class PostgresRecallReader(PostgresReader):
         WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
         q AS (SELECT {_OR_QUERY} AS tsq),
         -- Each through an index, never a scan: the closest turns of the best episodes and of the
-        -- ranges the best summaries cover, and the turns facts came from.
+        -- ranges the best summaries cover, and the turns facts came from. Few rows, sorted exactly
+        -- ("+ 0": never the HNSW index, whose filtered scan needs the settings of a large scope).
         episode_best AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
                          WHERE m.episode_id = ANY(%(eps)s) AND {_vec_ok("m", d)}
-                         ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
+                         ORDER BY (m.embedding::vector({d}) <=> %(q)s::vector({d})) + 0 LIMIT %(n)s),
         range_best AS (SELECT m.thread_id, m.seq
                        FROM unnest(%(r_thread)s::text[], %(r_from)s::int[], %(r_upto)s::int[]) r(thread_id, lo, hi)
                        JOIN scope s USING (thread_id)
                        JOIN messages m ON m.thread_id = r.thread_id AND m.generation = s.generation
                                       AND m.seq BETWEEN r.lo AND r.hi
                        WHERE {_vec_ok("m", d)}
-                       ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
+                       ORDER BY (m.embedding::vector({d}) <=> %(q)s::vector({d})) + 0 LIMIT %(n)s),
         sources AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
                     WHERE m.event_id = ANY(%(events)s)),
         pool AS (SELECT * FROM episode_best UNION SELECT * FROM range_best UNION SELECT * FROM sources)

@@ -1,7 +1,8 @@
 """`chatmem bench recall-latency`: recall's latency at LoCoMo scale with the turn search's query
 vector taken three ways, interleaved in one process on one database, so the ratios hold on a
-machine whose speed moves: the model's vector (encoder off), the query encoder's embedded when
-the turn search needs it, and the encoder's started in the background as recall begins; the last
+machine whose speed moves: the model's vector (encoder off), the query encoder's embedded by the
+turn search (in its thread when it runs ahead), and the encoder's started in the background as
+recall begins; the last
 once with the searches one after another on the read's connection and once with the turn search
 started beside the summary and fact searches (the shipped path). Every pass empties the query
 caches first, so each recall embeds its query."""
@@ -55,7 +56,7 @@ def run(
         inline = _Inline(shipped.turn_embedder)
         variants: dict[str, Recall] = {
             "the model's (encoder off)": dataclasses.replace(shipped, turn_embedder=None),
-            "the encoder's, embedded inline": dataclasses.replace(shipped, turn_embedder=inline),
+            "the encoder's, embedded by the turn search": dataclasses.replace(shipped, turn_embedder=inline),
             "the encoder's, started ahead; searches one after another": dataclasses.replace(shipped, parallel=False),
             "the encoder's, started ahead; turn search beside the others (shipped)": shipped,
         }

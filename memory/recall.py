@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from functools import lru_cache
 from importlib import resources
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from chatmem.schemas.events import validate_identifier
 from chatmem.schemas.read import CONTEXT_CHARS, SNIPPET_CHARS, Citation, RecallHit, RecallResult, Scope, SourceKind
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 
 class NotReadable(Exception):
@@ -135,6 +136,43 @@ class ArtifactCandidate:
     length: int
 
 
+class Pending(Protocol[T_co]):
+    """Work a store started ahead (`RecallStore.ahead`)."""
+
+    def result(self) -> T_co: ...
+
+    def cancel(self) -> None:
+        """Not needed any more: what has not started never starts."""
+        ...
+
+
+@dataclass(frozen=True)
+class Inline(Generic[T]):
+    """Work done when its result is asked for, on the caller's thread."""
+
+    work: Callable[[], T]
+
+    def result(self) -> T:
+        return self.work()
+
+    def cancel(self) -> None:
+        pass
+
+
+def _once(compute: Callable[[], T]) -> Callable[[], T]:
+    """`compute`, called at most once however many threads ask (a failure is not kept)."""
+    lock = threading.Lock()
+    done: list[T] = []
+
+    def value() -> T:
+        with lock:
+            if not done:
+                done.append(compute())
+            return done[0]
+
+    return value
+
+
 class RecallStore(Protocol):
     def session(self) -> AbstractContextManager[None]:
         """Group the queries of one read (one connection)."""
@@ -144,9 +182,9 @@ class RecallStore(Protocol):
 
     def lexemes(self, text: str) -> list[str]: ...
 
-    def ahead(self, work: Callable[[], T]) -> Callable[[], T]:
-        """Start `work` (calls to this store) beside the read's own queries where the store can;
-        the returned function gives its result."""
+    def ahead(self, work: Callable[[], T], before: Callable[[], object] | None = None) -> Pending[T]:
+        """Start `work` (calls to this store) beside the read's own queries where the store can,
+        after `before` (what it waits for); `.result()` gives its result."""
         ...
 
     def turn_candidates(
@@ -500,18 +538,42 @@ class Recall:
         lexemes = self.store.lexemes(query)
         qvec = self.embedder.embed([query])[0]
         p = self.params
-        hits: list[RecallHit] = []
+        first: Pending[tuple[list[TurnCandidate], TermStats]] | None = None
+        tvec: Callable[[], np.ndarray] | None = None
+        period: Period | None = None
         if searches_turns:
             # The turn search's first stage needs nothing the summaries or facts find: it starts
             # now, beside them (half of a recall's time was the two searches one after the other),
             # and waits there for the encoder's vector, so the summaries and facts do not.
             period = query_period(query)
             tvec = (lambda: qvec) if turn_vector is None else turn_vector
+            vector = tvec
 
             def search() -> tuple[list[TurnCandidate], TermStats]:
-                return self.store.turn_candidates(threads, lexemes, tvec(), p.pool, period)
+                return self.store.turn_candidates(threads, lexemes, vector(), p.pool, period)
 
-            first = self.store.ahead(search) if self.parallel else search
+            first = self.store.ahead(search, before=vector) if self.parallel else Inline(search)
+        try:
+            return self._answer(user_id, query, scope, limit, threads, lexemes, qvec, first, tvec, period)
+        finally:
+            if first is not None:
+                first.cancel()  # a no-op once taken; a read that failed leaves nothing running
+
+    def _answer(
+        self,
+        user_id: str,
+        query: str,
+        scope: Scope,
+        limit: int,
+        threads: list[str],
+        lexemes: list[str],
+        qvec: np.ndarray,
+        first: Pending[tuple[list[TurnCandidate], TermStats]] | None,
+        tvec: Callable[[], np.ndarray] | None,
+        period: Period | None,
+    ) -> RecallResult:
+        p = self.params
+        hits: list[RecallHit] = []
         # Facts first in an `all` answer: the turns they were drawn from are a second hop for the turns.
         facts = (
             self._fact_hits(user_id, query, lexemes, max(1, int(limit * p.fact_share))) if scope is Scope.ALL else []
@@ -523,6 +585,7 @@ class Recall:
                 hits = [self._summary_hit(s, score) for s, score in ranked_summaries[:limit]]
             else:
                 sources = tuple(f.citation.event_id for f in facts if f.citation.event_id)
+                assert first is not None and tvec is not None  # set up for these scopes
                 hits = self._turn_hits(threads, lexemes, tvec, first, period, ranked_summaries, sources, limit)
         if scope is Scope.FACTS:
             hits = self._fact_hits(user_id, query, lexemes, limit)
@@ -546,21 +609,15 @@ class Recall:
         if encoder is concrete(self.embedder):  # encoder off or another model: the query's own vector serves
             return None
         if not isinstance(encoder, BackgroundEmbedder):
-            return lambda: encoder.embed([query])[0]
+            return _once(lambda: encoder.embed([query])[0])
         future = encoder.submit([query])
-        lock = threading.Lock()
-        done: list[np.ndarray] = []
 
-        def vector() -> np.ndarray:  # asked for by the first stage and the second hop: computed once
-            with lock:
-                if not done:
-                    if future.cancel():  # not started yet (other recalls hold the threads): do it here
-                        done.append(encoder.embed([query])[0])
-                    else:
-                        done.append(future.result()[0])
-                return done[0]
+        def vector() -> np.ndarray:
+            if future.cancel():  # not started yet (other recalls hold the threads): do it here
+                return encoder.embed([query])[0]
+            return future.result()[0]
 
-        return vector
+        return _once(vector)  # asked for by the first stage and the second hop
 
     def _artifact_hits(self, threads: list[str], lexemes: list[str], qvec: np.ndarray, limit: int) -> list[RecallHit]:
         """The best text of each attachment (one hit per file and message), ranked like turns."""
@@ -608,7 +665,7 @@ class Recall:
         threads: list[str],
         lexemes: list[str],
         tvec: Callable[[], np.ndarray],
-        first: Callable[[], tuple[list[TurnCandidate], TermStats]],
+        first: Pending[tuple[list[TurnCandidate], TermStats]],
         period: Period | None,
         ranked_summaries: list[tuple[SummaryCandidate, float]],
         fact_sources: tuple[str, ...],
@@ -629,7 +686,7 @@ class Recall:
             events=fact_sources,
         )
         hopped = self.store.hop_turns(threads, lexemes, tvec(), p.pool, hops)
-        turns, stats = first()
+        turns, stats = first.result()
         seen = {(t.thread_id, t.seq) for t in turns}
         turns += [t for t in hopped if (t.thread_id, t.seq) not in seen]
         ranked = self._rank_turns(turns, stats, boost, period, limit)

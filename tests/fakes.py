@@ -38,7 +38,15 @@ from chatmem.memory.offline_llm import OfflineLLM
 from chatmem.memory.pipeline import ThreadProcessor
 from chatmem.memory.ports import Embedder, LeaseLost, TransientError, UnknownThread
 from chatmem.memory.prompts import ImageDescription, Line, Prompt
-from chatmem.memory.recall import ArtifactCandidate, FoundFact, Hops, SummaryCandidate, TermStats, TurnCandidate
+from chatmem.memory.recall import (
+    ArtifactCandidate,
+    FoundFact,
+    Hops,
+    Inline,
+    SummaryCandidate,
+    TermStats,
+    TurnCandidate,
+)
 from chatmem.memory.segmentation import SegmenterConfig, SegmenterState
 from chatmem.memory.sequencer import advance_thread
 from chatmem.memory.summaries import LevelItem, StaleGeneration, SummaryRecord
@@ -1208,8 +1216,8 @@ class FakeRecallStore:
         dense = sorted(range(len(items)), key=lambda i: -sims[i])[:limit]
         return [(i, sims[i]) for i in sorted(set(lexical) | set(dense))]
 
-    def ahead(self, work: Callable[[], Any]) -> Callable[[], Any]:
-        return work  # in one thread: done when asked for
+    def ahead(self, work: Callable[[], Any], before: Callable[[], object] | None = None) -> Inline[Any]:
+        return Inline(work)  # in one thread: done when asked for
 
     def _turn(self, t: Any, sim: float, lexemes: Sequence[str]) -> TurnCandidate:
         return TurnCandidate(

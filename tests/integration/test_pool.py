@@ -122,32 +122,42 @@ def test_work_ahead_of_a_read_runs_on_a_spare_connection_beside_it(pool):
     from chatmem.adapters.read_pg import ReadConnections
 
     reads = ReadConnections(pool)
+    pool.resize(min_size=2, max_size=2)
+    pool.wait()  # a spare connection is there
     with reads.session():
         mine = _backend(pool)
-        # The pool held one connection, the session's: asked for one, it grows to its second.
-        # The work waits for it a moment only; here the read takes it back and runs it itself.
-        assert reads.ahead(lambda: _backend(pool))() == mine
-        deadline = time.monotonic() + 10
-        while pool.get_stats()["pool_available"] < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        result = reads.ahead(lambda: _backend(pool))
+        order: list[str] = []
+        ahead = reads.ahead(lambda: order.append("work") or _backend(pool), before=lambda: order.append("before"))
         time.sleep(0.2)  # the read's own queries, meanwhile
-        assert result() != mine  # a connection of its own, so its query ran beside the session's
+        assert ahead.result() != mine  # a connection of its own, so its query ran beside the session's
+        assert order == ["before", "work"]  # what it waits for, first (no connection taken meanwhile)
         failing = reads.ahead(lambda: _backend(pool) // 0)
-        with pytest.raises(ZeroDivisionError):  # the work's error reaches the read
-            failing()
+        time.sleep(0.2)
+        with pytest.raises(ZeroDivisionError):  # the error of work run ahead reaches the read
+            failing.result()
+        ran: list[int] = []
+        cancelled = reads.ahead(lambda: ran.append(1), before=lambda: time.sleep(0.1))
+        cancelled.cancel()  # the read failed before it needed the result
+        time.sleep(0.3)
+        assert ran == []
+        # Asked for before it started, the work runs on the read's own connection.
+        assert reads.ahead(lambda: _backend(pool), before=lambda: time.sleep(0.3)).result() == mine
 
 
 def test_work_ahead_never_waits_on_a_connection_a_read_holds(fresh_db):
-    from chatmem.adapters.read_pg import ReadConnections
+    from chatmem.adapters.read_pg import AHEAD_WAIT_S, ReadConnections
 
     pool = make_pool(fresh_db, 1, name="one", timeout_s=5)  # the session's is the only connection
     reads = ReadConnections(pool)
     try:
         with reads.session():
             mine = _backend(pool)
-            # Not a wait of the pool's timeout for a connection that is never handed back: the
-            # read takes the work back and runs it on its own connection.
-            assert reads.ahead(lambda: _backend(pool))() == mine
+            ahead = reads.ahead(lambda: _backend(pool))
+            time.sleep(AHEAD_WAIT_S + 0.2)  # long past the time the work may wait for a connection
+            t0 = time.monotonic()
+            # Not a wait of the pool's timeout (5 s) for a connection that is never handed back:
+            # the work gave up, and the read runs it on its own connection.
+            assert ahead.result() == mine
+            assert time.monotonic() - t0 < 2
     finally:
         pool.close()

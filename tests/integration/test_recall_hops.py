@@ -9,6 +9,7 @@ import pytest
 
 from chatmem.memory.dates import day
 from chatmem.memory.recall import Hops
+from chatmem.schemas.read import Scope
 from tests.conftest import scalar
 from tests.integration.test_episodes import Driver
 from tests.integration.test_read_path import conversation
@@ -119,11 +120,23 @@ def test_the_first_stage_run_ahead_with_large_scope_settings_finds_the_same_turn
     with reader.session():
         exact = first()[1]
     monkeypatch.setattr(recall_pg, "EXACT_SCAN_MAX", 0)
+    c.pool.resize(min_size=2, max_size=max(2, c.pool.max_size))
+    c.pool.wait()  # a spare connection is there
     with reader.session():
         mine = first()[0]
-        reader.ahead(first)()  # the pool grows to a spare connection
-        time.sleep(0.2)
         pending = reader.ahead(first)
         time.sleep(0.2)  # the read's own queries, meanwhile
-        pid, found = pending()
+        pid, found = pending.result()
     assert pid != mine and found == exact == {1, 2, 3, 4, 5}
+
+
+def test_recall_gives_the_same_answer_with_its_searches_side_by_side_or_one_after_another(memory):
+    import dataclasses
+
+    c = memory
+    c.pool.resize(min_size=2, max_size=max(2, c.pool.max_size))
+    c.pool.wait()
+    side_by_side, one_by_one = c.recall, dataclasses.replace(c.recall, parallel=False)
+    for q in ("charity race", "what pasta recipe did mel get?", "who organised the race on 7 May 2023?"):
+        for scope in (Scope.ALL, Scope.MESSAGES):
+            assert side_by_side("mel", q, scope=scope, limit=5) == one_by_one("mel", q, scope=scope, limit=5)

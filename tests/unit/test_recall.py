@@ -393,9 +393,9 @@ class CallOrder:
     def __getattr__(self, name):
         return getattr(self.store, name)
 
-    def ahead(self, work):
+    def ahead(self, work, before=None):
         self.calls.append("ahead")
-        return self.store.ahead(work)
+        return self.store.ahead(work, before)
 
     def turn_candidates(self, *args):
         self.calls.append("turns")
@@ -423,3 +423,41 @@ def test_the_turn_search_starts_before_the_summary_search_and_gives_the_same_ans
         assert spy.calls == ["summaries", "turns"]
     alone = Recall(store, FakeEmbedder(), parallel=not parallel)("alice", "what dog did she adopt", limit=2)
     assert answer == alone and answer.hits[0].citation.platform_message_id == "m1"
+
+
+class CancelSpy:
+    def __init__(self, work):
+        self.work, self.cancelled, self.taken = work, False, False
+
+    def result(self):
+        self.taken = True
+        return self.work()
+
+    def cancel(self):
+        self.cancelled = True
+
+
+def test_a_read_that_fails_cancels_the_turn_search_it_started():
+    from chatmem.memory.recall import Recall
+    from tests.fakes import FakeEmbedder, FakeRecallStore
+
+    store = FakeRecallStore(FakeEmbedder())
+    store.add_turn("t1", "alice", "I adopted a greyhound named Pixel", platform_message_id="m1")
+    store.add_summary("t1", "Alice adopted a dog.", 1, 1)
+
+    class Recording(CallOrder):
+        def ahead(self, work, before=None):
+            self.pending = CancelSpy(work)
+            return self.pending
+
+    class Failing(Recording):
+        def summary_candidates(self, *args):
+            raise RuntimeError("the summary search failed")
+
+    spy = Failing(store)
+    with pytest.raises(RuntimeError, match="summary search failed"):
+        Recall(spy, FakeEmbedder())("alice", "what dog did she adopt")
+    assert spy.pending.cancelled and not spy.pending.taken
+    ok = Recording(store)
+    assert Recall(ok, FakeEmbedder())("alice", "what dog did she adopt").hits
+    assert ok.pending.taken  # the cancel that follows is a no-op for work already taken
