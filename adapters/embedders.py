@@ -21,6 +21,7 @@ import numpy as np
 from psycopg_pool import ConnectionPool
 
 from chatmem.adapters.metrics import instruments, timed
+from chatmem.adapters.procs import process_threads
 from chatmem.memory.ports import Embedder
 
 log = logging.getLogger(__name__)
@@ -41,10 +42,6 @@ BACKENDS = ("onnx", "torch")
 TORCH_EXTRA_HINT = "pip install 'chatmem[torch]'"
 _load_lock = threading.Lock()
 _models: dict[Any, Any] = {}
-_background: dict[int, ThreadPoolExecutor] = {}
-# Its own lock: model loads hold `_load_lock` for seconds, and a recall must not wait on one
-# (say, a re-embedding's new model) just to reach the threads of an encoder already loaded.
-_background_lock = threading.Lock()
 
 
 class MissingBackendError(RuntimeError):
@@ -367,13 +364,10 @@ class CachedEmbedder:
 
 
 def background() -> ThreadPoolExecutor:
-    """This process's threads for query embeddings started ahead (threads do not survive a fork:
-    a forked child makes its own)."""
-    with _background_lock:
-        pid = os.getpid()
-        if pid not in _background:
-            _background[pid] = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chatmem-query")
-        return _background[pid]
+    """This process's threads for query embeddings started ahead. Not under `_load_lock`: model
+    loads hold it for seconds, and a recall must not wait on one (say, a re-embedding's new
+    model) just to reach the threads of an encoder already loaded."""
+    return process_threads("chatmem-query", 2)
 
 
 class QueryEmbedder:

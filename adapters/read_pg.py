@@ -9,17 +9,17 @@ resolved from the caller; nothing from a request is spliced into SQL."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from typing import Generic, TypeVar
 
 import psycopg
 
 from chatmem.adapters.postgres import PinningPool
+from chatmem.adapters.procs import process_threads
 
 T = TypeVar("T")
 
@@ -29,26 +29,6 @@ T = TypeVar("T")
 AHEAD_THREADS = 2
 AHEAD_STEP_S = 0.01  # longer than the interpreter's thread switch, so a free connection is seen
 AHEAD_WAIT_S = 0.05
-_ahead_lock = threading.Lock()
-_ahead_executors: dict[int, ThreadPoolExecutor] = {}
-
-
-def _after_fork() -> None:
-    global _ahead_lock
-    _ahead_lock = threading.Lock()  # another thread may have held it at the fork
-
-
-os.register_at_fork(after_in_child=_after_fork)
-
-
-def _executor() -> ThreadPoolExecutor:
-    """This process's threads for work ahead (threads do not survive a fork: a forked child
-    makes its own)."""
-    with _ahead_lock:
-        pid = os.getpid()
-        if pid not in _ahead_executors:
-            _ahead_executors[pid] = ThreadPoolExecutor(AHEAD_THREADS, thread_name_prefix="chatmem-read-ahead")
-        return _ahead_executors[pid]
 
 
 class ReadConnections:
@@ -86,7 +66,7 @@ class Ahead(Generic[T]):
         self._claim = threading.Lock()  # acquired by whichever side runs `work`, or by `cancel`
         self._future: Future[tuple[bool, T | None]] | None
         try:
-            self._future = _executor().submit(self._run, pool, before)
+            self._future = process_threads("chatmem-read-ahead", AHEAD_THREADS).submit(self._run, pool, before)
         except RuntimeError:  # the interpreter is shutting down: no thread, done when asked for
             self._future = None
 

@@ -2,10 +2,9 @@
 vector taken three ways, interleaved in one process on one database, so the ratios hold on a
 machine whose speed moves: the model's vector (encoder off), the query encoder's embedded by the
 turn search (in its thread when it runs ahead), and the encoder's started in the background as
-recall begins; the last
-once with the searches one after another on the read's connection and once with the turn search
-started beside the summary and fact searches (the shipped path). Every pass empties the query
-caches first, so each recall embeds its query."""
+recall begins, the last once with the searches one after another on the read's connection and
+once with the turn search started beside the summary and fact searches (the shipped path). Every
+pass empties the query caches first, so each recall embeds its query."""
 
 from __future__ import annotations
 
