@@ -11,14 +11,16 @@ task within one domain is seen too. Their rows weigh half as much as natural dia
 weight made the model lean on the large jumps between pieces and miss TIAGE's subtler shifts).
 
 The features are read through the segmenter itself (`feed` with a recording scorer), so training
-sees exactly what the workers compute, stage by stage of each candidate's window. The model is
-one small MLP (numpy, fixed seed). The threshold and the early margin are chosen by 5-fold
-cross-validation over the training material (folds by dialogue; synthetic dialogues are built
-within a fold), maximising the mean Score over TIAGE, SuperDialseg and the synthetic dialogues.
+sees exactly what the workers compute, stage by stage of each candidate's window. The model is a
+bag of small MLPs (numpy) trained alike from seeds SEED .. SEED + BAG - 1; the scorer is their
+mean probability. The threshold and the early margin are chosen by 5-fold cross-validation of the
+bag over the training material (folds by dialogue; synthetic dialogues are built within a fold),
+maximising the mean Score over TIAGE, SuperDialseg and the synthetic dialogues.
 
-Written next to the cache: the tune part (`superseg_tune.jsonl`) and a synthetic task-oriented
+Written next to the cache: the tune part (`superseg_tune.jsonl`), a synthetic task-oriented
 set built from it (`taskconcat_tune.jsonl`, first segments of held-apart dialogues, each next
-one a near neighbour), both in Def-DTS format for `chatmem bench topicseg --data`."""
+one a near neighbour), and the in-car template check (`incar_tasks.jsonl`,
+bench/incar_dialogues.py), all in Def-DTS format for `chatmem bench topicseg --data`."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from chatmem.bench import incar_dialogues
 from chatmem.bench.topicseg import Dialogue, Scores, evaluate, load
 from chatmem.memory.boundary_scorer import (
     FEATURES,
@@ -41,6 +44,7 @@ from chatmem.memory.boundary_scorer import (
     WEIGHTS_FILE,
     BoundaryScorer,
     TurnInfo,
+    bag_probability,
     features,
     model_input,
     stage_of,
@@ -50,6 +54,7 @@ from chatmem.memory.ports import Embedder
 from chatmem.memory.segmentation import SegmenterConfig, SegTurn, segment
 
 SEED = 0
+BAG = 5  # networks in the bag, seeds SEED .. SEED + BAG - 1
 FOLDS = 5
 TUNE_SHARE = 30  # percent of SuperDialseg validation held apart
 HIDDEN = 8
@@ -269,6 +274,10 @@ def fit_mlp(x: np.ndarray, y: np.ndarray, weights: np.ndarray, seed: int) -> Mlp
     return Mlp(mean, scale, params[0], params[1], params[2], float(params[3][0]))
 
 
+def fit_bag(x: np.ndarray, y: np.ndarray, weights: np.ndarray, seed: int, bag: int = BAG) -> tuple[Mlp, ...]:
+    return tuple(fit_mlp(x, y, weights, seed + i) for i in range(bag))
+
+
 def decide(items: Sequence[Labelled], rows: Rows, p: np.ndarray, threshold: float, margin: float) -> list[list[int]]:
     """What the segmenter decides from these probabilities: a candidate is a boundary when its
     closed window, or any earlier stage by the margin, falls below the threshold. (Features do not
@@ -297,7 +306,7 @@ class Trained:
     summary: dict[str, Any]
 
 
-def train(tiage: Sequence[Labelled], superseg: Sequence[Labelled], seed: int = SEED) -> Trained:
+def train(tiage: Sequence[Labelled], superseg: Sequence[Labelled], seed: int = SEED, bag: int = BAG) -> Trained:
     rng = random.Random(seed)
     base = [*tiage, *superseg]
     synth: list[Labelled] = []
@@ -322,13 +331,14 @@ def train(tiage: Sequence[Labelled], superseg: Sequence[Labelled], seed: int = S
         train_rows = folds != fold
         if train_rows.all() or not train_rows.any():
             continue
-        model = fit_mlp(rows.x[train_rows], rows.y[train_rows], weights[train_rows], seed)
-        oof[~train_rows] = model.probability(rows.x[~train_rows])
+        models = fit_bag(rows.x[train_rows], rows.y[train_rows], weights[train_rows], seed, bag)
+        oof[~train_rows] = bag_probability(models, rows.x[~train_rows])
     grid = {(t, m): scores_by_kind(items, rows, oof, t, m) for t in THRESHOLDS for m in MARGINS if t - m > 0}
     threshold, margin = max(grid, key=lambda tm: (np.mean([s.score for s in grid[tm].values()]), tm[0], -tm[1]))
-    mlp = fit_mlp(rows.x, rows.y, weights, seed)
+    mlps = fit_bag(rows.x, rows.y, weights, seed, bag)
     summary = {
         "seed": seed,
+        "bag": bag,
         "dialogues": {kind: sum(it.kind == kind for it in items) for kind in ("tiage", "superseg", "synthetic")},
         "rows": len(rows.y),
         "cross_validated": {
@@ -336,7 +346,7 @@ def train(tiage: Sequence[Labelled], superseg: Sequence[Labelled], seed: int = S
             for kind, s in grid[(threshold, margin)].items()
         },
     }
-    return Trained(BoundaryScorer(mlp, threshold, margin), summary)
+    return Trained(BoundaryScorer(mlps, threshold, margin), summary)
 
 
 def labelled(dialogues: Sequence[Dialogue], cache: EmbeddingCache, kind: str) -> list[Labelled]:
@@ -394,8 +404,10 @@ def run(
         prefix="task",
     )
     write_defdts(cache_dir / "taskconcat_tune.jsonl", [t.dialogue for t in task])
+    incar_dialogues.write(cache_dir / "incar_tasks.jsonl")
     say(
         f"held-out sets for `chatmem bench topicseg --data`: {cache_dir / 'superseg_tune.jsonl'} ({len(tune)}), "
-        f"{cache_dir / 'taskconcat_tune.jsonl'} ({len(task)})"
+        f"{cache_dir / 'taskconcat_tune.jsonl'} ({len(task)}), "
+        f"{cache_dir / 'incar_tasks.jsonl'} ({incar_dialogues.DIALOGUES}, templates)"
     )
     return trained

@@ -1,4 +1,5 @@
-"""The learned boundary scorer: features of a candidate topic boundary and a tiny MLP over them.
+"""The learned boundary scorer: features of a candidate topic boundary and a bag of tiny MLPs over
+them.
 
 A candidate is a user turn; the segmenter asks for the probability that it opens a new topic
 at up to three moments, each seeing more of the turns after it (the streaming window):
@@ -9,7 +10,8 @@ at up to three moments, each seeing more of the turns after it (the streaming wi
 
 Features never look further right than that window. They are similarities of the candidate
 and the window to the left context at several widths, TextTiling depth scores, and dialogue
-cues (questions and answers, speaker, length, greetings, closings, continuation words). The
+cues (questions and answers, speaker, length, greetings, closings, continuation words, follow-ups
+leaning on a pronoun or an ellipsis). The
 weights ship as package data (`segmenter_weights.json`), trained by `chatmem bench
 train-segmenter` (bench/train_segmenter.py)."""
 
@@ -57,7 +59,17 @@ _REQUEST = re.compile(
     r"скажи|подскажи|найди|где|когда|что|как|кто|почему)\b",
     re.IGNORECASE,
 )
-GREETING, CLOSING, CONTINUES, REQUEST = 1, 2, 4, 8
+# A pronoun or "there" and an elliptical opener mark a follow-up on what was just said ("Where is
+# it?", "And tomorrow?"): in every training set such a short user turn opens a topic far less
+# often than other questions do, and task dialogues are full of them.
+_ANAPHORA = re.compile(
+    r"\b(it|its|it's|there|that|this|those|these|them|they|one|ones|he|she|him|her|his|"
+    r"он|она|оно|они|его|её|ее|их|там|туда|этот|эта|это|эти|тот|та|те)\b",
+    re.IGNORECASE,
+)
+_ELLIPSIS = re.compile(r"^\W*(and|what about|how about|also|same|а что|а как|и|тоже|также)\b", re.IGNORECASE)
+SHORT_FOLLOW_UP = 8  # words: a longer turn with a pronoun is as often a new topic as any
+GREETING, CLOSING, CONTINUES, REQUEST, ANAPHORA, ELLIPSIS = 1, 2, 4, 8, 16, 32
 
 FEATURES: tuple[str, ...] = (
     *(f"sim_left{w}_{part}" for w in LEFT_WIDTHS for part in ("cand", "window", "last")),
@@ -79,6 +91,9 @@ FEATURES: tuple[str, ...] = (
     "closing_cand",
     "continues_cand",
     "request_cand",
+    "anaphora_cand",
+    "ellipsis_cand",
+    "short_anaphora_cand",
 )
 
 
@@ -91,7 +106,7 @@ class TurnInfo:
     vector: np.ndarray | None  # float32, unit-normalised
     words: int
     question: bool
-    cues: int  # bit set of GREETING, CLOSING, CONTINUES, REQUEST
+    cues: int  # bit set of GREETING, CLOSING, CONTINUES, REQUEST, ANAPHORA, ELLIPSIS
     # The words, kept only while an LLM assists the segmenter (memory/boundary_llm.py): the
     # scorer never reads them, and with the assist off the state stays as small as before.
     text: str | None = None
@@ -103,6 +118,8 @@ class TurnInfo:
             | CLOSING * bool(_CLOSING.search(text))
             | CONTINUES * bool(_CONTINUES.search(text))
             | REQUEST * bool(_REQUEST.search(text))
+            | ANAPHORA * bool(_ANAPHORA.search(text))
+            | ELLIPSIS * bool(_ELLIPSIS.search(text))
         )
         vec = None if vector is None else np.asarray(vector, dtype=np.float32)
         return cls(seq, role, vec, len(_WORD.findall(text)), "?" in text, cues)
@@ -168,6 +185,9 @@ def features(left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> np.ndarray
             float(bool(cand.cues & CLOSING)),
             float(bool(cand.cues & CONTINUES)),
             float(bool(cand.cues & REQUEST)),
+            float(bool(cand.cues & ANAPHORA)),
+            float(bool(cand.cues & ELLIPSIS)),
+            float(bool(cand.cues & ANAPHORA) and cand.words <= SHORT_FOLLOW_UP),
         ],
         dtype=np.float64,
     )
@@ -184,15 +204,22 @@ def model_input(stage: str, x: np.ndarray) -> np.ndarray:
     return np.concatenate([x, [float(stage == "reply"), float(stage == "closed")]])
 
 
+def bag_probability(mlps: Sequence[Mlp], x: np.ndarray) -> np.ndarray:
+    """The mean probability of the bag's networks over rows `x`."""
+    return np.mean([m.probability(x) for m in mlps], axis=0)
+
+
 @dataclass(frozen=True)
 class BoundaryScorer:
-    mlp: Mlp
+    # A bag of networks trained alike from different seeds: one network's decisions hung on its
+    # seed by more than any feature moved them (docs/benchmarks.md), their mean much less.
+    mlps: tuple[Mlp, ...]
     threshold: float  # the default `shift_threshold`: a shift when P(topic continues) falls below it
     early_margin: float  # an undecided window (open, reply) must be this much surer
 
     def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float:
         stage = stage_of(window)
-        return float(self.mlp.probability(model_input(stage, features(left, window))[None, :])[0])
+        return float(bag_probability(self.mlps, model_input(stage, features(left, window))[None, :])[0])
 
     def to_json(self, trained: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -200,7 +227,7 @@ class BoundaryScorer:
             "stages": list(STAGES),
             "threshold": self.threshold,
             "early_margin": self.early_margin,
-            "mlp": self.mlp.to_json(),
+            "mlps": [m.to_json() for m in self.mlps],
             "trained": trained,
         }
 
@@ -208,7 +235,8 @@ class BoundaryScorer:
     def from_json(cls, data: dict[str, Any]) -> BoundaryScorer:
         if list(data["features"]) != list(FEATURES):
             raise ValueError("segmenter weights were trained on other features; retrain with `make train-segmenter`")
-        return cls(Mlp.from_json(data["mlp"]), float(data["threshold"]), float(data["early_margin"]))
+        mlps = tuple(Mlp.from_json(m) for m in data["mlps"])
+        return cls(mlps, float(data["threshold"]), float(data["early_margin"]))
 
 
 @lru_cache(maxsize=1)

@@ -12,9 +12,11 @@ SCRIPT = [
     (1, "assistant", "Happy to help with your Lisbon flights. Where will you fly from?"),
     (2, "user", "From Berlin. I prefer morning departures and direct flights to Lisbon."),
     (3, "assistant", "There are direct morning flights from Berlin to Lisbon on most days in May."),
-    # one-turn digression, then back to the trip. The rule-based segmenter never split one; the
-    # learned scorer is sure at once that the cat changes the topic, so it is a one-turn episode
-    # and the return to the flights opens the next (docs/architecture.md, "Episodes")
+    # a digression, then back to the trip. The rule-based segmenter never split one; the learned
+    # scorer is sure at once that the cat changes the topic. The assistant itself brings the talk
+    # back ("Shall we continue ...?"), only user turns are candidates, and "Yes, book ..." answers
+    # that question, so the scorer keeps the return with the digression (P(topic continues) 0.83
+    # when its window closes, against a threshold of 0.70; docs/architecture.md, "Episodes")
     (4, "user", "My cat knocked over a plant this morning, what a mess."),
     (5, "assistant", "Oh no, cats can be chaotic. Shall we continue with the flights to Lisbon?"),
     (6, "user", "Yes, book the direct morning flight from Berlin to Lisbon on May 12."),
@@ -36,13 +38,12 @@ SCRIPT = [
 EXPECTED_STARTS = {  # seq -> opened_by, as the shipped scorer segments the script
     1: "first",
     5: "shift",
-    7: "shift",
     9: "gap",
     11: "shift",
     13: "shift",
     15: "marker",
 }
-EXPECTED_EPISODES = [(1, 4), (5, 6), (7, 8), (9, 10), (11, 12), (13, 14), (15, None)]  # (start, end) seqs
+EXPECTED_EPISODES = [(1, 4), (5, 8), (9, 10), (11, 12), (13, 14), (15, None)]  # (start, end) seqs
 
 
 def script_events(thread_id: str = "script", user_id: str = "alex") -> list[MessageEvent]:

@@ -5,10 +5,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from chatmem.bench.topicseg import Dialogue, evaluate, pk, window_k, windowdiff
+from chatmem.bench.topicseg import Dialogue, evaluate, load, pk, window_k, windowdiff
 from chatmem.bench.train_segmenter import EmbeddingCache, Labelled, fold_of, run, train, write_defdts
-from chatmem.memory.boundary_scorer import FEATURES, LEFT_CONTEXT, BoundaryScorer, TurnInfo, shipped_scorer
+from chatmem.memory.boundary_scorer import FEATURES, LEFT_CONTEXT, BoundaryScorer, TurnInfo, features, shipped_scorer
 from chatmem.memory.segmentation import (
     MAX_WINDOW,
     Boundary,
@@ -220,6 +221,22 @@ def test_the_shipped_weights_load_and_give_probabilities():
         assert 0.0 <= p <= 1.0
 
 
+def test_follow_up_cues_mark_short_turns_that_lean_on_what_was_said():
+    vec = np.ones(4, dtype=np.float32) / 2
+
+    def cue(text: str) -> np.ndarray:
+        before, cand = TurnInfo.of(0, "user", "Find me a gas station.", vec), TurnInfo.of(1, "user", text, vec)
+        x = features([before], [cand])
+        return x[[FEATURES.index(f) for f in ("anaphora_cand", "ellipsis_cand", "short_anaphora_cand")]]
+
+    assert cue("Where is it?").tolist() == [1.0, 0.0, 1.0]
+    assert cue("And what about tomorrow?").tolist() == [0.0, 1.0, 0.0]
+    assert cue("А что там с погодой?").tolist() == [1.0, 1.0, 1.0]
+    long_one = "Book a table for four at the Italian place near the station at seven tonight, it is urgent"
+    assert cue(long_one).tolist() == [1.0, 0.0, 0.0]
+    assert cue("Find a hospital nearby.").tolist() == [0.0, 0.0, 0.0]
+
+
 def _tiny_corpus() -> tuple[list[Dialogue], list[Dialogue]]:
     """TIAGE-like (all user) and SuperDialseg-like (user/agent) dialogues over the fake topics."""
     rng = random.Random(7)
@@ -252,6 +269,20 @@ def test_training_is_reproducible_with_the_fixed_seed():
     assert a.summary["rows"] > 0 and set(a.summary["cross_validated"]) >= {"tiage", "superseg"}
 
 
+def test_the_scorer_is_the_mean_of_a_bag_of_networks_from_different_seeds():
+    tiage, superseg = _tiny_corpus()
+    scorer = train(_labelled(tiage, "tiage"), _labelled(superseg, "superseg"), bag=3).scorer
+    assert len(scorer.mlps) == 3
+    assert len({json.dumps(m.to_json()) for m in scorer.mlps}) == 3
+    vectors = _labelled(tiage, "tiage")[0].vectors
+    turns = [TurnInfo.of(i, "user", t, v) for i, (t, v) in enumerate(zip(tiage[0].texts, vectors, strict=True))]
+    each = [
+        BoundaryScorer((m,), scorer.threshold, scorer.early_margin).boundary_probability(turns[:2], turns[2:3])
+        for m in scorer.mlps
+    ]
+    assert scorer.boundary_probability(turns[:2], turns[2:3]) == pytest.approx(sum(each) / 3)
+
+
 def test_training_script_writes_weights_the_segmenter_loads(tmp_path: Path):
     tiage, superseg = _tiny_corpus()
     data = tmp_path / "data"
@@ -265,6 +296,8 @@ def test_training_script_writes_weights_the_segmenter_loads(tmp_path: Path):
     scorer = BoundaryScorer.from_json(json.loads(out.read_text()))
     assert json.loads(out.read_text())["features"] == list(FEATURES)
     assert (tmp_path / "cache" / "superseg_tune.jsonl").exists()
+    incar = load(tmp_path / "cache" / "incar_tasks.jsonl")
+    assert len(incar) == 200 and all(sum(d.ends_segment) >= 2 for d in incar)
     assert segment(chat(0), CFG, scorer=scorer) == segment(chat(0), CFG, scorer=scorer)
     # The embedding cache answers a second run without the embedder.
     calls = len(embedder.calls)

@@ -1,0 +1,162 @@
+"""A hand-written check set of concatenated in-car task dialogues (weather, navigation,
+appointments), in Def-DTS format, for `chatmem bench topicseg --data`. Evaluation only: the
+segmenter never trains on it.
+
+The development data hold no dialogue of this kind: short requests, each followed by zero to two
+short follow-up questions ("Where is it?", "What about tomorrow?") and often a thanks, then the
+next task. Templates cannot stand for real dialogues, so the figure is a check on that one
+pattern (docs/benchmarks.md), not an estimate of the task-oriented Score."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import TypeVar
+
+SEED = 7
+DIALOGUES = 200
+
+CITIES = ["Durham", "Carson", "Boston", "Seattle", "Denver", "Austin", "Oakland", "Fresno", "Atlanta", "Miami"]
+DAYS = ["today", "tomorrow", "this weekend", "on Monday", "on Friday", "this week", "tonight"]
+WEATHER = ["rain", "snow", "sunshine", "fog", "wind", "clear skies", "a heatwave", "drizzle"]
+POI_TYPES = [
+    "gas station", "coffee shop", "grocery store", "hospital", "parking garage", "pizza place", "rest stop",
+    "chinese restaurant",
+]  # fmt: skip
+POIS = [
+    "Valero", "Starbucks", "Safeway", "Stanford Express Care", "Civic Center Garage", "Pizza My Heart",
+    "Panda Express", "Chevron", "Whole Foods", "Philz Coffee",
+]  # fmt: skip
+STREETS = ["Main St", "El Camino Real", "Alma St", "Oak Rd", "Market Street", "5th Avenue", "Cedar Lane"]
+PEOPLE = ["Ana", "my sister", "the dentist", "my boss", "Tom", "the team", "Dr. Lee"]
+EVENTS = [
+    "dinner", "a dentist appointment", "a meeting", "yoga class", "a tennis match", "lunch", "the conference call",
+]  # fmt: skip
+TIMES = ["7pm", "noon", "9am", "3:30pm", "8 in the morning", "6pm"]
+
+Turns = list[tuple[str, str]]
+T = TypeVar("T")
+
+
+class _Writer:
+    def __init__(self, seed: int) -> None:
+        self.r = random.Random(seed)
+
+    def c(self, *options: T) -> T:
+        return self.r.choice(options)
+
+    def weather(self) -> Turns:
+        c, r = self.c, self.r
+        city, day, w = c(*CITIES), c(*DAYS), c(*WEATHER)
+        ask = c(
+            f"What is the weather going to be like in {city} {day}?",
+            f"will it {c('rain', 'snow')} in {city} {day}",
+            f"Check the forecast for {city} {day}.",
+            f"is it going to be hot in {city} {day}?",
+            f"whats the weather {day}",
+        )
+        t = [("user", ask), ("assistant", f"In {city} it will be {w} {day} with a high of {r.randint(40, 95)}F.")]
+        for _ in range(r.randint(0, 2)):
+            follow = c(
+                f"What about {c(*DAYS)}?",
+                "Will I need an umbrella?",
+                f"And in {c(*CITIES)}?",
+                "How cold will it get at night?",
+                "Is it going to be windy?",
+                "what's the low temperature?",
+            )
+            answer = c(
+                f"Expect {c(*WEATHER)} with a low of {r.randint(20, 60)}F.",
+                "No, it should stay dry.",
+                f"Yes, {c(*WEATHER)} is expected.",
+            )
+            t += [("user", follow), ("assistant", answer)]
+        return t
+
+    def navigation(self) -> Turns:
+        c, r = self.c, self.r
+        poi, kind = c(*POIS), c(*POI_TYPES)
+        ask = c(
+            f"Find me the nearest {kind}.",
+            f"I need to get to a {kind}, where is the closest one?",
+            f"Take me to {poi}.",
+            f"where's a {kind} near me",
+            f"give me directions to the closest {kind} please",
+        )
+        where = f"{poi} is {r.randint(1, 6)} miles away at {r.randint(100, 999)} {c(*STREETS)}."
+        t = [("user", ask), ("assistant", where)]
+        for _ in range(r.randint(0, 2)):
+            follow = c(
+                "Is there any traffic on the way?",
+                "What's the address?",
+                "Pick the quickest route.",
+                "Is there one closer?",
+                "ok set the route",
+                "How long will it take to get there?",
+            )
+            answer = c(
+                "There is moderate traffic, I chose a route avoiding it.",
+                f"It's at {r.randint(100, 999)} {c(*STREETS)}.",
+                "Route set, you'll be there in 12 minutes.",
+                "That is the closest one.",
+            )
+            t += [("user", follow), ("assistant", answer)]
+        return t
+
+    def appointment(self) -> Turns:
+        c, r = self.c, self.r
+        event, who, at = c(*EVENTS), c(*PEOPLE), c(*TIMES)
+        ask = c(
+            f"When is my {event.removeprefix('a ')}?",
+            f"Schedule {event} with {who} {c(*DAYS)} at {at}.",
+            f"Book a table for {r.randint(2, 6)} at {c(*POIS)} at {at}.",
+            f"Remind me about {event} {c(*DAYS)}.",
+            f"do i have anything scheduled {c(*DAYS)}?",
+        )
+        answer = c(
+            f"Your {event.removeprefix('a ')} is {c(*DAYS)} at {at} with {who}.",
+            f"Done, {event} with {who} is set for {at}.",
+            "Your table is booked.",
+            f"You have {event} at {at}.",
+        )
+        t = [("user", ask), ("assistant", answer)]
+        for _ in range(r.randint(0, 2)):
+            follow = c(
+                "Who is attending?",
+                "Can you move it to an hour later?",
+                "Where is it?",
+                "Add a reminder an hour before.",
+                "What time does it start?",
+            )
+            answer = c(
+                f"{who} will attend.",
+                "Moved.",
+                f"It is at {r.randint(100, 999)} {c(*STREETS)}.",
+                "Reminder added.",
+                f"It starts at {at}.",
+            )
+            t += [("user", follow), ("assistant", answer)]
+        return t
+
+    def task(self) -> Turns:
+        t = self.c(self.weather, self.navigation, self.appointment)()
+        if self.r.random() < 0.6:
+            thanks = self.c(
+                "Thanks!", "thank you", "great, thanks", "ok thank you, that's all", "perfect, thanks a lot"
+            )
+            welcome = self.c("You're welcome!", "Happy to help.", "Anytime!", "Drive safe!")
+            t += [("user", thanks), ("assistant", welcome)]
+        return t
+
+
+def write(path: Path, dialogues: int = DIALOGUES, seed: int = SEED) -> None:
+    """`dialogues` of 3-6 tasks each; each task is one gold segment."""
+    w = _Writer(seed)
+    rows = []
+    for k in range(dialogues):
+        lines: list[str] = []
+        for task in [w.task() for _ in range(w.r.randint(3, 6))]:
+            lines += [f"{'user' if role == 'user' else 'agent'}: {text}" for role, text in task] + ["[BOUNDARY]"]
+        rows.append(json.dumps({"id": f"task-{k}", "dialogue": "[NEWLINE]".join(lines[:-1])}))
+    path.write_text("\n".join(rows) + "\n")
