@@ -11,9 +11,8 @@ at up to three moments, each seeing more of the turns after it (the streaming wi
 Features never look further right than that window. They are similarities of the candidate
 and the window to the left context at several widths, TextTiling depth scores, and dialogue
 cues (questions and answers, speaker, length, greetings, closings, continuation words, follow-ups
-leaning on a pronoun or an ellipsis). The
-weights ship as package data (`segmenter_weights.json`), trained by `chatmem bench
-train-segmenter` (bench/train_segmenter.py)."""
+leaning on a pronoun or an ellipsis). The weights ship as package data (`segmenter_weights.json`),
+trained by `chatmem bench train-segmenter` (bench/train_segmenter.py)."""
 
 from __future__ import annotations
 

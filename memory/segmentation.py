@@ -179,6 +179,8 @@ class SegmenterState:
                 _vector_from(r["v"]),
                 int(r["words"]),
                 bool(r["q"]),
+                # a state kept before a cue was added lacks its bit: the turns in flight then
+                # read as without it, once, until they leave the state
                 int(r["cues"]),
                 r.get("t"),
             )
