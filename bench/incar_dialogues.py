@@ -1,6 +1,6 @@
 """A hand-written check set of concatenated in-car task dialogues (weather, navigation,
-appointments), in Def-DTS format, for `chatmem bench topicseg --data`. Evaluation only: the
-segmenter never trains on it.
+appointments), which `make train-segmenter` writes in Def-DTS format for `chatmem bench topicseg
+--data`. Evaluation only: the segmenter never trains on it.
 
 The development data hold no dialogue of this kind: short requests, each followed by zero to two
 short follow-up questions ("Where is it?", "What about tomorrow?") and often a thanks, then the
@@ -9,10 +9,11 @@ pattern (docs/benchmarks.md), not an estimate of the task-oriented Score."""
 
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
+from collections.abc import Callable
 from typing import TypeVar
+
+from chatmem.bench.topicseg import Dialogue
 
 SEED = 7
 DIALOGUES = 200
@@ -46,6 +47,12 @@ class _Writer:
     def c(self, *options: T) -> T:
         return self.r.choice(options)
 
+    def follow_ups(self, t: Turns, ask: Callable[[], str], answer: Callable[[], str]) -> Turns:
+        """`t` and zero to two follow-up questions with their answers (each drawn afresh)."""
+        for _ in range(self.r.randint(0, 2)):
+            t += [("user", ask()), ("assistant", answer())]
+        return t
+
     def weather(self) -> Turns:
         c, r = self.c, self.r
         city, day, w = c(*CITIES), c(*DAYS), c(*WEATHER)
@@ -57,22 +64,22 @@ class _Writer:
             f"whats the weather {day}",
         )
         t = [("user", ask), ("assistant", f"In {city} it will be {w} {day} with a high of {r.randint(40, 95)}F.")]
-        for _ in range(r.randint(0, 2)):
-            follow = c(
+        return self.follow_ups(
+            t,
+            lambda: c(
                 f"What about {c(*DAYS)}?",
                 "Will I need an umbrella?",
                 f"And in {c(*CITIES)}?",
                 "How cold will it get at night?",
                 "Is it going to be windy?",
                 "what's the low temperature?",
-            )
-            answer = c(
+            ),
+            lambda: c(
                 f"Expect {c(*WEATHER)} with a low of {r.randint(20, 60)}F.",
                 "No, it should stay dry.",
                 f"Yes, {c(*WEATHER)} is expected.",
-            )
-            t += [("user", follow), ("assistant", answer)]
-        return t
+            ),
+        )
 
     def navigation(self) -> Turns:
         c, r = self.c, self.r
@@ -85,24 +92,23 @@ class _Writer:
             f"give me directions to the closest {kind} please",
         )
         where = f"{poi} is {r.randint(1, 6)} miles away at {r.randint(100, 999)} {c(*STREETS)}."
-        t = [("user", ask), ("assistant", where)]
-        for _ in range(r.randint(0, 2)):
-            follow = c(
+        return self.follow_ups(
+            [("user", ask), ("assistant", where)],
+            lambda: c(
                 "Is there any traffic on the way?",
                 "What's the address?",
                 "Pick the quickest route.",
                 "Is there one closer?",
                 "ok set the route",
                 "How long will it take to get there?",
-            )
-            answer = c(
+            ),
+            lambda: c(
                 "There is moderate traffic, I chose a route avoiding it.",
                 f"It's at {r.randint(100, 999)} {c(*STREETS)}.",
                 "Route set, you'll be there in 12 minutes.",
                 "That is the closest one.",
-            )
-            t += [("user", follow), ("assistant", answer)]
-        return t
+            ),
+        )
 
     def appointment(self) -> Turns:
         c, r = self.c, self.r
@@ -120,24 +126,23 @@ class _Writer:
             "Your table is booked.",
             f"You have {event} at {at}.",
         )
-        t = [("user", ask), ("assistant", answer)]
-        for _ in range(r.randint(0, 2)):
-            follow = c(
+        return self.follow_ups(
+            [("user", ask), ("assistant", answer)],
+            lambda: c(
                 "Who is attending?",
                 "Can you move it to an hour later?",
                 "Where is it?",
                 "Add a reminder an hour before.",
                 "What time does it start?",
-            )
-            answer = c(
+            ),
+            lambda: c(
                 f"{who} will attend.",
                 "Moved.",
                 f"It is at {r.randint(100, 999)} {c(*STREETS)}.",
                 "Reminder added.",
                 f"It starts at {at}.",
-            )
-            t += [("user", follow), ("assistant", answer)]
-        return t
+            ),
+        )
 
     def task(self) -> Turns:
         t = self.c(self.weather, self.navigation, self.appointment)()
@@ -150,13 +155,18 @@ class _Writer:
         return t
 
 
-def write(path: Path, dialogues: int = DIALOGUES, seed: int = SEED) -> None:
-    """`dialogues` of 3-6 tasks each; each task is one gold segment."""
+def dialogues(count: int = DIALOGUES, seed: int = SEED) -> list[Dialogue]:
+    """`count` dialogues of 3-6 tasks each; each task is one gold segment."""
     w = _Writer(seed)
-    rows = []
-    for k in range(dialogues):
-        lines: list[str] = []
+    out = []
+    for k in range(count):
+        roles: list[str] = []
+        texts: list[str] = []
+        ends: list[int] = []
         for task in [w.task() for _ in range(w.r.randint(3, 6))]:
-            lines += [f"{'user' if role == 'user' else 'agent'}: {text}" for role, text in task] + ["[BOUNDARY]"]
-        rows.append(json.dumps({"id": f"task-{k}", "dialogue": "[NEWLINE]".join(lines[:-1])}))
-    path.write_text("\n".join(rows) + "\n")
+            roles += [role for role, _ in task]
+            texts += [text for _, text in task]
+            ends += [0] * (len(task) - 1) + [1]
+        ends[-1] = 0
+        out.append(Dialogue(f"task-{k}", roles, texts, ends))
+    return out

@@ -404,10 +404,11 @@ def run(
         prefix="task",
     )
     write_defdts(cache_dir / "taskconcat_tune.jsonl", [t.dialogue for t in task])
-    incar_dialogues.write(cache_dir / "incar_tasks.jsonl")
+    incar = incar_dialogues.dialogues()
+    write_defdts(cache_dir / "incar_tasks.jsonl", incar)
     say(
         f"held-out sets for `chatmem bench topicseg --data`: {cache_dir / 'superseg_tune.jsonl'} ({len(tune)}), "
         f"{cache_dir / 'taskconcat_tune.jsonl'} ({len(task)}), "
-        f"{cache_dir / 'incar_tasks.jsonl'} ({incar_dialogues.DIALOGUES}, templates)"
+        f"{cache_dir / 'incar_tasks.jsonl'} ({len(incar)}, templates)"
     )
     return trained
