@@ -8,7 +8,18 @@ import numpy as np
 import pytest
 
 from chatmem.bench.topicseg import Dialogue, evaluate, load, pk, window_k, windowdiff
-from chatmem.bench.train_segmenter import EmbeddingCache, Labelled, fold_of, run, train, write_defdts
+from chatmem.bench.train_segmenter import (
+    AGENT_CLOSINGS,
+    USER_CLOSINGS,
+    EmbeddingCache,
+    Labelled,
+    closings_of,
+    conversation,
+    fold_of,
+    run,
+    train,
+    write_defdts,
+)
 from chatmem.memory.boundary_scorer import FEATURES, LEFT_CONTEXT, BoundaryScorer, TurnInfo, features, shipped_scorer
 from chatmem.memory.segmentation import (
     MAX_WINDOW,
@@ -281,6 +292,31 @@ def test_the_scorer_is_the_mean_of_a_bag_of_networks_from_different_seeds():
         for m in scorer.mlps
     ]
     assert scorer.boundary_probability(turns[:2], turns[2:3]) == pytest.approx(sum(each) / 3)
+
+
+def test_whole_conversations_are_one_segment_and_mostly_end_with_a_closing_exchange():
+    _, superseg = _tiny_corpus()
+    embedder = FakeEmbedder(dim=16)
+    closings = closings_of(lambda texts: list(embedder.embed(texts)))
+    rng = random.Random(0)
+    items = _labelled(superseg, "superseg")
+    made = [conversation(item, rng, closings) for item in items]
+    closed = 0
+    for item, conv_ in zip(items, made, strict=True):
+        d = conv_.dialogue
+        assert sum(d.ends_segment) == 0 and len(d.texts) == len(conv_.vectors)
+        if d.texts[-2] in USER_CLOSINGS:
+            closed += 1
+            assert d.roles[-2:] == ["user", "assistant"] and d.texts[-1] in AGENT_CLOSINGS
+            assert np.allclose(conv_.vectors[-1], embedder.embed([d.texts[-1]])[0])
+            # The closing follows the agent's answer: a dialogue that ended on the user loses that turn.
+            assert d.roles[-3] == "assistant" or len(item.dialogue.texts) <= 2
+        else:
+            assert d.texts == item.dialogue.texts
+    assert 0 < closed < len(items)
+    assert all(conversation(item, rng, None).dialogue.texts == item.dialogue.texts for item in items)
+    trained = train(_labelled(_tiny_corpus()[0], "tiage"), items, closings=closings, bag=1)
+    assert trained.summary["dialogues"]["conversations"] > 0
 
 
 def test_training_script_writes_weights_the_segmenter_loads(tmp_path: Path):
