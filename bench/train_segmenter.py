@@ -50,6 +50,7 @@ from chatmem.memory.boundary_scorer import (
     WEIGHTS_FILE,
     BoundaryScorer,
     TurnInfo,
+    among_people,
     bag_probability,
     features,
     model_input,
@@ -75,7 +76,11 @@ TASK_EVAL_DIALOGUES = 300
 CONVERSATIONS_PER_FOLD = 100  # concatenations of whole conversations, each one segment
 CONVERSATION_WEIGHT = 0.25  # per row: as 50 at 0.5 (both measured), with more conversations seen
 CLOSED_SHARE = 0.7  # of those conversations, the share that ends with a closing exchange
-OBJECTIVE_KINDS = ("tiage", "superseg", "synthetic")  # the Scores the threshold choice averages
+# Which cross-validated Scores choose each threshold and margin. People chatting: TIAGE. With an
+# assistant: SuperDialseg's sub-questions and task conversations (pieces, and whole ones ended by
+# a thanks) weigh alike, as the two ways such conversations are labelled.
+PEER_KINDS = ("tiage",)
+BOT_KINDS = ("superseg", "synthetic", "conversations")
 # Closing exchanges for whole conversations. Task dialogues end this way and the next task opens
 # after them; the development data almost never do (32 of 1,322 SuperDialseg dialogues). Worded
 # apart from the in-car check's templates, so that check does not read its own phrases back.
@@ -239,15 +244,15 @@ def conversation(item: Labelled, rng: random.Random, closings: Closings | None) 
 class Recorder:
     """A scorer that never splits and keeps every feature row the segmenter asked it about."""
 
-    threshold = 1.0  # shifts on (windows open), yet P(continues) = 1 is never below it
-    early_margin = 0.0
-
     def __init__(self) -> None:
-        self.rows: list[tuple[int, str, np.ndarray]] = []
+        self.rows: list[tuple[int, str, bool, np.ndarray]] = []
+
+    def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> tuple[float, float]:
+        return 1.0, 0.0  # shifts on (windows open), yet P(continues) = 1 is never below it
 
     def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float:
         stage = stage_of(window)
-        self.rows.append((window[0].seq, stage, model_input(stage, features(left, window))))
+        self.rows.append((window[0].seq, stage, among_people(left, window), model_input(stage, features(left, window))))
         return 0.0
 
 
@@ -268,19 +273,21 @@ class Rows:
     item: np.ndarray  # index of the dialogue in the list the rows were read from
     seq: np.ndarray  # the candidate turn
     closed: np.ndarray  # the row is a closed window (the others are decided early or not at all)
+    peer: np.ndarray  # no assistant in view: the peers' threshold and margin apply
 
 
 def read_rows(items: Sequence[Labelled]) -> Rows:
-    xs, ys, its, seqs, closed = [], [], [], [], []
+    xs, ys, its, seqs, closed, peer = [], [], [], [], [], []
     for k, item in enumerate(items):
         rec = Recorder()
         segment(turns_of(item.dialogue, item.vectors), SegmenterConfig(), scorer=rec)
-        for seq, stage, x in rec.rows:
+        for seq, stage, people, x in rec.rows:
             xs.append(x)
             ys.append(float(item.dialogue.ends_segment[seq - 1]))
             its.append(k)
             seqs.append(seq)
             closed.append(stage == "closed")
+            peer.append(people)
     width = len(FEATURES) + len(STAGES) - 1
     return Rows(
         np.asarray(xs, dtype=np.float64).reshape(-1, width),
@@ -288,6 +295,7 @@ def read_rows(items: Sequence[Labelled]) -> Rows:
         np.asarray(its, dtype=np.int64),
         np.asarray(seqs, dtype=np.int64),
         np.asarray(closed, dtype=bool),
+        np.asarray(peer, dtype=bool),
     )
 
 
@@ -328,11 +336,16 @@ def fit_bag(x: np.ndarray, y: np.ndarray, weights: np.ndarray, seed: int, bag: i
     return tuple(fit_mlp(x, y, weights, seed + i) for i in range(bag))
 
 
-def decide(items: Sequence[Labelled], rows: Rows, p: np.ndarray, threshold: float, margin: float) -> list[list[int]]:
+Bar = tuple[float, float]  # (threshold, early margin)
+
+
+def decide(items: Sequence[Labelled], rows: Rows, p: np.ndarray, bots: Bar, peers: Bar) -> list[list[int]]:
     """What the segmenter decides from these probabilities: a candidate is a boundary when its
-    closed window, or any earlier stage by the margin, falls below the threshold. (Features do not
-    depend on earlier decisions, so this equals running `feed` with the model.)"""
-    bar = np.where(rows.closed, threshold, threshold - margin)
+    closed window, or any earlier stage by the margin, falls below the threshold (the peers' pair
+    where no assistant is in view). Features do not depend on earlier decisions, so this equals
+    running `feed` with the model."""
+    threshold = np.where(rows.peer, peers[0], bots[0])
+    bar = np.where(rows.closed, threshold, threshold - np.where(rows.peer, peers[1], bots[1]))
     hyps = [[0] * len(it.dialogue.texts) for it in items]
     for k, seq in zip(rows.item[1.0 - p < bar], rows.seq[1.0 - p < bar], strict=True):
         hyps[k][seq - 1] = 1
@@ -341,8 +354,8 @@ def decide(items: Sequence[Labelled], rows: Rows, p: np.ndarray, threshold: floa
     return hyps
 
 
-def scores_by_kind(items: Sequence[Labelled], rows: Rows, p: np.ndarray, threshold: float, margin: float) -> dict:
-    hyps = decide(items, rows, p, threshold, margin)
+def scores_by_kind(items: Sequence[Labelled], rows: Rows, p: np.ndarray, bots: Bar, peers: Bar) -> dict:
+    hyps = decide(items, rows, p, bots, peers)
     out: dict[str, Scores] = {}
     for kind in sorted({it.kind for it in items}):
         ks = [k for k, it in enumerate(items) if it.kind == kind]
@@ -401,24 +414,33 @@ def train(
             continue
         models = fit_bag(rows.x[train_rows], rows.y[train_rows], weights[train_rows], seed, bag)
         oof[~train_rows] = bag_probability(models, rows.x[~train_rows])
-    grid = {(t, m): scores_by_kind(items, rows, oof, t, m) for t in THRESHOLDS for m in MARGINS if t - m > 0}
-    # Whole conversations stay out of the mean: their sub-topics, split in SuperDialseg's own
-    # labels, are no boundaries there, so their Score would pull every threshold towards fewer.
-    threshold, margin = max(
-        grid, key=lambda tm: (np.mean([grid[tm][k].score for k in OBJECTIVE_KINDS if k in grid[tm]]), tm[0], -tm[1])
-    )
+    pairs = [(t, m) for t in THRESHOLDS for m in MARGINS if t - m > 0]
+    # The peers' pair first: their kinds are read with it alone (no assistant in any window).
+    by_peers = {tm: scores_by_kind(items, rows, oof, tm, tm) for tm in pairs}
+    peers = _best(pairs, lambda tm: _mean_score(by_peers[tm], PEER_KINDS))
+    grid = {tm: scores_by_kind(items, rows, oof, tm, peers) for tm in pairs}
+    threshold, margin = _best(pairs, lambda tm: _mean_score(grid[tm], BOT_KINDS))
     mlps = fit_bag(rows.x, rows.y, weights, seed, bag)
     summary = {
         "seed": seed,
         "bag": bag,
-        "dialogues": {kind: sum(it.kind == kind for it in items) for kind in (*OBJECTIVE_KINDS, "conversations")},
+        "dialogues": {kind: sum(it.kind == kind for it in items) for kind in (*PEER_KINDS, *BOT_KINDS)},
         "rows": len(rows.y),
         "cross_validated": {
             kind: {"pk": round(s.pk, 4), "wd": round(s.wd, 4), "f1": round(s.f1, 4), "score": round(s.score, 4)}
             for kind, s in grid[(threshold, margin)].items()
         },
     }
-    return Trained(BoundaryScorer(mlps, threshold, margin), summary)
+    return Trained(BoundaryScorer(mlps, threshold, margin, *peers), summary)
+
+
+def _mean_score(scores: dict[str, Scores], kinds: Sequence[str]) -> float:
+    return float(np.mean([scores[k].score for k in kinds if k in scores]))
+
+
+def _best(pairs: Sequence[Bar], objective: Callable[[Bar], float]) -> Bar:
+    """The pair with the best objective; ties go to the higher threshold, then the smaller margin."""
+    return max(pairs, key=lambda tm: (objective(tm), tm[0], -tm[1]))
 
 
 def labelled(dialogues: Sequence[Dialogue], cache: EmbeddingCache, kind: str) -> list[Labelled]:
@@ -460,7 +482,8 @@ def run(
     out.write_text(json.dumps(trained.scorer.to_json(trained.summary), separators=(",", ":")) + "\n")
     say(
         f"wrote {out} ({out.stat().st_size:,} bytes): shift_threshold {trained.scorer.threshold}, "
-        f"early margin {trained.scorer.early_margin}"
+        f"early margin {trained.scorer.early_margin} (with an assistant in view); "
+        f"{trained.scorer.peer_threshold} and {trained.scorer.peer_margin} among people"
     )
     for kind, s in trained.summary["cross_validated"].items():
         say(f"  cross-validated {kind}: Pk {s['pk']} · WD {s['wd']} · F1 {s['f1']} · Score {s['score']}")

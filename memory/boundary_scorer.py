@@ -208,6 +208,11 @@ def bag_probability(mlps: Sequence[Mlp], x: np.ndarray) -> np.ndarray:
     return np.mean([m.probability(x) for m in mlps], axis=0)
 
 
+def among_people(left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> bool:
+    """No assistant turn in view: people talking with each other rather than with a bot."""
+    return not any(t.role == "assistant" for t in (*left, *window))
+
+
 @dataclass(frozen=True)
 class BoundaryScorer:
     # A bag of networks trained alike from different seeds: one network's decisions hung on its
@@ -215,10 +220,23 @@ class BoundaryScorer:
     mlps: tuple[Mlp, ...]
     threshold: float  # the default `shift_threshold`: a shift when P(topic continues) falls below it
     early_margin: float  # an undecided window (open, reply) must be this much surer
+    # The same two where no assistant is in view. A bot's user asks follow-ups that a scorer
+    # trained on document-grounded sub-questions splits; people chatting shift topics otherwise.
+    peer_threshold: float | None = None  # None: as `threshold`
+    peer_margin: float | None = None  # None: as `early_margin`
 
     def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float:
         stage = stage_of(window)
         return float(bag_probability(self.mlps, model_input(stage, features(left, window))[None, :])[0])
+
+    def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> tuple[float, float]:
+        """(threshold, early margin) for this candidate: the peers' pair when no assistant is in view."""
+        if among_people(left, window):
+            return (
+                self.threshold if self.peer_threshold is None else self.peer_threshold,
+                self.early_margin if self.peer_margin is None else self.peer_margin,
+            )
+        return self.threshold, self.early_margin
 
     def to_json(self, trained: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -226,6 +244,8 @@ class BoundaryScorer:
             "stages": list(STAGES),
             "threshold": self.threshold,
             "early_margin": self.early_margin,
+            "peer_threshold": self.peer_threshold,
+            "peer_margin": self.peer_margin,
             "mlps": [m.to_json() for m in self.mlps],
             "trained": trained,
         }
@@ -235,7 +255,14 @@ class BoundaryScorer:
         if list(data["features"]) != list(FEATURES):
             raise ValueError("segmenter weights were trained on other features; retrain with `make train-segmenter`")
         mlps = tuple(Mlp.from_json(m) for m in data["mlps"])
-        return cls(mlps, float(data["threshold"]), float(data["early_margin"]))
+        peer_threshold, peer_margin = data.get("peer_threshold"), data.get("peer_margin")
+        return cls(
+            mlps,
+            float(data["threshold"]),
+            float(data["early_margin"]),
+            None if peer_threshold is None else float(peer_threshold),
+            None if peer_margin is None else float(peer_margin),
+        )
 
 
 @lru_cache(maxsize=1)

@@ -9,9 +9,10 @@ A new episode starts
   topic changes at the candidate when it arrives, after each reply, and when the next user turn
   closes the window. A shift is declared when the probability that the topic continues falls
   below `shift_threshold`; before the window closes it must fall below it by the scorer's early
-  margin. A closed window that stayed above it is no boundary. So every decision is made within
-  two user turns of the boundary, never later; a boundary decided late lies at an earlier
-  message, and the messages after it move to the new episode.
+  margin. Threshold and margin are the scorer's: one pair where an assistant is in view (a bot's
+  conversation), another where none is (people chatting). A closed window that stayed above it is
+  no boundary. So every decision is made within two user turns of the boundary, never later; a
+  boundary decided late lies at an earlier message, and the messages after it move to the new episode.
 
 Optionally (`segment_llm_assist`) a model gives a second opinion on the decisions the scorer is
 unsure of: when a decision is taken (a shift at any moment, or no shift when the window closes)
@@ -71,11 +72,9 @@ ASSIST_TEXT_CHARS = 1000  # of each turn's text kept for the assist: enough to t
 
 
 class Scorer(Protocol):
-    @property
-    def threshold(self) -> float: ...
-
-    @property
-    def early_margin(self) -> float: ...
+    def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> tuple[float, float]:
+        """(threshold, early margin) for this candidate and window."""
+        ...
 
     def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float: ...
 
@@ -255,7 +254,10 @@ def feed(
         # A window still open is dropped: the episode restarts here.
         return SegmenterState(at, 1, [info], 0), [Boundary(turn.seq, hard)]
 
-    threshold = judge.threshold if cfg.shift_threshold is None else cfg.shift_threshold
+    def bar(left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> tuple[float, float]:
+        threshold, margin = judge.bar(left, window)
+        return (threshold if cfg.shift_threshold is None else cfg.shift_threshold), margin
+
     recent, window, turns = [*state.recent, info], state.window, state.turns + 1
     bounds: list[Boundary] = []
     if window:
@@ -264,18 +266,20 @@ def feed(
         final = closes or window >= MAX_WINDOW
         left, open_window = recent[:-window][-LEFT_CONTEXT:], recent[-window:]
         p = judge.boundary_probability(left, open_window)
-        cut = threshold - (0.0 if closes else judge.early_margin)
+        threshold, margin = bar(left, open_window)
+        cut = threshold - (0.0 if closes else margin)
         if _shifts(1.0 - p, cut, final, threshold, left, open_window, assist):
             bounds.append(Boundary(recent[-window].seq, "shift"))
             turns, window = window, 0
         elif final:
             window = 0
-    if turn.role == "user" and not window and threshold > 0:
+    if turn.role == "user" and not window and (cfg.shift_threshold is None or cfg.shift_threshold > 0):
         left = recent[:-1][-LEFT_CONTEXT:]
         if info.vector is not None and any(t.vector is not None for t in left):
             window = 1
             p = judge.boundary_probability(left, [info])
-            if _shifts(1.0 - p, threshold - judge.early_margin, False, threshold, left, [info], assist):
+            threshold, margin = bar(left, [info])
+            if _shifts(1.0 - p, threshold - margin, False, threshold, left, [info], assist):
                 bounds.append(Boundary(info.seq, "shift"))
                 turns, window = 1, 0
     return SegmenterState(at, turns, recent[-(window + LEFT_CONTEXT) :], window), bounds

@@ -16,7 +16,7 @@ SCRIPT = [
     # scorer is sure at once that the cat changes the topic. The assistant itself brings the talk
     # back ("Shall we continue ...?"), only user turns are candidates, and "Yes, book ..." answers
     # that question, so the scorer keeps the return with the digression (P(topic continues) 0.87
-    # when its window closes, against a threshold of 0.70; docs/architecture.md, "Episodes")
+    # when its window closes, against a threshold of 0.65; docs/architecture.md, "Episodes")
     (4, "user", "My cat knocked over a plant this morning, what a mess."),
     (5, "assistant", "Oh no, cats can be chaotic. Shall we continue with the flights to Lisbon?"),
     (6, "user", "Yes, book the direct morning flight from Berlin to Lisbon on May 12."),

@@ -35,6 +35,9 @@ class ScriptedScorer:
     threshold = 0.75
     early_margin = 0.2
 
+    def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> tuple[float, float]:
+        return self.threshold, self.early_margin
+
     def __init__(self, p_continues: dict[tuple[int, str], float] | None = None):
         self.p_continues = p_continues or {}
 

@@ -1,6 +1,7 @@
 import json
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,12 +16,22 @@ from chatmem.bench.train_segmenter import (
     Labelled,
     closings_of,
     conversation,
+    decide,
     fold_of,
+    read_rows,
     run,
     train,
     write_defdts,
 )
-from chatmem.memory.boundary_scorer import FEATURES, LEFT_CONTEXT, BoundaryScorer, TurnInfo, features, shipped_scorer
+from chatmem.memory.boundary_scorer import (
+    FEATURES,
+    LEFT_CONTEXT,
+    BoundaryScorer,
+    TurnInfo,
+    among_people,
+    features,
+    shipped_scorer,
+)
 from chatmem.memory.segmentation import (
     MAX_WINDOW,
     Boundary,
@@ -88,6 +99,9 @@ class StubScorer:
 
     threshold = 0.5
     early_margin = 1.0
+
+    def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> tuple[float, float]:
+        return self.threshold, self.early_margin
 
     def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float:
         lv = np.mean([t.vector for t in left if t.vector is not None], axis=0)
@@ -232,6 +246,37 @@ def test_the_shipped_weights_load_and_give_probabilities():
         assert 0.0 <= p <= 1.0
 
 
+class SameProbability(BoundaryScorer):
+    """The shipped decision rule over a fixed P(topic continues) of 0.6 for every window."""
+
+    def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float:
+        return 0.4
+
+
+def test_people_chatting_and_a_bots_conversation_have_their_own_threshold():
+    scorer = SameProbability((), threshold=0.7, early_margin=0.0, peer_threshold=0.5, peer_margin=0.0)
+    people = conv([("user", 0, "hi", 0), ("user", 0, "hey", 1), ("user", 1, "so", 2), ("user", 1, "yes", 3)])
+    with_bot = [replace(t, role="assistant") if t.seq % 2 else t for t in people]
+    # 0.6 < 0.7: with an assistant in view every candidate splits; 0.6 >= 0.5: among people none does
+    assert segment(people, CFG, scorer=scorer) == []
+    assert [b.seq for b in segment(with_bot, CFG, scorer=scorer)] == [2]
+    infos = [TurnInfo.of(t.seq, t.role, t.text, t.vector) for t in with_bot]
+    assert among_people(infos[:1], infos[2:3]) and not among_people(infos[:2], infos[2:3])
+    assert scorer.bar(infos[:1], infos[2:3]) == (0.5, 0.0) and scorer.bar(infos[:2], infos[2:3]) == (0.7, 0.0)
+    # a per-thread shift_threshold sets both
+    assert [b.seq for b in segment(people, SegmenterConfig(shift_threshold=0.65), scorer=scorer)] == [1, 2, 3]
+
+
+def test_weights_without_a_peers_pair_use_the_one_pair_for_every_conversation():
+    shipped = shipped_scorer().to_json({})
+    del shipped["peer_threshold"], shipped["peer_margin"]
+    old = BoundaryScorer.from_json(shipped)
+    info = TurnInfo.of(1, "user", "hi", None)
+    assert old.peer_threshold is None and old.bar([], [info]) == (old.threshold, old.early_margin)
+    again = BoundaryScorer.from_json(shipped_scorer().to_json({}))
+    assert again.to_json({}) == shipped_scorer().to_json({})
+
+
 def test_follow_up_cues_mark_short_turns_that_lean_on_what_was_said():
     vec = np.ones(4, dtype=np.float32) / 2
 
@@ -278,6 +323,18 @@ def test_training_is_reproducible_with_the_fixed_seed():
     b = train(_labelled(tiage, "tiage"), _labelled(superseg, "superseg"))
     assert a.scorer.to_json(a.summary) == b.scorer.to_json(b.summary)
     assert a.summary["rows"] > 0 and set(a.summary["cross_validated"]) >= {"tiage", "superseg"}
+    # the peers' pair is chosen too (TIAGE-like dialogues have no assistant)
+    assert a.scorer.peer_threshold is not None and a.scorer.peer_margin is not None
+
+
+def test_the_trainer_decides_with_the_peoples_pair_where_no_assistant_is_in_view():
+    tiage, superseg = _tiny_corpus()
+    items = [*_labelled(tiage, "tiage"), *_labelled(superseg, "superseg")]
+    rows = read_rows(items)
+    p_shift = np.full(len(rows.y), 0.4)  # P(topic continues) 0.6 everywhere
+    hyps = decide(items, rows, p_shift, bots=(0.7, 0.0), peers=(0.5, 0.0))
+    assert rows.peer[rows.item < len(tiage)].all() and not rows.peer[rows.item >= len(tiage)].any()
+    assert not any(map(any, hyps[: len(tiage)])) and all(map(any, hyps[len(tiage) :]))
 
 
 def test_the_scorer_is_the_mean_of_a_bag_of_networks_from_different_seeds():
