@@ -18,10 +18,11 @@ SuperDialseg's fine segments for fewer splits).
 The features are read through the segmenter itself (`feed` with a recording scorer), so training
 sees exactly what the workers compute, stage by stage of each candidate's window. The model is a
 bag of small MLPs (numpy) trained alike from seeds SEED .. SEED + BAG - 1; the scorer is their
-mean probability. The threshold and the early margin are chosen by 5-fold cross-validation of the
-bag over the training material (folds by dialogue; synthetic dialogues are built within a fold),
-maximising the mean Score over TIAGE, SuperDialseg and the synthetic dialogues (the whole
-conversations are left out of that mean, see `train`).
+mean probability. Two pairs of threshold and early margin are chosen by 5-fold cross-validation
+of the bag over the training material (folds by dialogue; synthetic dialogues are built within a
+fold): the pair for people chatting (no assistant in view) maximises TIAGE's Score, then the pair
+for conversations with a bot maximises the mean Score of SuperDialseg, the synthetic pieces and
+the whole conversations.
 
 Written next to the cache: the tune part (`superseg_tune.jsonl`), a synthetic task-oriented
 set built from it (`taskconcat_tune.jsonl`, first segments of held-apart dialogues, each next

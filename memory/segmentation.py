@@ -222,6 +222,14 @@ def _shifts(
     return shift if answer is None else answer
 
 
+def _bar(
+    judge: Scorer, cfg: SegmenterConfig, left: Sequence[TurnInfo], window: Sequence[TurnInfo]
+) -> tuple[float, float]:
+    """The scorer's (threshold, early margin) for this window; a per-thread threshold replaces its own."""
+    threshold, margin = judge.bar(left, window)
+    return (threshold if cfg.shift_threshold is None else cfg.shift_threshold), margin
+
+
 def feed(
     state: SegmenterState,
     turn: SegTurn,
@@ -254,10 +262,6 @@ def feed(
         # A window still open is dropped: the episode restarts here.
         return SegmenterState(at, 1, [info], 0), [Boundary(turn.seq, hard)]
 
-    def bar(left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> tuple[float, float]:
-        threshold, margin = judge.bar(left, window)
-        return (threshold if cfg.shift_threshold is None else cfg.shift_threshold), margin
-
     recent, window, turns = [*state.recent, info], state.window, state.turns + 1
     bounds: list[Boundary] = []
     if window:
@@ -266,7 +270,7 @@ def feed(
         final = closes or window >= MAX_WINDOW
         left, open_window = recent[:-window][-LEFT_CONTEXT:], recent[-window:]
         p = judge.boundary_probability(left, open_window)
-        threshold, margin = bar(left, open_window)
+        threshold, margin = _bar(judge, cfg, left, open_window)
         cut = threshold - (0.0 if closes else margin)
         if _shifts(1.0 - p, cut, final, threshold, left, open_window, assist):
             bounds.append(Boundary(recent[-window].seq, "shift"))
@@ -278,7 +282,7 @@ def feed(
         if info.vector is not None and any(t.vector is not None for t in left):
             window = 1
             p = judge.boundary_probability(left, [info])
-            threshold, margin = bar(left, [info])
+            threshold, margin = _bar(judge, cfg, left, [info])
             if _shifts(1.0 - p, threshold - margin, False, threshold, left, [info], assist):
                 bounds.append(Boundary(info.seq, "shift"))
                 turns, window = 1, 0
