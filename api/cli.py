@@ -630,8 +630,17 @@ def bench_topicseg(
 
 
 def _print_topicseg(name: str, scores: dict) -> None:
+    from chatmem.bench.stats import paired
+
     for segmenter, s in scores.items():
-        console.print(f"{name} ({segmenter}): Pk {s.pk:.3f} · WD {s.wd:.3f} · F1 {s.f1:.3f} · Score {s.score:.3f}")
+        console.print(
+            f"{name} ({segmenter}): Pk {s.pk:.3f} · WD {s.wd:.3f} · F1 {s.f1:.3f} · "
+            f"Score {s.interval().text('dialogues')}"
+        )
+    for a, b in (("learned+llm", "learned"), ("learned", "rules")):
+        if a in scores and b in scores:
+            diff = paired(scores[a].dialogues, scores[b].dialogues)
+            console.print(f"{name}: {a} − {b}, Score {diff.text('dialogues, paired', sign=True)}")
 
 
 @bench_app.command("train-segmenter")

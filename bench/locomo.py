@@ -26,6 +26,7 @@ from rich.table import Table
 from chatmem.adapters import migrate, services
 from chatmem.bench.ingest import scratch
 from chatmem.bench.pipeline import pipeline_processes, wait_until_settled
+from chatmem.bench.stats import bootstrap
 from chatmem.bootstrap import Container
 from chatmem.producers.importers import locomo_events
 from chatmem.producers.publisher import Publisher
@@ -197,4 +198,9 @@ def _report(console: Console, data: Path, corpus: list[dict], scores: Scores, ra
     for name, ref in REFERENCES.items():
         table.add_row(f"{name} (reference)", str(overall["n"]), *(f"{x:.3f}" for x in ref), "")
     console.print(table)
+    at10 = bootstrap(every["recall@10"])
+    console.print(
+        f"recall@10, all questions: {at10.text('questions')}; the questions of one conversation are not "
+        "independent, so the spread across conversations is wider than this interval"
+    )
     return {"all": overall, **rows}

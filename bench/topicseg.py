@@ -6,7 +6,9 @@ with `role: text` lines joined by [NEWLINE] and a [BOUNDARY] line after each seg
 dialogue is one thread with no time gaps. Scores follow the SuperDialseg protocol: per
 utterance `ends_segment` (the last utterance is always 0); Pk and WindowDiff as in NLTK with
 k = max(2, round(n / (boundaries + 1) / 2)); binary F1 (0 when undefined); each averaged over
-dialogues; Score = 0.5·F1 + 0.25·(1 − Pk) + 0.25·(1 − WD).
+dialogues; Score = 0.5·F1 + 0.25·(1 − Pk) + 0.25·(1 − WD). Each Score comes with its bootstrap
+interval over the dialogues, and the learned segmenter's lead over the rules with the interval of
+the paired difference (bench/stats.py).
 
 With an assist (`--llm-assist`: the segmenter's LLM assist over the configured endpoint,
 memory/boundary_llm.py) the learned segmenter also runs with it, as `learned+llm`."""
@@ -21,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from chatmem.bench import topicseg_rules
+from chatmem.bench.stats import Interval, bootstrap
 from chatmem.memory.ports import Embedder
 from chatmem.memory.segmentation import BoundaryAssist, SegmenterConfig, SegTurn, segment
 
@@ -119,15 +122,25 @@ def window_k(ref: list[int]) -> int:
     return min(len(ref), max(2, round(len(ref) / (sum(ref) + 1) / 2)))
 
 
+def combined(pk_: float, wd: float, f1_: float) -> float:
+    return 0.5 * f1_ + 0.25 * (1 - pk_) + 0.25 * (1 - wd)
+
+
 @dataclass(frozen=True)
 class Scores:
     pk: float
     wd: float
     f1: float
+    # Each scored dialogue's own Score, in order: Score is linear in the three means, so it is
+    # the mean of these, and they are what an interval resamples.
+    dialogues: tuple[float, ...] = ()
 
     @property
     def score(self) -> float:
-        return 0.5 * self.f1 + 0.25 * (1 - self.pk) + 0.25 * (1 - self.wd)
+        return combined(self.pk, self.wd, self.f1)
+
+    def interval(self) -> Interval:
+        return bootstrap(self.dialogues)
 
 
 def evaluate(refs: list[list[int]], hyps: list[list[int]]) -> Scores:
@@ -139,7 +152,8 @@ def evaluate(refs: list[list[int]], hyps: list[list[int]]) -> Scores:
         pks.append(pk(ref, hyp, k))
         wds.append(windowdiff(ref, hyp, k))
         f1s.append(f1(ref, hyp))
-    return Scores(float(np.mean(pks)), float(np.mean(wds)), float(np.mean(f1s)))
+    per = tuple(combined(*x) for x in zip(pks, wds, f1s, strict=True))
+    return Scores(float(np.mean(pks)), float(np.mean(wds)), float(np.mean(f1s)), per)
 
 
 def embed_all(dialogues: list[Dialogue], embedder: Embedder) -> list[np.ndarray]:

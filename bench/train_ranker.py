@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from chatmem.bench.locomo import QUESTION_CATEGORIES, processed
+from chatmem.bench.stats import LEVEL, bootstrap, paired
 from chatmem.bootstrap import Container
 from chatmem.memory.dates import Period
 from chatmem.memory.mlp import Mlp
@@ -174,12 +175,29 @@ def cross_validate(pools: Sequence[Pool], seed: int = SEED, epochs: int = EPOCHS
     }
     for name, idx in groups.items():
         if idx:
+            linear = [recall_at(pools[i], pools[i].linear) for i in idx]
             out[name] = {
                 "questions": len(idx),
-                "linear": float(np.mean([recall_at(pools[i], pools[i].linear) for i in idx])),
+                "linear": float(np.mean(linear)),
                 "learned": float(np.mean([learned[i] for i in idx])),
             }
+            if not math.isnan(out[name]["learned"]):
+                # How sure the figure is, and the lead over the rule on the same questions.
+                ci = bootstrap([learned[i] for i in idx])
+                lead = paired([learned[i] for i in idx], linear)
+                out[name] |= {
+                    "learned_low": ci.low,
+                    "learned_high": ci.high,
+                    "lead_low": lead.low,
+                    "lead_high": lead.high,
+                }
     return out
+
+
+def _shown(fig: dict[str, float]) -> str:
+    if math.isnan(fig["learned"]):
+        return "– (one conversation)"
+    return f"{fig['learned']:.3f} ({fig['learned_low']:.3f}–{fig['learned_high']:.3f})"
 
 
 def weights_json(model: Mlp, trained: dict[str, Any]) -> str:
@@ -239,11 +257,17 @@ def run(
     columns = ["category", "questions", "hand-tuned rule", "learned", *(["learned + query encoder"] if encoded else [])]
     for col in columns:
         table.add_column(col)
-    shown = lambda x: "– (one conversation)" if math.isnan(x) else f"{x:.3f}"  # noqa: E731
     for name, fig in cv.items():
-        row = [name, str(fig["questions"]), f"{fig['linear']:.3f}", shown(fig["learned"])]
-        table.add_row(*row, *([shown(cv_encoded[name]["learned"])] if cv_encoded else []))
+        row = [name, str(fig["questions"]), f"{fig['linear']:.3f}", _shown(fig)]
+        table.add_row(*row, *([_shown(cv_encoded[name])] if cv_encoded else []))
     console.print(table)
+    final = (cv_encoded or cv)["all"]
+    if "lead_low" in final:
+        console.print(
+            f"lead over the hand-tuned rule, all questions, paired: {final['learned'] - final['linear']:+.3f} "
+            f"({LEVEL:.0%} CI {final['lead_low']:+.3f} to {final['lead_high']:+.3f}); intervals resample questions, "
+            "and those of one conversation are not independent, so the spread across conversations is wider"
+        )
     final_pools, final_cv = (encoded, cv_encoded) if encoded is not None and cv_encoded is not None else (pools, cv)
     model = fit_ranker(final_pools, SEED, epochs)
     trained = {

@@ -46,6 +46,9 @@ def test_the_trainer_learns_the_signal_and_beats_noise_on_held_out_conversations
     cv = cross_validate(pools, epochs=200)
     assert cv["all"]["questions"] == 80
     assert cv["all"]["learned"] > 0.9 > 0.6 > cv["all"]["linear"]
+    # With its interval, and the lead over the rule on the same questions, which is clear here.
+    assert cv["all"]["learned_low"] <= cv["all"]["learned"] <= cv["all"]["learned_high"]
+    assert cv["all"]["lead_low"] > 0.2
 
 
 def test_training_is_deterministic_for_a_seed():
