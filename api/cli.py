@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -599,26 +600,41 @@ def bench_topicseg(
         "answers cached in the database, so a second run asks nothing); its predictions then go to --out",
     ),
     llm_band: float = typer.Option(None, min=0, max=1, help="the assist's band (default: CHATMEM_SEGMENT_LLM_BAND)"),
+    weights: Path = typer.Option(
+        None,
+        exists=True,
+        dir_okay=False,
+        help="also score the segmenter with these weights (a retrained scorer, from train-segmenter --out) "
+        "as `candidate`, with its paired lead over the shipped weights",
+    ),
 ) -> None:
     """Topic segmentation with the workers' segmenter: Pk, WD, F1 and Score."""
     from chatmem.adapters.embedders import minilm_embedder
     from chatmem.bench.topicseg import run
     from chatmem.memory.boundary_llm import Cooldown, LLMBoundaryAssist
+    from chatmem.memory.boundary_scorer import BoundaryScorer
 
     settings = cli_settings()
     if llm_assist and not settings.llm_api_key:
         console.print("[red]--llm-assist needs an LLM endpoint: set CHATMEM_LLM_API_KEY (and _BASE_URL, _MODEL)[/red]")
         raise typer.Exit(2)
+    candidate = None
+    if weights is not None:
+        try:
+            candidate = BoundaryScorer.from_json(json.loads(weights.read_text()))
+        except (ValueError, KeyError, TypeError) as e:
+            console.print(f"[red]{weights} is not a segmenter weights file: {e}[/red]")
+            raise typer.Exit(2) from e
     embedder = minilm_embedder(settings.embedding_backend)
     if not llm_assist:
-        _print_topicseg(data.name, run(data, out, embedder, baseline))
+        _print_topicseg(data.name, run(data, out, embedder, baseline, candidate=candidate))
         return
     c = cli_container(settings)  # the output cache lives in the database
     try:
         llm = c.llm("bench", timeout_s=settings.segment_llm_timeout_s)
         band = settings.segment_llm_band if llm_band is None else llm_band
         assist = LLMBoundaryAssist(llm, band, Cooldown())
-        _print_topicseg(data.name, run(data, out, embedder, baseline, assist))
+        _print_topicseg(data.name, run(data, out, embedder, baseline, assist, candidate))
     finally:
         c.close()
     n = assist.counts
@@ -637,7 +653,7 @@ def _print_topicseg(name: str, scores: dict) -> None:
             f"{name} ({segmenter}): Pk {s.pk:.3f} · WD {s.wd:.3f} · F1 {s.f1:.3f} · "
             f"Score {s.interval().text('dialogues')}"
         )
-    for a, b in (("learned+llm", "learned"), ("learned", "rules")):
+    for a, b in (("learned+llm", "learned"), ("candidate", "learned"), ("learned", "rules")):
         if a in scores and b in scores:
             diff = paired(scores[a].dialogues, scores[b].dialogues)
             console.print(f"{name}: {a} − {b}, Score {diff.text('dialogues, paired', sign=True)}")

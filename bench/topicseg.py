@@ -25,7 +25,7 @@ import numpy as np
 from chatmem.bench import topicseg_rules
 from chatmem.bench.stats import Interval, bootstrap
 from chatmem.memory.ports import Embedder
-from chatmem.memory.segmentation import BoundaryAssist, SegmenterConfig, SegTurn, segment
+from chatmem.memory.segmentation import BoundaryAssist, Scorer, SegmenterConfig, SegTurn, segment
 
 
 @dataclass(frozen=True)
@@ -73,10 +73,14 @@ def _defdts(row: dict) -> Dialogue:
 
 
 def predict(
-    dialogue: Dialogue, vectors: np.ndarray, segmenter: str = "learned", assist: BoundaryAssist | None = None
+    dialogue: Dialogue,
+    vectors: np.ndarray,
+    segmenter: str = "learned",
+    assist: BoundaryAssist | None = None,
+    scorer: Scorer | None = None,
 ) -> list[int]:
     """`learned`: the workers' segmenter with its defaults; `learned+llm`: the same with `assist`;
-    `rules`: the baseline."""
+    `candidate`: the same with `scorer` (other weights); `rules`: the baseline."""
     t0 = datetime(2024, 1, 1, tzinfo=UTC)
     turns = [
         SegTurn(i, role, text, t0 + timedelta(seconds=i), vectors[i])
@@ -85,7 +89,12 @@ def predict(
     if segmenter == "rules":
         bounds = topicseg_rules.segment(turns, topicseg_rules.RulesConfig())
     else:
-        bounds = segment(turns, SegmenterConfig(), assist=assist if segmenter == "learned+llm" else None)
+        bounds = segment(
+            turns,
+            SegmenterConfig(),
+            scorer=scorer if segmenter == "candidate" else None,
+            assist=assist if segmenter == "learned+llm" else None,
+        )
     ends = [0] * len(turns)
     for b in bounds:
         if 0 < b.seq < len(turns):
@@ -167,18 +176,29 @@ def embed_all(dialogues: list[Dialogue], embedder: Embedder) -> list[np.ndarray]
 
 
 def run(
-    data: Path, out: Path | None, embedder: Embedder, baseline: bool, assist: BoundaryAssist | None = None
+    data: Path,
+    out: Path | None,
+    embedder: Embedder,
+    baseline: bool,
+    assist: BoundaryAssist | None = None,
+    candidate: Scorer | None = None,
 ) -> dict[str, Scores]:
     """Scores of the learned segmenter (its predictions go to `out`), with `assist` also of the
-    learned segmenter with it (then its predictions go to `out`), and with `baseline` of the
-    rule-based one, all on the same vectors."""
+    learned segmenter with it (then its predictions go to `out`), with `candidate` also of the
+    segmenter with those weights, and with `baseline` of the rule-based one, all on the same
+    vectors and dialogues, so any two compare pairwise."""
     dialogues = load(data)
     vectors = embed_all(dialogues, embedder)
     scores: dict[str, Scores] = {}
     first = "learned+llm" if assist is not None else "learned"
-    segmenters = [*(["learned+llm"] if assist is not None else []), "learned", *(["rules"] if baseline else [])]
+    segmenters = [
+        *(["learned+llm"] if assist is not None else []),
+        *(["candidate"] if candidate is not None else []),
+        "learned",
+        *(["rules"] if baseline else []),
+    ]
     for segmenter in segmenters:
-        hyps = [predict(d, v, segmenter, assist) for d, v in zip(dialogues, vectors, strict=True)]
+        hyps = [predict(d, v, segmenter, assist, candidate) for d, v in zip(dialogues, vectors, strict=True)]
         if out is not None and segmenter == first:
             with open(out, "w") as fh:
                 for d, h in zip(dialogues, hyps, strict=True):

@@ -160,8 +160,9 @@ def recall_at(pool: Pool, scores: np.ndarray, k: int = K) -> float:
 
 
 def cross_validate(pools: Sequence[Pool], seed: int = SEED, epochs: int = EPOCHS) -> dict[str, dict[str, float]]:
-    """Recall@K per category, the hand-tuned rule against a model trained without the question's
-    conversation (leave one conversation out; NaN when there is no other conversation to train on)."""
+    """Recall@K over all questions, per category and per conversation, the hand-tuned rule against a
+    model trained without the question's conversation (leave one conversation out; NaN when there
+    is no other conversation to train on)."""
     learned: dict[int, float] = {}
     for held in sorted({p.sample for p in pools}):
         rest = [p for p in pools if p.sample != held]
@@ -170,9 +171,16 @@ def cross_validate(pools: Sequence[Pool], seed: int = SEED, epochs: int = EPOCHS
             if p.sample == held:
                 learned[i] = recall_at(p, model.logit(p.features)) if model is not None else math.nan
     out: dict[str, dict[str, float]] = {}
-    groups = {"all": list(range(len(pools)))} | {
-        name: [i for i, p in enumerate(pools) if p.category == cat] for cat, name in QUESTION_CATEGORIES.items()
-    }
+    # Per held-out conversation too: the intervals resample questions, and how far one
+    # conversation's figure lies from another's is the spread a new conversation can bring.
+    groups = (
+        {"all": list(range(len(pools)))}
+        | {name: [i for i, p in enumerate(pools) if p.category == cat] for cat, name in QUESTION_CATEGORIES.items()}
+        | {
+            f"conversation {s}": [i for i, p in enumerate(pools) if p.sample == s]
+            for s in sorted({p.sample for p in pools})
+        }
+    )
     for name, idx in groups.items():
         if idx:
             linear = [recall_at(pools[i], pools[i].linear) for i in idx]

@@ -76,3 +76,33 @@ def test_locomo_report_prints_recall_at_10_with_its_interval(tmp_path) -> None:
     figures = _report(Console(file=printed, width=200), tmp_path / "x.json", [{}], scores)
     assert figures["all"]["recall@10"] == pytest.approx(0.75) and figures["all"]["n"] == 4
     assert "recall@10, all questions: 0.750 (95% CI 0.250–1.000, 4 questions)" in printed.getvalue()
+
+
+def test_topicseg_scores_other_weights_as_a_candidate_on_the_same_dialogues(tmp_path) -> None:
+    import dataclasses
+    import json
+
+    from chatmem.bench.stats import paired
+    from chatmem.bench.topicseg import run
+    from chatmem.memory.boundary_scorer import shipped_scorer
+    from tests.fakes import FakeEmbedder
+    from tests.unit.test_segmentation import chat
+
+    rows = []
+    for seed in range(4):
+        lines = [f"{t.role}: {t.text}" for t in chat(seed)]
+        rows.append(json.dumps({"id": str(seed), "dialogue": "[NEWLINE]".join([*lines[:5], "[BOUNDARY]", *lines[5:]])}))
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(rows))
+
+    same = run(data, None, FakeEmbedder(), baseline=False, candidate=shipped_scorer())
+    assert list(same) == ["candidate", "learned"] and same["candidate"] == same["learned"]
+    assert paired(same["candidate"].dialogues, same["learned"].dialogues).mean == 0.0
+
+    # A scorer that always finds the topic changed: the same dialogues, other boundaries.
+    eager = dataclasses.replace(
+        shipped_scorer(), threshold=1.01, early_margin=0.0, peer_threshold=1.01, peer_margin=0.0
+    )
+    other = run(data, None, FakeEmbedder(), baseline=False, candidate=eager)
+    assert other["learned"] == same["learned"] and other["candidate"] != other["learned"]
+    assert len(other["candidate"].dialogues) == len(other["learned"].dialogues) == 4

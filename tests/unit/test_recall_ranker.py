@@ -49,6 +49,8 @@ def test_the_trainer_learns_the_signal_and_beats_noise_on_held_out_conversations
     # With its interval, and the lead over the rule on the same questions, which is clear here.
     assert cv["all"]["learned_low"] <= cv["all"]["learned"] <= cv["all"]["learned_high"]
     assert cv["all"]["lead_low"] > 0.2
+    # And per held-out conversation, so the spread between conversations is seen.
+    assert [cv[f"conversation conv-{i}"]["questions"] for i in range(4)] == [20, 20, 20, 20]
 
 
 def test_training_is_deterministic_for_a_seed():
