@@ -649,12 +649,15 @@ def _print_topicseg(name: str, scores: dict) -> None:
     from chatmem.bench.stats import paired
 
     for segmenter, s in scores.items():
+        if not s.dialogues:
+            console.print(f"{name} ({segmenter}): no dialogue of two utterances or more to score")
+            continue
         console.print(
             f"{name} ({segmenter}): Pk {s.pk:.3f} · WD {s.wd:.3f} · F1 {s.f1:.3f} · "
             f"Score {s.interval().text('dialogues')}"
         )
     for a, b in (("learned+llm", "learned"), ("candidate", "learned"), ("learned", "rules")):
-        if a in scores and b in scores:
+        if a in scores and b in scores and scores[a].dialogues:
             diff = paired(scores[a].dialogues, scores[b].dialogues)
             console.print(f"{name}: {a} − {b}, Score {diff.text('dialogues, paired', sign=True)}")
 

@@ -198,9 +198,9 @@ def _report(console: Console, data: Path, corpus: list[dict], scores: Scores, ra
     for name, ref in REFERENCES.items():
         table.add_row(f"{name} (reference)", str(overall["n"]), *(f"{x:.3f}" for x in ref), "")
     console.print(table)
-    at10 = bootstrap(every["recall@10"])
-    console.print(
-        f"recall@10, all questions: {at10.text('questions')}; the questions of one conversation are not "
-        "independent, so the spread across conversations is wider than this interval"
-    )
+    if every["recall@10"]:
+        console.print(
+            f"recall@10, all questions: {bootstrap(every['recall@10']).text('questions')}; the questions of one "
+            "conversation are not independent, so the spread across conversations is wider than this interval"
+        )
     return {"all": overall, **rows}

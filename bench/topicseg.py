@@ -161,6 +161,8 @@ def evaluate(refs: list[list[int]], hyps: list[list[int]]) -> Scores:
         pks.append(pk(ref, hyp, k))
         wds.append(windowdiff(ref, hyp, k))
         f1s.append(f1(ref, hyp))
+    if not pks:
+        return Scores(float("nan"), float("nan"), float("nan"))
     per = tuple(combined(*x) for x in zip(pks, wds, f1s, strict=True))
     return Scores(float(np.mean(pks)), float(np.mean(wds)), float(np.mean(f1s)), per)
 

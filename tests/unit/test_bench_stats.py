@@ -61,6 +61,7 @@ def test_topicseg_score_is_the_mean_of_the_dialogues_scores() -> None:
     assert len(s.dialogues) == 3 and s.dialogues[2] == pytest.approx(1.0)
     assert s.score == pytest.approx(float(np.mean(s.dialogues)))
     assert s.interval().mean == pytest.approx(s.score)
+    assert evaluate([[0]], [[0]]).dialogues == ()  # a one-utterance dialogue is not scored
 
 
 def test_locomo_report_prints_recall_at_10_with_its_interval(tmp_path) -> None:
