@@ -11,7 +11,8 @@ interval over the dialogues, and the learned segmenter's lead over the rules wit
 the paired difference (bench/stats.py).
 
 With an assist (`--llm-assist`: the segmenter's LLM assist over the configured endpoint,
-memory/boundary_llm.py) the learned segmenter also runs with it, as `learned+llm`."""
+memory/boundary_llm.py) the learned segmenter also runs with it, as `learned+llm`; with other
+weights (`--weights`, a retrain) it also runs with them, as `candidate`."""
 
 from __future__ import annotations
 
