@@ -27,8 +27,9 @@ SCRIPT = [
     # persistent topic shift: episode 3 starts at the first shifted turn
     (8 * 60 + 32, "user", "My laptop keeps overheating when I compile large C++ projects."),
     (8 * 60 + 33, "assistant", "Overheating while compiling often comes from dust in the fans or a heavy load."),
-    # Known over-split of the shipped scorer: the same laptop, yet it splits here (the left context
-    # still holds the hotel turns); tests/unit/test_segmentation.py keeps a strict xfail on it
+    # Known over-split of the shipped scorer: the same laptop, yet it splits here after the reply
+    # (P(topic continues) 0.43 against 0.65; 0.41 with only the laptop turns in its left context);
+    # tests/integration/test_episodes.py keeps a strict xfail on it
     (8 * 60 + 34, "user", "The laptop fan gets very loud and the CPU temperature reaches 95 degrees."),
     (8 * 60 + 35, "assistant", "At 95 degrees the CPU throttles; clean the fans and check the thermal paste."),
     # Russian marker: episode 4 at once

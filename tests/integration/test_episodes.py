@@ -166,9 +166,10 @@ def test_a_group_doorbell_embeds_its_threads_in_one_model_call_and_segments_as_a
 
 @pytest.mark.xfail(strict=True, reason="known over-split of the shipped scorer (docs/benchmarks.md)")
 def test_a_follow_up_on_the_same_subject_after_a_shift_is_no_boundary():
-    # The script's laptop follow-up (seq 13) right after the shift to the laptop (seq 11): the left
-    # context still holds the hotel turns before it and the scorer splits. Strict: a scorer that
-    # gets it right fails this, and EXPECTED_STARTS (tests/scripted.py) should then lose 13.
+    # The script's laptop follow-up (seq 13) right after the shift to the laptop (seq 11): the
+    # scorer splits once the reply is in (it does so even with the hotel turns out of its left
+    # context). Strict: a scorer that gets it right fails this, and EXPECTED_STARTS
+    # (tests/scripted.py) should then lose 13.
     from chatmem.adapters.embedders import OnnxMiniLMEmbedder
     from chatmem.memory.segmentation import SegmenterConfig, SegTurn, segment
 
