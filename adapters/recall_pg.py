@@ -6,6 +6,7 @@ int from settings)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, time, timedelta
 from typing import Any, TypeVar
@@ -25,10 +26,14 @@ C = TypeVar("C", TurnCandidate, SummaryCandidate, ArtifactCandidate)
 _OR_QUERY = """(SELECT coalesce(string_agg(quote_literal(l), ' | '), '')::tsquery
                 FROM unnest(%(lex)s::text[]) l WHERE position(E'\\\\' IN l) = 0)"""
 
-# How often each query lexeme occurs in a row's text vector (only computed for rows that match).
-_TERM_FREQUENCIES = """ARRAY(SELECT coalesce((SELECT coalesce(array_length(u.positions, 1), 1)
-                                    FROM unnest({t}.tsv) u WHERE u.lexeme = l), 0)
-                   FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS x(l, i) ORDER BY i)"""
+# How often each query lexeme occurs in a row (only asked of rows that match): the row's text
+# vector cut down to the query's lexemes (weight A marks them), as text, counted by
+# `term_counts`. Unnesting each row's vector once per query lexeme was a fifth of the turn
+# search's time in Postgres (docs/benchmarks.md).
+_TERM_FREQUENCIES = "ts_filter(setweight({t}.tsv, 'A', %(lex)s::text[]), '{{a}}')::text"
+# One entry of a text vector's text form: 'lexeme' or 'lexeme':1A,5A (quote and backslash doubled).
+_ENTRY = re.compile(r"'((?:[^']|'')*)'(?::(\S+))?")
+_ESCAPED = re.compile(r"''|\\\\")
 
 
 # BM25's collection figures over a scope's rows of `table`: size (`docs`, an SQL expression),
@@ -163,7 +168,7 @@ class PostgresRecallReader(PostgresReader):
             rows = conn.execute(sql, {**params, "docs": size}).fetchall()
         if not rows:
             return [], TermStats(0, 0.0, (0,) * len(lexemes))
-        return _turns(rows, len(lexemes)), _row_stats(rows[0][14:17])
+        return _turns(rows, lexemes), _row_stats(rows[0][14:17])
 
     def hop_turns(
         self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, hops: Hops
@@ -202,7 +207,7 @@ class PostgresRecallReader(PostgresReader):
         JOIN messages m ON m.thread_id = pool.thread_id AND m.generation = s.generation AND m.seq = pool.seq, q"""
         with self._conn() as conn:
             rows = conn.execute(sql, params).fetchall()
-        return _turns(rows, len(lexemes))
+        return _turns(rows, lexemes)
 
     def neighbours(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
         if not keys:
@@ -243,8 +248,7 @@ class PostgresRecallReader(PostgresReader):
             rows = conn.execute(sql, params).fetchall()
         if not rows:
             return [], TermStats(0, 0.0, (0,) * len(lexemes))
-        zero = (0,) * len(lexemes)
-        return [_candidate(SummaryCandidate, r, 9, zero) for r in rows], _row_stats(rows[0][12:15])
+        return [_candidate(SummaryCandidate, r, 9, lexemes) for r in rows], _row_stats(rows[0][12:15])
 
     def summary_sources(self, summary: SummaryCandidate) -> list[str]:
         with self._conn() as conn:
@@ -300,8 +304,7 @@ class PostgresRecallReader(PostgresReader):
                 f"WITH {visible} SELECT tsvector_to_array(t.tsv) FROM artifact_text t JOIN visible USING (id)", params
             ).fetchall()
         stats = _term_stats(list(lexemes), [r[0] for r in stat_rows])
-        zero = (0,) * len(lexemes)
-        items = [_candidate(ArtifactCandidate, r, 16, zero) for r in rows]
+        items = [_candidate(ArtifactCandidate, r, 16, lexemes) for r in rows]
         return items, stats
 
     # --- facts ------------------------------------------------------------------------------
@@ -361,16 +364,29 @@ def _turn_columns(d: int) -> str:
                length(m.tsv), tsvector_to_array(to_tsvector('english', m.user_id)) && %(lex)s::text[]"""
 
 
-def _turns(rows: Sequence[tuple[Any, ...]], lexemes: int) -> list[TurnCandidate]:
-    zero = (0,) * lexemes
-    return [_candidate(TurnCandidate, r, 10, zero, author_named=bool(r[13])) for r in rows]
+def _turns(rows: Sequence[tuple[Any, ...]], lexemes: Sequence[str]) -> list[TurnCandidate]:
+    return [_candidate(TurnCandidate, r, 10, lexemes, author_named=bool(r[13])) for r in rows]
 
 
-def _candidate(make: Callable[..., C], r: tuple[Any, ...], fields: int, zero: tuple[int, ...], **extra: Any) -> C:
-    """A candidate from its row: `fields` columns as they are, then its vector similarity, term
-    frequencies (NULL when the row did not match the text query) and text length."""
-    sim, tf, length = r[fields : fields + 3]
-    return make(*r[:fields], sim=float(sim), tf=tuple(tf) if tf else zero, length=int(length), **extra)
+def _candidate(make: Callable[..., C], r: tuple[Any, ...], fields: int, lexemes: Sequence[str], **extra: Any) -> C:
+    """A candidate from its row: `fields` columns as they are, then its vector similarity, its
+    text vector's query lexemes (`_TERM_FREQUENCIES`; NULL when the row did not match the text
+    query) and text length."""
+    sim, matched, length = r[fields : fields + 3]
+    return make(*r[:fields], sim=float(sim), tf=term_counts(matched, lexemes), length=int(length), **extra)
+
+
+def term_counts(vector_text: str | None, lexemes: Sequence[str]) -> tuple[int, ...]:
+    """How often each of `lexemes` occurs in a text vector given in its text form (its number
+    of positions; 1 for a lexeme stored without positions, 0 for one it lacks)."""
+    if not vector_text:
+        return (0,) * len(lexemes)
+    found: dict[str, int] = {}
+    for lexeme, positions in _ENTRY.findall(vector_text):
+        if "'" in lexeme or "\\" in lexeme:
+            lexeme = _ESCAPED.sub(lambda m: m.group(0)[0], lexeme)
+        found[lexeme] = positions.count(",") + 1 if positions else 1
+    return tuple(found.get(lexeme, 0) for lexeme in lexemes)
 
 
 def _row_stats(cols: tuple[Any, ...]) -> TermStats:

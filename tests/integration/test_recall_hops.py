@@ -140,3 +140,48 @@ def test_recall_gives_the_same_answer_with_its_searches_side_by_side_or_one_afte
     for q in ("charity race", "what pasta recipe did mel get?", "who organised the race on 7 May 2023?"):
         for scope in (Scope.ALL, Scope.MESSAGES):
             assert side_by_side("mel", q, scope=scope, limit=5) == one_by_one("mel", q, scope=scope, limit=5)
+
+
+# Lexemes the english parser keeps (repeated, stemmed, accented, non-Latin) and, as a vector
+# literal, lexemes with the quote and the backslash its text form doubles.
+COUNTED = [
+    "to_tsvector('english', %(t)s)",
+    "%(t)s::tsvector",
+]
+TEXTS = [
+    ("Jon's studio: Jon runs it, Jon's running it and ran it. Café, CAFÉ, 東京 東京 🎉", "english"),
+    ("'it''s':1,4,9 'a\\\\b':2 'o''brien''s':3A,7 plain:5 'sp ace':6", "literal"),
+]
+
+
+@pytest.mark.parametrize(("text", "kind"), TEXTS)
+def test_term_counts_read_from_the_text_vector_are_postgres_own(container, text, kind):
+    # Recall reads a row's term frequencies from its text vector cut to the query's lexemes, in
+    # text form (adapters/recall_pg.py); Postgres's own count is the number of positions.
+    from chatmem.adapters.recall_pg import _TERM_FREQUENCIES, term_counts
+
+    vector = COUNTED[0] if kind == "english" else COUNTED[1]
+    with container.pool.connection() as conn:
+        lexemes = conn.execute(f"SELECT tsvector_to_array({vector})", {"t": text}).fetchone()[0]
+        asked = [*lexemes, "absent"]
+        params = {"t": text, "lex": asked}
+        own = conn.execute(
+            f"""SELECT ARRAY(SELECT coalesce(array_length(u.positions, 1), 0)
+                             FROM unnest(%(lex)s::text[]) WITH ORDINALITY x(l, i)
+                             LEFT JOIN unnest({vector}) u ON u.lexeme = x.l ORDER BY x.i)""",
+            params,
+        ).fetchone()[0]
+        shown = conn.execute(
+            f"SELECT {_TERM_FREQUENCIES.format(t='v')} FROM (SELECT {vector} AS tsv) v", params
+        ).fetchone()[0]
+        cut = conn.execute(
+            f"SELECT {_TERM_FREQUENCIES.format(t='v')} FROM (SELECT {vector} AS tsv) v",
+            {"t": text, "lex": lexemes[:1]},
+        ).fetchone()[0]
+    assert term_counts(shown, asked) == tuple(own)
+    assert max(own) >= 2 and own[-1] == 0  # a repeated lexeme is counted; one it lacks is 0
+    if kind == "literal":
+        assert {"it's", "a\\b", "o'brien's", "sp ace"} <= set(lexemes)
+    # Asked for one lexeme, the count is the same (a weight stored with another lexeme may bring
+    # that one back too; only the asked lexemes are read).
+    assert term_counts(cut, asked[:1]) == (own[0],)

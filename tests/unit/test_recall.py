@@ -41,6 +41,15 @@ def test_bm25_prefers_rare_terms_and_short_documents():
     assert bm25((0, 0), 10, stats, 0.9, 0.4) == 0
 
 
+def test_term_counts_are_read_from_a_text_vector():
+    from chatmem.adapters.recall_pg import term_counts
+
+    # Positions (weights after them) count; quote and backslash come doubled in the text form.
+    text = "'go':1A,5A,9A 'it''s':2A 'a\\\\b':4A 'tim':3A 'nopos'"
+    assert term_counts(text, ["go", "tim", "it's", "a\\b", "nopos", "absent"]) == (3, 1, 1, 1, 1, 0)
+    assert term_counts(None, ["go", "tim"]) == (0, 0) and term_counts("", []) == ()
+
+
 def test_bm25_for_all_candidates_matches_the_formula():
     stats = TermStats(docs=40, avg_len=9, df=(3, 0, 25))
     turns = [turn(i, tf=tf, length=n) for i, (tf, n) in enumerate([((1, 0, 2), 7), ((0, 0, 0), 12), ((3, 0, 1), 30)])]
