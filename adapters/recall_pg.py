@@ -299,7 +299,14 @@ class PostgresRecallReader(PostgresReader):
         JOIN attachments att ON att.event_id = ref.event_id AND att.position = ref.position
         LEFT JOIN artifacts ar ON ar.sha256 = ref.sha256"""
         with self._conn() as conn, conn.transaction():
-            rows = conn.execute(sql, params).fetchall()
+            # Most threads share no files: an index probe spares them the search.
+            linked = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM attachments WHERE thread_id = ANY(%(threads)s) AND status = 'linked')",
+                params,
+            ).fetchone()
+            rows = conn.execute(sql, params).fetchall() if linked and linked[0] else []
+            if not rows:  # nothing to rank, so no collection figures
+                return [], TermStats(0, 0.0, (0,) * len(lexemes))
             stat_rows = conn.execute(
                 f"WITH {visible} SELECT tsvector_to_array(t.tsv) FROM artifact_text t JOIN visible USING (id)", params
             ).fetchall()

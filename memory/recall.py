@@ -578,12 +578,15 @@ class Recall:
         facts = (
             self._fact_hits(user_id, query, lexemes, max(1, int(limit * p.fact_share))) if scope is Scope.ALL else []
         )
+        artifacts: list[RecallHit] = []
         if scope in (Scope.ALL, Scope.MESSAGES, Scope.SUMMARIES) and threads:
             summaries, sstats = self.store.summary_candidates(threads, lexemes, qvec, p.pool)
             ranked_summaries = self._rank_summaries(summaries, sstats)
             if scope is Scope.SUMMARIES:
                 hits = [self._summary_hit(s, score) for s, score in ranked_summaries[:limit]]
             else:
+                if scope is Scope.ALL:  # searched while the turn search may still run beside
+                    artifacts = self._artifact_hits(threads, lexemes, qvec, max(1, int(limit * p.artifact_share)))
                 sources = tuple(f.citation.event_id for f in facts if f.citation.event_id)
                 assert first is not None and tvec is not None  # set up for these scopes
                 hits = self._turn_hits(threads, lexemes, tvec, first, period, ranked_summaries, sources, limit)
@@ -591,13 +594,9 @@ class Recall:
             hits = self._fact_hits(user_id, query, lexemes, limit)
         elif scope is Scope.ALL:
             hits = _interleave(hits, facts, p.fact_weight, p, limit)
-        if scope in (Scope.ALL, Scope.ARTIFACTS) and threads:
-            if scope is Scope.ARTIFACTS:
-                hits = self._artifact_hits(threads, lexemes, qvec, limit)
-            else:
-                share = max(1, int(limit * p.artifact_share))
-                artifacts = self._artifact_hits(threads, lexemes, qvec, share)
-                hits = _interleave(hits, artifacts, p.artifact_weight, p, limit)
+            hits = _interleave(hits, artifacts, p.artifact_weight, p, limit)
+        if scope is Scope.ARTIFACTS and threads:
+            hits = self._artifact_hits(threads, lexemes, qvec, limit)
         return RecallResult(query=query, scope=scope, hits=hits[:limit])
 
     def _start_turn_vector(self, query: str) -> Callable[[], np.ndarray] | None:
