@@ -13,7 +13,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ import numpy as np
 from psycopg_pool import ConnectionPool
 
 from chatmem.adapters.metrics import instruments, timed
-from chatmem.adapters.procs import process_threads
 from chatmem.memory.ports import Embedder
 
 log = logging.getLogger(__name__)
@@ -306,14 +304,6 @@ class SwitchingEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return self.current().embed(texts)
 
-    def submit(self, texts: Sequence[str]) -> Future[np.ndarray]:
-        current = self.current()
-        if hasattr(current, "submit"):
-            return current.submit(texts)
-        done: Future[np.ndarray] = Future()
-        done.set_result(current.embed(texts))
-        return done
-
 
 def text_hash(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
@@ -363,13 +353,6 @@ class CachedEmbedder:
         return out
 
 
-def background() -> ThreadPoolExecutor:
-    """This process's threads for query embeddings started ahead. Not under `_load_lock`: model
-    loads hold it for seconds, and a recall must not wait on one (say, a re-embedding's new
-    model) just to reach the threads of an encoder already loaded."""
-    return process_threads("chatmem-query", 2)
-
-
 class QueryEmbedder:
     """For the read path: queries are embedded by the model directly, with a small in-process
     LRU, and never written to the shared cache (a read must not write; most queries are new)."""
@@ -387,9 +370,6 @@ class QueryEmbedder:
         for i, text in enumerate(texts):
             out[i] = self._one(text)
         return out
-
-    def submit(self, texts: Sequence[str]) -> Future[np.ndarray]:
-        return background().submit(self.embed, list(texts))
 
     def cache_clear(self) -> None:
         self._one.cache_clear()

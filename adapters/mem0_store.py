@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,21 @@ class Mem0Store:
                 ).rowcount
             db.connection.commit()
         return {"mem0_memories": deleted, "mem0_history": history}
+
+    @contextmanager
+    def searching_with(self, embedder: Embedder) -> Iterator[None]:
+        """Searches embed their query with `embedder` meanwhile (the recall ranker's trainer asks
+        with encoders trained without the conversation asked). mem0 builds its embedder itself,
+        so the one it searches with is process-wide."""
+        before = _shared.get("query_embedder")
+        _shared["query_embedder"] = embedder
+        try:
+            yield
+        finally:
+            if before is None:
+                _shared.pop("query_embedder", None)
+            else:
+                _shared["query_embedder"] = before
 
     def search(self, query: str, *, user_id: str, limit: int = 5, thread_id: str | None = None) -> list[dict]:
         filters: dict[str, Any] = {"user_id": validate_identifier(user_id, "user_id")}

@@ -46,33 +46,29 @@ class ReadConnections:
         """The pinned connection inside a session; a pooled one for a query on its own."""
         return self.pool.connection()
 
-    def ahead(self, work: Callable[[], T], before: Callable[[], object] | None = None) -> Ahead[T]:
+    def ahead(self, work: Callable[[], T]) -> Ahead[T]:
         """Start `work` (queries through this object) now on a spare connection in another thread,
         so that it runs while the caller's session runs its own; `.result()` gives its result.
         Whoever comes first does the work: when no connection is free at once (a busy process) or
         no thread, the caller does it on its own connection when it asks, so a read never waits
-        on another read's connection. `before` (what the work waits for, such as a vector) is
-        called in that thread before a connection is taken, so none sits idle meanwhile. The work
-        sees its own snapshot: recall's candidate lists are read in two transactions, as two reads
-        a moment apart would be."""
-        return Ahead(self.pool, work, before)
+        on another read's connection. The work sees its own snapshot: recall's candidate lists
+        are read in two transactions, as two reads a moment apart would be."""
+        return Ahead(self.pool, work)
 
 
 class Ahead(Generic[T]):
     """Work started on a spare connection by `ReadConnections.ahead`."""
 
-    def __init__(self, pool: PinningPool, work: Callable[[], T], before: Callable[[], object] | None):
+    def __init__(self, pool: PinningPool, work: Callable[[], T]):
         self._work = work
         self._claim = threading.Lock()  # acquired by whichever side runs `work`, or by `cancel`
         self._future: Future[tuple[bool, T | None]] | None
         try:
-            self._future = process_threads("chatmem-read-ahead", AHEAD_THREADS).submit(self._run, pool, before)
+            self._future = process_threads("chatmem-read-ahead", AHEAD_THREADS).submit(self._run, pool)
         except RuntimeError:  # the interpreter is shutting down: no thread, done when asked for
             self._future = None
 
-    def _run(self, pool: PinningPool, before: Callable[[], object] | None) -> tuple[bool, T | None]:
-        if before is not None and not self._claim.locked():
-            before()
+    def _run(self, pool: PinningPool) -> tuple[bool, T | None]:
         deadline = time.monotonic() + AHEAD_WAIT_S
         while not self._claim.locked() and time.monotonic() < deadline:
             with pool.spare(AHEAD_STEP_S) as pinned:
@@ -114,9 +110,9 @@ class PostgresReader:
     def _conn(self) -> AbstractContextManager[psycopg.Connection]:
         return self.connections.connection()
 
-    def ahead(self, work: Callable[[], T], before: Callable[[], object] | None = None) -> Ahead[T]:
+    def ahead(self, work: Callable[[], T]) -> Ahead[T]:
         """`work` started on a spare connection (`ReadConnections.ahead`)."""
-        return self.connections.ahead(work, before)
+        return self.connections.ahead(work)
 
     def readable_threads(self, user_id: str, thread_id: str | None) -> list[str]:
         with self._conn() as conn:

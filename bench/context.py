@@ -216,7 +216,7 @@ def run(
         embed_s = []
         for _, q in queries:
             t0 = time.perf_counter()
-            c.query_embedder.embed([q])
+            c.recall_query_embedder.embed([q])
             embed_s.append(time.perf_counter() - t0)
         c.build_context(queries[0][0], f"u{int(queries[0][0][1:]) % n_users}", queries[0][1])  # warm up
         timings: dict[str, list[float]] = {

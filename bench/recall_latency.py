@@ -1,10 +1,8 @@
-"""`chatmem bench recall-latency`: recall's latency at LoCoMo scale with the turn search's query
-vector taken three ways, interleaved in one process on one database, so the ratios hold on a
-machine whose speed moves: the model's vector (encoder off), the query encoder's embedded by the
-turn search (in its thread when it runs ahead), and the encoder's started in the background as
-recall begins, the last once with the searches one after another on the read's connection and
-once with the turn search started beside the summary and fact searches (the shipped path). Every
-pass empties the query caches first, so each recall embeds its query."""
+"""`chatmem bench recall-latency`: recall's latency at LoCoMo scale, interleaved in one process on
+one database so the ratios hold on a machine whose speed moves: the query embedded by the model
+for every search (the encoder off), and by the query encoder (shipped) with the searches one after
+another on the read's connection or with the turn search started beside the summary and fact
+searches (shipped). Every pass empties the query caches first, so each recall embeds its query."""
 
 from __future__ import annotations
 
@@ -12,29 +10,19 @@ import dataclasses
 import os
 import platform
 import time
-from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from chatmem.bench.locomo import QUESTION_CATEGORIES, processed
+from chatmem.memory.ports import Embedder, concrete
 from chatmem.memory.recall import Recall
 from chatmem.schemas.read import Scope
 from chatmem.schemas.settings import Settings
-
-
-class _Inline:
-    """The encoder without its background path: embedded when the turn search asks."""
-
-    def __init__(self, inner: Any):
-        self._inner, self.model, self.dim = inner, inner.model, inner.dim
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return self._inner.embed(texts)
 
 
 def _clear_query_caches(*embedders: Any) -> None:
@@ -50,14 +38,17 @@ def run(
     with processed(settings, data, None, keep) as (c, corpus, done):
         console.print(done)
         shipped = c.recall
-        if shipped.turn_embedder is None:
+        model = c.query_embedder
+        if concrete(shipped.embedder) is concrete(model):
             raise SystemExit("the query encoder is off (CHATMEM_RECALL_QUERY_ENCODER=false): nothing to compare")
-        inline = _Inline(shipped.turn_embedder)
-        variants: dict[str, Recall] = {
-            "the model's (encoder off)": dataclasses.replace(shipped, turn_embedder=None),
-            "the encoder's, embedded by the turn search": dataclasses.replace(shipped, turn_embedder=inline),
-            "the encoder's, started ahead; searches one after another": dataclasses.replace(shipped, parallel=False),
-            "the encoder's, started ahead; turn search beside the others (shipped)": shipped,
+        # Each way with the embedder its fact search uses too (mem0 embeds the query itself).
+        variants: dict[str, tuple[Recall, Embedder]] = {
+            "the model's (encoder off)": (dataclasses.replace(shipped, embedder=model), model),
+            "the encoder's; searches one after another": (
+                dataclasses.replace(shipped, parallel=False),
+                shipped.embedder,
+            ),
+            "the encoder's; turn search beside the others (shipped)": (shipped, shipped.embedder),
         }
         questions = [
             (s["sample_id"], s["conversation"]["speaker_a"], qa["question"])
@@ -65,21 +56,27 @@ def run(
             for qa in s["qa"]
             if qa.get("category") in QUESTION_CATEGORIES
         ]
-        for recall in variants.values():
-            recall(questions[0][1], "warm up", thread_id=questions[0][0])
+
+        def searching(embedder: Embedder) -> AbstractContextManager[None]:
+            return c.mem0.searching_with(embedder) if shipped.facts is not None else nullcontext()
+
+        for recall, embedder in variants.values():
+            with searching(embedder):
+                recall(questions[0][1], "warm up", thread_id=questions[0][0])
         latencies: dict[str, list[float]] = {name: [] for name in variants}
         for _ in range(rounds):
-            for name, recall in variants.items():
-                _clear_query_caches(shipped.embedder, shipped.turn_embedder)
-                for sid, who, question in questions:
-                    t0 = time.perf_counter()
-                    recall(who, question, scope=Scope.ALL, limit=25, thread_id=sid)
-                    latencies[name].append(time.perf_counter() - t0)
+            for name, (recall, embedder) in variants.items():
+                _clear_query_caches(model, shipped.embedder)
+                with searching(embedder):
+                    for sid, who, question in questions:
+                        t0 = time.perf_counter()
+                        recall(who, question, scope=Scope.ALL, limit=25, thread_id=sid)
+                        latencies[name].append(time.perf_counter() - t0)
     table = Table(
         title=f"chatmem bench recall-latency · {data.name} · {len(questions)} questions × {rounds} rounds · "
         f"{platform.machine()} · {os.cpu_count()} cores · {datetime.now(UTC):%Y-%m-%d}"
     )
-    for col in ("turn search's query vector", "recall p50", "p95", "p50 vs encoder off"):
+    for col in ("query vector", "recall p50", "p95", "p50 vs encoder off"):
         table.add_column(col)
     out: dict[str, tuple[float, float]] = {}
     for name, xs in latencies.items():

@@ -18,6 +18,7 @@ import json
 import math
 import tempfile
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -87,11 +88,16 @@ class _Recorder(Recall):
         return super()._rank_turns(turns, stats, boost, period, limit)
 
 
-def collect(c: Container, corpus: Sequence[dict], turn_embedder: Embedder | None = None) -> list[Pool]:
+def collect(c: Container, corpus: Sequence[dict], embedder: Embedder) -> list[Pool]:
     """Every scored question's pool (categories 1-4 with evidence, as `bench locomo` scores),
-    the turns searched with `turn_embedder`'s query vector (None: the pipeline's embedder)."""
+    every search made with `embedder`'s query vector, mem0's too (the model's, or an encoder)."""
     r = c.recall
-    recorder = _Recorder(r.store, r.embedder, r.facts, r.params, ranker=None, turn_embedder=turn_embedder)
+    recorder = _Recorder(r.store, embedder, r.facts, r.params, ranker=None)
+    with c.mem0.searching_with(embedder) if r.facts is not None else nullcontext():
+        return _pools(recorder, corpus)
+
+
+def _pools(recorder: _Recorder, corpus: Sequence[dict]) -> list[Pool]:
     pools: list[Pool] = []
     for sample in corpus:
         sid = sample["sample_id"]
@@ -254,7 +260,7 @@ def run(
     from the turns the encoder's queries find; the table compares both)."""
     with processed(settings, data, samples, keep) as (c, corpus, done):
         console.print(done)
-        pools = collect(c, corpus)
+        pools = collect(c, corpus, c.query_embedder)  # the model's query vector
         encoded = encoder_pools(c, corpus, query_out, console) if query_out is not None else None
     cv = cross_validate(pools, SEED, epochs)
     cv_encoded = cross_validate(encoded, SEED, epochs) if encoded is not None else None

@@ -125,6 +125,7 @@ class Container:
         self._urls = urls
         self._start_services = start_services
         self._query_embedders: dict[EmbedderSpec, QueryEmbedder] = {}
+        self._encoder: QueryEmbedder | None = None  # recall's query encoder, once loaded
         self._query_lock = threading.Lock()
 
     @cached_property
@@ -247,19 +248,23 @@ class Container:
             return self._query_embedders[spec]
 
     @cached_property
-    def turn_query_embedder(self) -> SwitchingEmbedder:
-        """Recall's query vector for the turn search: the fine-tuned query encoder while the model
-        in use is all-MiniLM-L6-v2 (its vectors live in that model's space), else the model itself."""
+    def recall_query_embedder(self) -> SwitchingEmbedder:
+        """Recall's query vector, for every search it makes: the fine-tuned query encoder while the
+        model in use is all-MiniLM-L6-v2 (its vectors live in that model's space), else the model."""
         from chatmem.adapters.embedders import SwitchingEmbedder
 
-        return SwitchingEmbedder(self.embedding_state.spec, self._turn_query_embedder_for, 2.0)
+        return SwitchingEmbedder(self.embedding_state.spec, self.recall_query_embedder_for, 2.0)
 
-    def _turn_query_embedder_for(self, spec: EmbedderSpec) -> Embedder:
+    def recall_query_embedder_for(self, spec: EmbedderSpec) -> Embedder:
+        """One per model, shared by recall and mem0's fact search, so a recall embeds its query once."""
         from chatmem.adapters.embedders import QUERY_ONNX_FILE, QueryEmbedder, recall_query_encoder
 
         # A source checkout without the file (it is written by `make train-ranker`) still recalls.
         if spec.provider == "minilm" and self.settings.recall_query_encoder and QUERY_ONNX_FILE.is_file():
-            return QueryEmbedder(recall_query_encoder())
+            with self._query_lock:
+                if self._encoder is None:
+                    self._encoder = QueryEmbedder(recall_query_encoder())
+                return self._encoder
         return self.query_embedder_for(spec)
 
     @cached_property
@@ -498,7 +503,7 @@ class Container:
             llm_api_key=s.llm_api_key,
             llm_base_url=s.llm_base_url,
             llm_model=s.llm_model,
-            query_embedder=self.query_embedder_for(self.embedding_state.configured),
+            query_embedder=self.recall_query_embedder_for(self.embedding_state.configured),
         )
 
     # --- read path ------------------------------------------------------------------------------
@@ -557,9 +562,8 @@ class Container:
 
         return Recall(
             self.recall_reader,
-            self.query_embedder,
+            self.recall_query_embedder,
             self.mem0 if self.settings.recall_mem0 else None,
-            turn_embedder=self.turn_query_embedder,
             parallel=self.settings.recall_parallel,
         )
 

@@ -4,8 +4,7 @@ hand-written in-memory fake in `tests/fakes.py` for unit tests."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Protocol, TypeVar
 
 import numpy as np
 from pydantic import BaseModel
@@ -119,14 +118,6 @@ class Embedder(Protocol):
     def dim(self) -> int: ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
-
-
-@runtime_checkable
-class BackgroundEmbedder(Embedder, Protocol):
-    """An embedder that can start a small job on a thread of its own: the caller goes on with
-    other work (a database query) and takes the vectors when it needs them."""
-
-    def submit(self, texts: Sequence[str]) -> Future[np.ndarray]: ...
 
 
 def concrete(embedder: Embedder) -> Embedder:

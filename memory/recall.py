@@ -21,7 +21,6 @@ from __future__ import annotations
 import heapq
 import json
 import math
-import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -36,7 +35,7 @@ import numpy as np
 from chatmem.memory.attachments.surrogates import ATTACHMENT_LINE, label, short_id
 from chatmem.memory.dates import Period, query_period
 from chatmem.memory.mlp import Mlp
-from chatmem.memory.ports import BackgroundEmbedder, Embedder, concrete
+from chatmem.memory.ports import Embedder
 from chatmem.schemas.events import validate_identifier
 from chatmem.schemas.read import CONTEXT_CHARS, SNIPPET_CHARS, Citation, RecallHit, RecallResult, Scope, SourceKind
 
@@ -159,20 +158,6 @@ class Inline(Generic[T]):
         pass
 
 
-def _once(compute: Callable[[], T]) -> Callable[[], T]:
-    """`compute`, called at most once however many threads ask (a failure is not kept)."""
-    lock = threading.Lock()
-    done: list[T] = []
-
-    def value() -> T:
-        with lock:
-            if not done:
-                done.append(compute())
-            return done[0]
-
-    return value
-
-
 class RecallStore(Protocol):
     def session(self) -> AbstractContextManager[None]:
         """Group the queries of one read (one connection)."""
@@ -182,9 +167,9 @@ class RecallStore(Protocol):
 
     def lexemes(self, text: str) -> list[str]: ...
 
-    def ahead(self, work: Callable[[], T], before: Callable[[], object] | None = None) -> Pending[T]:
-        """Start `work` (calls to this store) beside the read's own queries where the store can,
-        after `before` (what it waits for); `.result()` gives its result."""
+    def ahead(self, work: Callable[[], T]) -> Pending[T]:
+        """Start `work` (calls to this store) beside the read's own queries where the store can;
+        `.result()` gives its result."""
         ...
 
     def turn_candidates(
@@ -499,13 +484,13 @@ class Recall:
     """recall(user, query, scope, limit[, thread]) over a read port, the embedder and mem0."""
 
     store: RecallStore
+    # Embeds the query, once, for every search: the composition root gives the query encoder
+    # fine-tuned for recall where the stored vectors are the model it was tuned from
+    # (bench/train_query.py), else the model itself. `facts` searches with the same vector.
     embedder: Embedder
     facts: FactSearch | None = None
     params: RankParams = field(default_factory=RankParams)
     ranker: Mlp | None = field(default_factory=shipped_ranker)  # None: the hand-tuned linear rule
-    # Embeds the query for the turn search: the query encoder fine-tuned for it, whose vectors
-    # live in `embedder`'s space (bench/train_query.py). None: `embedder` does it.
-    turn_embedder: Embedder | None = None
     # The turn search's first stage started beside the summary and fact searches (`store.ahead`);
     # False: after them, on the read's one connection.
     parallel: bool = True
@@ -533,28 +518,22 @@ class Recall:
         query = query.strip()
         if not query or limit <= 0:
             return RecallResult(query=query, scope=scope, hits=[])
-        searches_turns = scope in (Scope.ALL, Scope.MESSAGES) and bool(threads)
-        turn_vector = self._start_turn_vector(query) if searches_turns else None
         lexemes = self.store.lexemes(query)
         qvec = self.embedder.embed([query])[0]
         p = self.params
         first: Pending[tuple[list[TurnCandidate], TermStats]] | None = None
-        tvec: Callable[[], np.ndarray] | None = None
         period: Period | None = None
-        if searches_turns:
+        if scope in (Scope.ALL, Scope.MESSAGES) and threads:
             # The turn search's first stage needs nothing the summaries or facts find: it starts
-            # now, beside them (half of a recall's time was the two searches one after the other),
-            # and waits there for the encoder's vector, so the summaries and facts do not.
+            # now, beside them (half of a recall's time was the two searches one after the other).
             period = query_period(query)
-            tvec = (lambda: qvec) if turn_vector is None else turn_vector
-            vector = tvec
 
             def search() -> tuple[list[TurnCandidate], TermStats]:
-                return self.store.turn_candidates(threads, lexemes, vector(), p.pool, period)
+                return self.store.turn_candidates(threads, lexemes, qvec, p.pool, period)
 
-            first = self.store.ahead(search, before=vector) if self.parallel else Inline(search)
+            first = self.store.ahead(search) if self.parallel else Inline(search)
         try:
-            return self._answer(user_id, query, scope, limit, threads, lexemes, qvec, first, tvec, period)
+            return self._answer(user_id, query, scope, limit, threads, lexemes, qvec, first, period)
         finally:
             if first is not None:
                 first.cancel()  # a no-op once taken; a read that failed leaves nothing running
@@ -569,7 +548,6 @@ class Recall:
         lexemes: list[str],
         qvec: np.ndarray,
         first: Pending[tuple[list[TurnCandidate], TermStats]] | None,
-        tvec: Callable[[], np.ndarray] | None,
         period: Period | None,
     ) -> RecallResult:
         p = self.params
@@ -588,8 +566,8 @@ class Recall:
                 if scope is Scope.ALL:  # searched while the turn search may still run beside
                     artifacts = self._artifact_hits(threads, lexemes, qvec, max(1, int(limit * p.artifact_share)))
                 sources = tuple(f.citation.event_id for f in facts if f.citation.event_id)
-                assert first is not None and tvec is not None  # set up for these scopes
-                hits = self._turn_hits(threads, lexemes, tvec, first, period, ranked_summaries, sources, limit)
+                assert first is not None  # started for these scopes
+                hits = self._turn_hits(threads, lexemes, qvec, first, period, ranked_summaries, sources, limit)
         if scope is Scope.FACTS:
             hits = self._fact_hits(user_id, query, lexemes, limit)
         elif scope is Scope.ALL:
@@ -598,25 +576,6 @@ class Recall:
         if scope is Scope.ARTIFACTS and threads:
             hits = self._artifact_hits(threads, lexemes, qvec, limit)
         return RecallResult(query=query, scope=scope, hits=hits[:limit])
-
-    def _start_turn_vector(self, query: str) -> Callable[[], np.ndarray] | None:
-        """The turn search's query vector, started now when the encoder can run in the background:
-        it is computed while the query's own vector is, and the facts and summaries searched."""
-        if self.turn_embedder is None:
-            return None
-        encoder = concrete(self.turn_embedder)
-        if encoder is concrete(self.embedder):  # encoder off or another model: the query's own vector serves
-            return None
-        if not isinstance(encoder, BackgroundEmbedder):
-            return _once(lambda: encoder.embed([query])[0])
-        future = encoder.submit([query])
-
-        def vector() -> np.ndarray:
-            if future.cancel():  # not started yet (other recalls hold the threads): do it here
-                return encoder.embed([query])[0]
-            return future.result()[0]
-
-        return _once(vector)  # asked for by the first stage and the second hop
 
     def _artifact_hits(self, threads: list[str], lexemes: list[str], qvec: np.ndarray, limit: int) -> list[RecallHit]:
         """The best text of each attachment (one hit per file and message), ranked like turns."""
@@ -663,7 +622,7 @@ class Recall:
         self,
         threads: list[str],
         lexemes: list[str],
-        tvec: Callable[[], np.ndarray],
+        qvec: np.ndarray,
         first: Pending[tuple[list[TurnCandidate], TermStats]],
         period: Period | None,
         ranked_summaries: list[tuple[SummaryCandidate, float]],
@@ -684,7 +643,7 @@ class Recall:
             ranges=tuple((s.thread_id, s.from_seq, s.upto_seq) for s in best),
             events=fact_sources,
         )
-        hopped = self.store.hop_turns(threads, lexemes, tvec(), p.pool, hops)
+        hopped = self.store.hop_turns(threads, lexemes, qvec, p.pool, hops)
         turns, stats = first.result()
         seen = {(t.thread_id, t.seq) for t in turns}
         turns += [t for t in hopped if (t.thread_id, t.seq) not in seen]

@@ -248,8 +248,8 @@ class Settings(BaseSettings):
     recall_mem0: bool = Field(True, description="Also search mem0 (semantic fact search) when recalling facts.")
     recall_query_encoder: bool = Field(
         True,
-        description="Embed recall queries for the turn search with the fine-tuned query encoder shipped with "
-        "all-MiniLM-L6-v2 (only while that model is in use); false: with the model itself.",
+        description="Embed recall queries (for every search, mem0's included) with the fine-tuned query encoder "
+        "shipped with all-MiniLM-L6-v2 (only while that model is in use); false: with the model itself.",
     )
     recall_parallel: bool = Field(
         True,

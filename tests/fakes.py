@@ -1216,7 +1216,7 @@ class FakeRecallStore:
         dense = sorted(range(len(items)), key=lambda i: -sims[i])[:limit]
         return [(i, sims[i]) for i in sorted(set(lexical) | set(dense))]
 
-    def ahead(self, work: Callable[[], Any], before: Callable[[], object] | None = None) -> Inline[Any]:
+    def ahead(self, work: Callable[[], Any]) -> Inline[Any]:
         return Inline(work)  # in one thread: done when asked for
 
     def _turn(self, t: Any, sim: float, lexemes: Sequence[str]) -> TurnCandidate:

@@ -70,13 +70,16 @@ def test_the_encoders_queries_find_the_turn_that_answers_them_among_the_models_t
 
 
 @pytest.mark.parametrize("on", [True, False])
-def test_recall_embeds_the_turn_search_query_with_the_encoder_unless_switched_off(settings_factory, on):
+def test_recall_and_its_fact_search_embed_the_query_with_the_encoder_unless_switched_off(settings_factory, on):
+    from chatmem.adapters import mem0_store
+
     s = settings_factory(recall_query_encoder=on)
     c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
     try:
-        turn_model = c.recall.turn_embedder.inner.model_file
-        assert turn_model == (QUERY_ONNX_FILE if on else ONNX_FILE)
-        assert c.recall.embedder.inner.model_file == ONNX_FILE  # summaries, artifacts, mem0: the model's
+        assert c.recall.embedder.inner.model_file == (QUERY_ONNX_FILE if on else ONNX_FILE)
+        c.recall.facts.search("what is the name of her dog", user_id="maya")
+        # mem0's fact search takes the same embedder (and its cache): the query is embedded once.
+        assert mem0_store._shared["query_embedder"] is c.recall.embedder.current()
     finally:
         c.close()
 
@@ -96,15 +99,3 @@ def test_fine_tuning_moves_questions_to_their_evidence_and_exports_a_file_the_re
     tuned = OnnxMiniLMEmbedder(model_file=out, tokenizer_file=TOKENIZER_FILE)
     after = [float(turns[q.relevant][0] @ tuned.embed([q.text])[0]) for q in items]
     assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
-
-
-def test_a_query_started_in_the_background_gives_the_vector_embedding_it_inline_gives(encoder):
-    from chatmem.adapters.embedders import QueryEmbedder, SwitchingEmbedder
-    from chatmem.memory.ports import BackgroundEmbedder
-
-    switching = SwitchingEmbedder(lambda: "minilm", lambda _spec: QueryEmbedder(encoder))
-    assert isinstance(switching, BackgroundEmbedder)
-    ahead = switching.submit(["What is the name of Maya's dog?"]).result(timeout=30)
-    assert np.array_equal(ahead, encoder.embed(["What is the name of Maya's dog?"]))
-    plain = SwitchingEmbedder(lambda: "x", lambda _spec: encoder)  # no background: done on the spot
-    assert np.array_equal(plain.submit(["ok"]).result(timeout=0), encoder.embed(["ok"]))

@@ -302,94 +302,34 @@ class QueryVectors:
         return self.store.summary_candidates(threads, lexemes, qvec, limit)
 
 
-def test_the_turn_search_takes_the_query_encoders_vector_and_the_rest_the_embedders():
-    from chatmem.memory.recall import Recall
+def test_every_search_takes_the_one_query_vector_embedded_once():
+    """Turns, summaries and the hop all search with the embedder's vector (the query encoder, in
+    the composition root), computed once per recall."""
+    from chatmem.memory.recall import Hops, Recall
     from tests.fakes import FakeEmbedder, FakeRecallStore
 
     store = FakeRecallStore(FakeEmbedder())
     store.add_turn("t1", "alice", "I adopted a greyhound named Pixel", platform_message_id="m1")
     store.add_turn("t1", "alice", "The roses finally bloomed", platform_message_id="m2")
     store.add_summary("t1", "Alice adopted a dog.", 1, 1)
-    spy, embedder, encoder = QueryVectors(store), FakeEmbedder(), FakeEmbedder()
-    # The encoder's vector differs from the embedder's for the same query, so the two cannot be confused.
-    encoder.embed = lambda texts: FakeEmbedder().embed(["greyhound " + t for t in texts])  # type: ignore[method-assign]
-    result = Recall(spy, embedder, turn_embedder=encoder)("alice", "what dog did she adopt", limit=2)
-    assert np.allclose(spy.turns[-1], encoder.embed(["what dog did she adopt"])[0])
-    assert np.allclose(spy.summaries[-1], embedder.embed(["what dog did she adopt"])[0])
+
+    class Hopped(QueryVectors):
+        hops: list[np.ndarray] = []
+
+        def hop_turns(self, threads, lexemes, qvec, limit, hops: Hops):
+            self.hops.append(qvec)
+            return self.store.hop_turns(threads, lexemes, qvec, limit, hops)
+
+    spy, calls = Hopped(store), []
+    encoder = FakeEmbedder()
+    embed = encoder.embed
+    # Not the store's own vectors for the same text, so a vector from elsewhere would show.
+    encoder.embed = lambda texts: (calls.append(list(texts)), embed(["greyhound " + t for t in texts]))[1]  # type: ignore[method-assign]
+    result = Recall(spy, encoder)("alice", "what dog did she adopt", limit=2)
+    want = embed(["greyhound what dog did she adopt"])[0]
+    assert calls == [["what dog did she adopt"]]
+    assert all(np.allclose(v[-1], want) for v in (spy.turns, spy.summaries, spy.hops))
     assert result.hits[0].citation.platform_message_id == "m1"
-    Recall(spy, embedder)("alice", "what dog did she adopt", limit=2)  # no encoder: the embedder's vector
-    assert np.allclose(spy.turns[-1], spy.summaries[-1])
-
-
-class AheadEncoder:
-    """A background embedder whose job is held until released, recording when it was submitted."""
-
-    def __init__(self, events: list[str], start: bool = True):
-        from concurrent.futures import Future
-
-        from tests.fakes import FakeEmbedder
-
-        self.inner, self.events, self.start = FakeEmbedder(), events, start
-        self.model, self.dim = self.inner.model, self.inner.dim
-        self.future: Future[np.ndarray] = Future()
-
-    def embed(self, texts):
-        self.events.append("inline")
-        return self.inner.embed(["greyhound " + t for t in texts])
-
-    def submit(self, texts):
-        self.events.append("submitted")
-        if self.start:  # running: done by the time it is asked for
-            self.future.set_running_or_notify_cancel()
-            self.future.set_result(self.inner.embed(["greyhound " + t for t in texts]))
-        return self.future
-
-
-def _spied_recall(encoder, events):
-    from chatmem.memory.recall import Recall
-    from tests.fakes import FakeEmbedder, FakeRecallStore
-
-    store = FakeRecallStore(FakeEmbedder())
-    store.add_turn("t1", "alice", "I adopted a greyhound named Pixel", platform_message_id="m1")
-    spy = QueryVectors(store)
-    embedder = FakeEmbedder()
-    embed = embedder.embed
-    embedder.embed = lambda texts: (events.append("model"), embed(texts))[1]  # type: ignore[method-assign]
-    return Recall(spy, embedder, turn_embedder=encoder), spy
-
-
-def test_the_encoders_vector_is_started_before_the_models_and_taken_for_the_turn_search():
-    events: list[str] = []
-    encoder = AheadEncoder(events)
-    recall, spy = _spied_recall(encoder, events)
-    recall("alice", "what dog did she adopt", limit=2)
-    assert events == ["submitted", "model"]  # the encoder runs while the model embeds and the summaries are searched
-    assert np.allclose(spy.turns[-1], encoder.inner.embed(["greyhound what dog did she adopt"])[0])
-    events.clear()
-    recall("alice", "what dog did she adopt", scope="summaries", limit=2)
-    assert events == ["model"]  # no turn search: nothing started
-
-
-def test_an_encoder_job_not_started_yet_is_cancelled_and_done_inline():
-    events: list[str] = []
-    encoder = AheadEncoder(events, start=False)  # the background threads are busy with other recalls
-    recall, spy = _spied_recall(encoder, events)
-    recall("alice", "what dog did she adopt", limit=2)
-    assert events == ["submitted", "model", "inline"] and encoder.future.cancelled()
-    assert np.allclose(spy.turns[-1], encoder.inner.embed(["greyhound what dog did she adopt"])[0])
-
-
-def test_a_turn_embedder_that_is_the_query_embedder_adds_no_second_embedding():
-    """Encoder off (or another model): the turn search's embedder resolves to the query's own, so
-    its vector serves both, and nothing is started in the background to compute it again."""
-    events: list[str] = []
-    recall, spy = _spied_recall(None, events)
-    embedder = recall.embedder
-    embedder.submit = lambda texts: events.append("submitted")  # type: ignore[attr-defined]
-    recall.turn_embedder = embedder
-    recall("alice", "what dog did she adopt", limit=2)
-    assert events == ["model"]
-    assert np.allclose(spy.turns[-1], spy.summaries[-1])
 
 
 class CallOrder:
@@ -402,9 +342,9 @@ class CallOrder:
     def __getattr__(self, name):
         return getattr(self.store, name)
 
-    def ahead(self, work, before=None):
+    def ahead(self, work):
         self.calls.append("ahead")
-        return self.store.ahead(work, before)
+        return self.store.ahead(work)
 
     def turn_candidates(self, *args):
         self.calls.append("turns")
@@ -455,7 +395,7 @@ def test_a_read_that_fails_cancels_the_turn_search_it_started():
     store.add_summary("t1", "Alice adopted a dog.", 1, 1)
 
     class Recording(CallOrder):
-        def ahead(self, work, before=None):
+        def ahead(self, work):
             self.pending = CancelSpy(work)
             return self.pending
 
