@@ -64,7 +64,7 @@ def test_imported_conversation_is_recalled_with_dia_id_citations(container, tmp_
     from chatmem.memory.recall import load_ranker
     from tests.locomo_sample import SAMPLE
 
-    pools = collect(container, SAMPLE)
+    pools = collect(container, SAMPLE, container.recall.embedder)
     assert len(pools) == 3 and all(p.relevant.sum() == 1 for p in pools)
     model = load_ranker(weights_json(fit_ranker(pools), {}))
     assert all(p.relevant[int(model.logit(p.features).argmax())] for p in pools)
@@ -98,5 +98,5 @@ def test_the_recall_latency_bench_compares_the_query_vectors_and_the_parallel_tu
 
     printed = io.StringIO()
     out = run(container.settings, Console(file=printed, width=200), write_sample(tmp_path), rounds=1)
-    assert len(out) == 4 and all(0 < p50 <= p95 for p50, p95 in out.values())
+    assert len(out) == 3 and all(0 < p50 <= p95 for p50, p95 in out.values())
     assert "beside the others (shipped)" in printed.getvalue() and "p50 vs encoder off" in printed.getvalue()

@@ -3,6 +3,7 @@ connection is handed out skipped for one handed back a moment ago."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import psycopg
@@ -126,22 +127,25 @@ def test_work_ahead_of_a_read_runs_on_a_spare_connection_beside_it(pool):
     pool.wait()  # a spare connection is there
     with reads.session():
         mine = _backend(pool)
-        order: list[str] = []
-        ahead = reads.ahead(lambda: order.append("work") or _backend(pool), before=lambda: order.append("before"))
+        ahead = reads.ahead(lambda: _backend(pool))
         time.sleep(0.2)  # the read's own queries, meanwhile
         assert ahead.result() != mine  # a connection of its own, so its query ran beside the session's
-        assert order == ["before", "work"]  # what it waits for, first (no connection taken meanwhile)
         failing = reads.ahead(lambda: _backend(pool) // 0)
         time.sleep(0.2)
         with pytest.raises(ZeroDivisionError):  # the error of work run ahead reaches the read
             failing.result()
+        # While other work holds the spare connection, later work cannot start beside the read:
+        started = threading.Event()
+        busy = reads.ahead(lambda: started.set() or time.sleep(0.4) or _backend(pool))
+        assert started.wait(5)
         ran: list[int] = []
-        cancelled = reads.ahead(lambda: ran.append(1), before=lambda: time.sleep(0.1))
-        cancelled.cancel()  # the read failed before it needed the result
-        time.sleep(0.3)
-        assert ran == []
+        cancelled = reads.ahead(lambda: ran.append(1))
+        cancelled.cancel()  # the read failed before it needed the result: it never runs
         # Asked for before it started, the work runs on the read's own connection.
-        assert reads.ahead(lambda: _backend(pool), before=lambda: time.sleep(0.3)).result() == mine
+        assert reads.ahead(lambda: _backend(pool)).result() == mine
+        assert busy.result() not in (mine, None)
+        time.sleep(0.2)
+        assert ran == []
 
 
 def test_work_ahead_never_waits_on_a_connection_a_read_holds(fresh_db):
