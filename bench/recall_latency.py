@@ -1,8 +1,8 @@
 """`chatmem bench recall-latency`: recall's latency at LoCoMo scale, interleaved in one process on
 one database so the ratios hold on a machine whose speed moves: the query embedded by the model
-for every search (the encoder off), and by the query encoder (shipped) with the searches one after
-another on the read's connection or with the turn search started beside the summary and fact
-searches (shipped). Every pass empties the query caches first, so each recall embeds its query."""
+for every search (the encoder off), and by the query encoder with the searches one after another
+on the read's connection or with the turn search started beside the summary and fact searches
+(shipped). Every pass empties the query caches first, so each recall embeds its query."""
 
 from __future__ import annotations
 
