@@ -59,6 +59,11 @@ _STATS = """SELECT {docs} AS docs,
                         WHERE hit.tsv @@ lq.tq GROUP BY lq.i) df
              ON df.i = l.i ORDER BY l.i) AS df"""
 
+# Ties at a first-stage list's limit are common (short turns share a text rank; repeated texts
+# share a vector), so the newest come first: which tied rows make the pool must not depend on
+# the plan that read them. The HNSW path orders by distance alone, or it could not use the index.
+_NEWEST_TURN = "m.occurred_at DESC, m.thread_id, m.seq DESC"
+
 # Up to this many messages in scope, vector search is exact (thread index + sort); above, HNSW.
 EXACT_SCAN_MAX = 20_000
 
@@ -138,7 +143,7 @@ class PostgresRecallReader(PostgresReader):
         WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
         q AS (SELECT {_OR_QUERY} AS tsq),
         lex AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation), q
-                WHERE m.tsv @@ q.tsq ORDER BY ts_rank(m.tsv, q.tsq) DESC LIMIT %(n)s),
+                WHERE m.tsv @@ q.tsq ORDER BY ts_rank(m.tsv, q.tsq) DESC, {_NEWEST_TURN} LIMIT %(n)s),
         dense AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
                   WHERE {_vec_ok("m", d)}
                   ORDER BY (m.embedding::vector({d}) <=> %(q)s::vector({d})){{exact}} LIMIT %(n)s),
@@ -165,7 +170,7 @@ class PostgresRecallReader(PostgresReader):
                 conn.execute("SET LOCAL hnsw.ef_search = 100")
             # A small scope is read through its thread index and sorted exactly ("+ 0" keeps the
             # planner off the HNSW index, which would walk the whole graph to find a few rows).
-            sql = sql.replace("{exact}", "" if size > EXACT_SCAN_MAX else " + 0")
+            sql = sql.replace("{exact}", "" if size > EXACT_SCAN_MAX else f" + 0, {_NEWEST_TURN}")
             rows = conn.execute(sql, {**params, "docs": size}).fetchall()
         if not rows:
             return [], TermStats(0, 0.0, (0,) * len(lexemes))
@@ -192,14 +197,14 @@ class PostgresRecallReader(PostgresReader):
         -- ("+ 0": never the HNSW index, whose filtered scan needs the settings of a large scope).
         episode_best AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
                          WHERE m.episode_id = ANY(%(eps)s) AND {_vec_ok("m", d)}
-                         ORDER BY (m.embedding::vector({d}) <=> %(q)s::vector({d})) + 0 LIMIT %(n)s),
+                         ORDER BY (m.embedding::vector({d}) <=> %(q)s::vector({d})) + 0, {_NEWEST_TURN} LIMIT %(n)s),
         range_best AS (SELECT m.thread_id, m.seq
                        FROM unnest(%(r_thread)s::text[], %(r_from)s::int[], %(r_upto)s::int[]) r(thread_id, lo, hi)
                        JOIN scope s USING (thread_id)
                        JOIN messages m ON m.thread_id = r.thread_id AND m.generation = s.generation
                                       AND m.seq BETWEEN r.lo AND r.hi
                        WHERE {_vec_ok("m", d)}
-                       ORDER BY (m.embedding::vector({d}) <=> %(q)s::vector({d})) + 0 LIMIT %(n)s),
+                       ORDER BY (m.embedding::vector({d}) <=> %(q)s::vector({d})) + 0, {_NEWEST_TURN} LIMIT %(n)s),
         sources AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
                     WHERE m.event_id = ANY(%(events)s)),
         pool AS (SELECT * FROM episode_best UNION SELECT * FROM range_best UNION SELECT * FROM sources)
@@ -232,10 +237,10 @@ class PostgresRecallReader(PostgresReader):
         WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
         q AS (SELECT {_OR_QUERY} AS tsq),
         lex AS (SELECT s.id FROM summaries s JOIN scope USING (thread_id, generation), q
-                WHERE s.tsv @@ q.tsq ORDER BY ts_rank(s.tsv, q.tsq) DESC LIMIT %(n)s),
+                WHERE s.tsv @@ q.tsq ORDER BY ts_rank(s.tsv, q.tsq) DESC, s.id DESC LIMIT %(n)s),
         dense AS (SELECT s.id FROM summaries s JOIN scope USING (thread_id, generation)
                   WHERE {_vec_ok("s", d)}
-                  ORDER BY (s.embedding::vector({d}) <=> %(q)s::vector({d})) + 0 LIMIT %(n)s),
+                  ORDER BY (s.embedding::vector({d}) <=> %(q)s::vector({d})) + 0, s.id DESC LIMIT %(n)s),
         pool AS (SELECT id FROM lex UNION SELECT id FROM dense),
         stats AS ({_STATS.format(table="summaries", docs=_COUNT.format(table="summaries"))})
         SELECT s.id, s.thread_id, s.episode_id, s.kind, s.level, s.from_seq, s.upto_seq, s.text, s.is_active,
@@ -278,10 +283,10 @@ class PostgresRecallReader(PostgresReader):
         WITH {visible},
         q AS (SELECT {_OR_QUERY} AS tsq),
         lex AS (SELECT t.id FROM artifact_text t JOIN visible USING (id), q
-                WHERE t.tsv @@ q.tsq ORDER BY ts_rank(t.tsv, q.tsq) DESC LIMIT %(n)s),
+                WHERE t.tsv @@ q.tsq ORDER BY ts_rank(t.tsv, q.tsq) DESC, t.id DESC LIMIT %(n)s),
         dense AS (SELECT t.id FROM artifact_text t JOIN visible USING (id)
                   WHERE {_vec_ok("t", d)}
-                  ORDER BY (t.embedding::vector({d}) <=> %(q)s::vector({d})) + 0 LIMIT %(n)s),
+                  ORDER BY (t.embedding::vector({d}) <=> %(q)s::vector({d})) + 0, t.id DESC LIMIT %(n)s),
         pool AS (SELECT id FROM lex UNION SELECT id FROM dense)
         SELECT t.id, ref.sha256, ar.kind, t.kind, t.text, t.meta,
                m.thread_id, m.episode_id, m.seq, m.event_id, ref.position, m.platform_message_id, m.user_id,

@@ -185,3 +185,36 @@ def test_term_counts_read_from_the_text_vector_are_postgres_own(container, text,
     # Asked for one lexeme, the count is the same (a weight stored with another lexeme may bring
     # that one back too; only the asked lexemes are read).
     assert term_counts(cut, asked[:1]) == (own[0],)
+
+
+@pytest.fixture
+def repeats(container):
+    # Eight turns with one text: each ties with every other on text rank and on vector.
+    d = Driver(container)
+    d.publish(conversation("again", "mel", ["Pasta night again!"] * 8))
+    d.advance("again")
+    return container
+
+
+PLANS = ((), ("SET enable_bitmapscan = off", "SET enable_indexscan = off"), ("SET enable_seqscan = off",))
+
+
+def test_tied_turns_enter_the_pool_newest_first_whatever_the_plan(repeats):
+    c = repeats
+    reader = c.recall_reader
+    q = "pasta night"
+    lexemes, qvec = reader.lexemes(q), c.query_embedder.embed([q])[0]
+    seqs = sorted(scalar(c, "SELECT array_agg(seq) FROM messages WHERE thread_id = 'again'"))
+    found = []
+    with reader.session():
+        for plan in PLANS:
+            with reader._conn() as conn:
+                for setting in ("RESET ALL", *plan):
+                    conn.execute(setting)
+            first, _ = reader.turn_candidates(["again"], lexemes, qvec, 2, None)
+            hop = reader.hop_turns(["again"], lexemes, qvec, 2, Hops(ranges=(("again", seqs[0], seqs[-1]),)))
+            found.append(({t.seq for t in first}, {t.seq for t in hop}))
+        with reader._conn() as conn:
+            conn.execute("RESET ALL")
+    newest = set(seqs[-2:])
+    assert found == [(newest, newest)] * len(PLANS)
