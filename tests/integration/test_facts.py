@@ -279,3 +279,39 @@ def test_the_sweeper_finds_a_facts_job_lost_after_its_final_summary(container):
     assert store.missing_facts(60) == [("t", 1, "t#1")]
     write_episode_facts(store, container.mem0, container.llm("facts"), thread_id="t", generation=1, episode_id="t#1")
     assert store.missing_facts(60) == []
+
+
+def test_a_users_memories_are_found_when_the_planner_takes_the_vector_index(settings_factory):
+    # A large memory table, in miniature: with sequential scans priced out, the planner would take
+    # mem0's HNSW index (as it does by itself at 100,000 memories), which filters by user only
+    # after taking the nearest rows of all users.
+    import uuid
+
+    import numpy as np
+    import psycopg
+
+    from chatmem.adapters.services import ServiceUrls
+    from chatmem.bootstrap import Container
+
+    s = settings_factory()
+    with psycopg.connect(s.database_url, autocommit=True) as conn:
+        name = conn.info.dbname
+        conn.execute(f"ALTER DATABASE {name} SET enable_seqscan = off")  # this test's own database
+    c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
+    try:
+        users, each, query = 600, 5, "what do I like"
+        # Every memory close to the query (mem0 drops hits under 0.1 similarity), none the same.
+        noise = np.random.default_rng(0).normal(size=(users * each, c.embedder.dim)) / np.sqrt(c.embedder.dim)
+        vectors = c.recall_query_embedder.embed([query])[0] + 0.8 * noise
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        c.mem0.memory.vector_store.insert(
+            vectors=vectors.tolist(),
+            payloads=[{"data": f"fact {i}", "user_id": f"u{i // each}"} for i in range(users * each)],
+            ids=[str(uuid.uuid4()) for _ in range(users * each)],
+        )
+        with c.pool.connection() as conn:
+            conn.execute("ANALYZE chatmem_memories")  # as autovacuum would after the load
+        found = [len(c.mem0.search(query, user_id=f"u{u}", limit=each)) for u in range(0, users, 20)]
+    finally:
+        c.close()
+    assert found == [each] * len(found)
