@@ -218,3 +218,27 @@ def test_tied_turns_enter_the_pool_newest_first_whatever_the_plan(repeats):
             conn.execute("RESET ALL")
     newest = set(seqs[-2:])
     assert found == [(newest, newest)] * len(PLANS)
+
+
+def test_the_mean_length_of_a_large_scope_is_its_threads_newest_rows_whatever_the_plan(memory, monkeypatch):
+    from chatmem.adapters import recall_pg
+
+    c = memory
+    reader = c.recall_reader
+    monkeypatch.setattr(recall_pg, "AVG_LEN_ROWS", 2)  # the thread's five turns are a large scope now
+    q = "charity race"
+    lexemes, qvec = reader.lexemes(q), c.query_embedder.embed([q])[0]
+    with c.pool.connection() as conn:
+        rows = conn.execute("SELECT length(tsv) FROM messages WHERE thread_id = 'race' ORDER BY seq DESC")
+        newest = [r[0] for r in rows]
+    means = []
+    with reader.session():
+        for plan in PLANS:
+            with reader._conn() as conn:
+                for setting in ("RESET ALL", *plan):
+                    conn.execute(setting)
+            means.append(reader.turn_candidates(["race"], lexemes, qvec, 3, None)[1].avg_len)
+        with reader._conn() as conn:
+            conn.execute("RESET ALL")
+    assert newest[:2] != newest[-2:]  # the oldest two would give another figure
+    assert means == [pytest.approx(sum(newest[:2]) / 2)] * len(PLANS)
