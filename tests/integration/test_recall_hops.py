@@ -199,23 +199,33 @@ def repeats(container):
 PLANS = ((), ("SET enable_bitmapscan = off", "SET enable_indexscan = off"), ("SET enable_seqscan = off",))
 
 
+def under_each_plan(reader, read):
+    """What `read()` returns with the reader's connection steered to each of PLANS in turn."""
+    out = []
+    with reader.session():
+        for plan in PLANS:
+            with reader._conn() as conn:
+                for setting in ("RESET ALL", *plan):
+                    conn.execute(setting)
+            out.append(read())
+        with reader._conn() as conn:
+            conn.execute("RESET ALL")
+    return out
+
+
 def test_tied_turns_enter_the_pool_newest_first_whatever_the_plan(repeats):
     c = repeats
     reader = c.recall_reader
     q = "pasta night"
     lexemes, qvec = reader.lexemes(q), c.query_embedder.embed([q])[0]
     seqs = sorted(scalar(c, "SELECT array_agg(seq) FROM messages WHERE thread_id = 'again'"))
-    found = []
-    with reader.session():
-        for plan in PLANS:
-            with reader._conn() as conn:
-                for setting in ("RESET ALL", *plan):
-                    conn.execute(setting)
-            first, _ = reader.turn_candidates(["again"], lexemes, qvec, 2, None)
-            hop = reader.hop_turns(["again"], lexemes, qvec, 2, Hops(ranges=(("again", seqs[0], seqs[-1]),)))
-            found.append(({t.seq for t in first}, {t.seq for t in hop}))
-        with reader._conn() as conn:
-            conn.execute("RESET ALL")
+
+    def read():
+        first, _ = reader.turn_candidates(["again"], lexemes, qvec, 2, None)
+        hop = reader.hop_turns(["again"], lexemes, qvec, 2, Hops(ranges=(("again", seqs[0], seqs[-1]),)))
+        return {t.seq for t in first}, {t.seq for t in hop}
+
+    found = under_each_plan(reader, read)
     newest = set(seqs[-2:])
     assert found == [(newest, newest)] * len(PLANS)
 
@@ -231,14 +241,6 @@ def test_the_mean_length_of_a_large_scope_is_its_threads_newest_rows_whatever_th
     with c.pool.connection() as conn:
         rows = conn.execute("SELECT length(tsv) FROM messages WHERE thread_id = 'race' ORDER BY seq DESC")
         newest = [r[0] for r in rows]
-    means = []
-    with reader.session():
-        for plan in PLANS:
-            with reader._conn() as conn:
-                for setting in ("RESET ALL", *plan):
-                    conn.execute(setting)
-            means.append(reader.turn_candidates(["race"], lexemes, qvec, 3, None)[1].avg_len)
-        with reader._conn() as conn:
-            conn.execute("RESET ALL")
+    means = under_each_plan(reader, lambda: reader.turn_candidates(["race"], lexemes, qvec, 3, None)[1].avg_len)
     assert newest[:2] != newest[-2:]  # the oldest two would give another figure
     assert means == [pytest.approx(sum(newest[:2]) / 2)] * len(PLANS)
