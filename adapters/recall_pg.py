@@ -44,16 +44,18 @@ _ESCAPED = re.compile(r"''|\\\\")
 # lexeme's own query (half the time of unnesting every row's lexemes). The
 # mean length is taken over at most AVG_LEN_ROWS of the scope's rows: it only scales length
 # normalisation, and over a heavy user's 20,000 messages the exact figure cost 10 ms a recall.
-# They are each thread's newest (an equal share per thread, through the thread index), not the
-# first the plan reads, so that the figure does not change with the plan.
+# A larger scope gives each thread an equal share of its newest rows (through the thread index),
+# not the first rows the plan reads, so that the figure does not change with the plan.
 AVG_LEN_ROWS = 2000
 _COUNT = "(SELECT count(*) FROM {table} x JOIN scope USING (thread_id, generation))"
-_STATS = """SELECT {docs} AS docs,
+_STATS = """SELECT sz.docs,
        (SELECT avg(length(y.tsv))
         FROM (SELECT thread_id, generation FROM scope ORDER BY thread_id LIMIT %(avg_rows)s) sc
         CROSS JOIN LATERAL (SELECT x.tsv FROM {table} x
                             WHERE x.thread_id = sc.thread_id AND x.generation = sc.generation
-                            ORDER BY {newest} LIMIT %(avg_share)s) y) AS avg_len,
+                            ORDER BY {newest}
+                            LIMIT CASE WHEN sz.docs <= %(avg_rows)s THEN %(avg_rows)s
+                                       ELSE %(avg_share)s END) y) AS avg_len,
        ARRAY(SELECT coalesce(df.n, 0) FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS l(lexeme, i)
              LEFT JOIN (WITH hit AS MATERIALIZED (SELECT x.tsv FROM {table} x JOIN scope USING (thread_id, generation),
                                                    q WHERE x.tsv @@ q.tsq)
@@ -62,7 +64,8 @@ _STATS = """SELECT {docs} AS docs,
                                    FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS a(l, i)
                                    WHERE position(E'\\\\' IN l) = 0) lq
                         WHERE hit.tsv @@ lq.tq GROUP BY lq.i) df
-             ON df.i = l.i ORDER BY l.i) AS df"""
+             ON df.i = l.i ORDER BY l.i) AS df
+FROM (SELECT {docs} AS docs) sz"""
 
 # Ties at a first-stage list's limit are common (short turns share a text rank; repeated texts
 # share a vector), so the newest come first: which tied rows make the pool must not depend on

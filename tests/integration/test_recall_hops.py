@@ -244,3 +244,19 @@ def test_the_mean_length_of_a_large_scope_is_its_threads_newest_rows_whatever_th
     means = under_each_plan(reader, lambda: reader.turn_candidates(["race"], lexemes, qvec, 3, None)[1].avg_len)
     assert newest[:2] != newest[-2:]  # the oldest two would give another figure
     assert means == [pytest.approx(sum(newest[:2]) / 2)] * len(PLANS)
+
+
+def test_a_scope_within_the_mean_length_cap_counts_every_row(memory, repeats, monkeypatch):
+    from chatmem.adapters import recall_pg
+
+    c = memory
+    reader = c.recall_reader
+    # 5 + 8 turns within a cap of 13: every row counts, though an equal share would be 6 a thread.
+    monkeypatch.setattr(recall_pg, "AVG_LEN_ROWS", 13)
+    q = "charity race"
+    lexemes, qvec = reader.lexemes(q), c.query_embedder.embed([q])[0]
+    with c.pool.connection() as conn:
+        lengths = [r[0] for r in conn.execute("SELECT length(tsv) FROM messages WHERE thread_id IN ('race', 'again')")]
+    read = lambda: reader.turn_candidates(["race", "again"], lexemes, qvec, 3, None)[1].avg_len  # noqa: E731
+    assert len(lengths) == 13
+    assert under_each_plan(reader, read) == [pytest.approx(sum(lengths) / 13)] * len(PLANS)
