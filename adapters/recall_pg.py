@@ -21,10 +21,25 @@ from chatmem.schemas.read import Citation
 
 C = TypeVar("C", TurnCandidate, SummaryCandidate, ArtifactCandidate)
 
-# A query's lexemes as an OR query. Lexemes come from to_tsvector, so quoting is all they need;
-# quote_literal would switch to E'' syntax for a backslash, which tsquery does not read.
-_OR_QUERY = """(SELECT coalesce(string_agg(quote_literal(l), ' | '), '')::tsquery
-                FROM unnest(%(lex)s::text[]) l WHERE position(E'\\\\' IN l) = 0)"""
+# A query's lexemes as an OR query (`or_query`), bound as a constant: the planner then estimates
+# from the text column's statistics how many rows match and reads a small scope's rows through
+# the thread index. Built in SQL, the query was unknown when planning; the planner took the
+# default 0.5% and read every user's matches through the text index (202,095 rows for a heavy
+# user's 1,850 among 1M messages: 400 ms a recall, docs/benchmarks.md).
+_TSQ = "%(tsq)s::tsquery"
+
+
+def or_query(lexemes: Sequence[str]) -> str:
+    """The text of `lexemes` as an OR query. They come from to_tsvector, so quoting is all they
+    need; one with a backslash is left out (tsquery reads it as an escape)."""
+    return " | ".join("'" + x.replace("'", "''") + "'" for x in lexemes if "\\" not in x)
+
+
+def _planned(conn: psycopg.Connection, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """A statement's rows, planned for its own values: psycopg prepares a statement run five
+    times, and Postgres may then keep a generic plan, blind to the text query again."""
+    return conn.execute(sql, params, prepare=False).fetchall()
+
 
 # How often each query lexeme occurs in a row (only asked of rows that match): the row's text
 # vector cut down to the query's lexemes (weight A marks them), as text, counted by
@@ -38,11 +53,11 @@ _ESCAPED = re.compile(r"''|\\\\")
 
 
 # BM25's collection figures over a scope's rows of `table`: size (`docs`, an SQL expression),
-# mean length, and the document frequency of each query lexeme. The rows that match the text
-# query are found once, through the scope's threads (counting each lexeme through the text index
-# visited its rows in every thread: 430 ms a recall at 1M messages), then tested against each
-# lexeme's own query (half the time of unnesting every row's lexemes). The
-# mean length is taken over at most AVG_LEN_ROWS of the scope's rows: it only scales length
+# mean length, and the document frequency of each query lexeme. The scope's rows that match the
+# text query (`matched`, which the text list also ranks) are found once (counting each lexeme
+# through the text index visited its rows in every thread: 430 ms a recall at 1M messages),
+# then tested against each lexeme's own query (half the time of unnesting every row's lexemes).
+# The mean length is taken over at most AVG_LEN_ROWS of the scope's rows: it only scales length
 # normalisation, and over a heavy user's 20,000 messages the exact figure cost 10 ms a recall.
 # A larger scope gives each thread an equal share of its newest rows (through the thread index),
 # not the first rows the plan reads, so that the figure does not change with the plan.
@@ -57,10 +72,8 @@ _STATS = """SELECT sz.docs,
                             LIMIT CASE WHEN sz.docs <= %(avg_rows)s THEN %(avg_rows)s
                                        ELSE %(avg_share)s END) y) AS avg_len,
        ARRAY(SELECT coalesce(df.n, 0) FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS l(lexeme, i)
-             LEFT JOIN (WITH hit AS MATERIALIZED (SELECT x.tsv FROM {table} x JOIN scope USING (thread_id, generation),
-                                                   q WHERE x.tsv @@ q.tsq)
-                        SELECT lq.i, count(*) AS n
-                        FROM hit, (SELECT i, quote_literal(l)::tsquery AS tq
+             LEFT JOIN (SELECT lq.i, count(*) AS n
+                        FROM matched hit, (SELECT i, quote_literal(l)::tsquery AS tq
                                    FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS a(l, i)
                                    WHERE position(E'\\\\' IN l) = 0) lq
                         WHERE hit.tsv @@ lq.tq GROUP BY lq.i) df
@@ -127,6 +140,7 @@ class PostgresRecallReader(PostgresReader):
             **models,
             "threads": list(threads),
             "lex": list(lexemes),
+            "tsq": or_query(lexemes),
             "q": qvec,
             "n": limit,
             "avg_rows": AVG_LEN_ROWS,
@@ -150,9 +164,10 @@ class PostgresRecallReader(PostgresReader):
         }
         sql = f"""
         WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
-        q AS (SELECT {_OR_QUERY} AS tsq),
-        lex AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation), q
-                WHERE m.tsv @@ q.tsq ORDER BY ts_rank(m.tsv, q.tsq) DESC, {_NEWEST_TURN} LIMIT %(n)s),
+        matched AS MATERIALIZED (SELECT m.thread_id, m.seq, m.occurred_at, m.tsv
+                                 FROM messages m JOIN scope s USING (thread_id, generation) WHERE m.tsv @@ {_TSQ}),
+        lex AS (SELECT m.thread_id, m.seq FROM matched m ORDER BY ts_rank(m.tsv, {_TSQ}) DESC, {_NEWEST_TURN}
+                LIMIT %(n)s),
         dense AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
                   WHERE {_vec_ok("m", d)}
                   ORDER BY (m.embedding::vector({d}) <=> %(q)s::vector({d})){{exact}} LIMIT %(n)s),
@@ -167,7 +182,7 @@ class PostgresRecallReader(PostgresReader):
         SELECT {_turn_columns(d)}, stats.docs, stats.avg_len, stats.df
         FROM pool JOIN scope s USING (thread_id)
         JOIN messages m ON m.thread_id = pool.thread_id AND m.generation = s.generation AND m.seq = pool.seq,
-        q, stats"""
+        stats"""
         with self._conn() as conn, conn.transaction():
             row = conn.execute(
                 "SELECT coalesce(sum(message_count), 0) FROM threads WHERE thread_id = ANY(%s)", (list(threads),)
@@ -180,7 +195,7 @@ class PostgresRecallReader(PostgresReader):
             # A small scope is read through its thread index and sorted exactly ("+ 0" keeps the
             # planner off the HNSW index, which would walk the whole graph to find a few rows).
             sql = sql.replace("{exact}", "" if size > EXACT_SCAN_MAX else f" + 0, {_NEWEST_TURN}")
-            rows = conn.execute(sql, {**params, "docs": size}).fetchall()
+            rows = _planned(conn, sql, {**params, "docs": size})
         if not rows:
             return [], TermStats(0, 0.0, (0,) * len(lexemes))
         return _turns(rows, lexemes), _row_stats(rows[0][14:17])
@@ -200,7 +215,6 @@ class PostgresRecallReader(PostgresReader):
         }
         sql = f"""
         WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
-        q AS (SELECT {_OR_QUERY} AS tsq),
         -- Each through an index, never a scan: the closest turns of the best episodes and of the
         -- ranges the best summaries cover, and the turns facts came from. Few rows, sorted exactly
         -- ("+ 0": never the HNSW index, whose filtered scan needs the settings of a large scope).
@@ -219,7 +233,7 @@ class PostgresRecallReader(PostgresReader):
         pool AS (SELECT * FROM episode_best UNION SELECT * FROM range_best UNION SELECT * FROM sources)
         SELECT {_turn_columns(d)}
         FROM pool JOIN scope s USING (thread_id)
-        JOIN messages m ON m.thread_id = pool.thread_id AND m.generation = s.generation AND m.seq = pool.seq, q"""
+        JOIN messages m ON m.thread_id = pool.thread_id AND m.generation = s.generation AND m.seq = pool.seq"""
         with self._conn() as conn:
             rows = conn.execute(sql, params).fetchall()
         return _turns(rows, lexemes)
@@ -244,9 +258,9 @@ class PostgresRecallReader(PostgresReader):
         d, params = self._search_params(threads, lexemes, qvec, limit)
         sql = f"""
         WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
-        q AS (SELECT {_OR_QUERY} AS tsq),
-        lex AS (SELECT s.id FROM summaries s JOIN scope USING (thread_id, generation), q
-                WHERE s.tsv @@ q.tsq ORDER BY ts_rank(s.tsv, q.tsq) DESC, s.id DESC LIMIT %(n)s),
+        matched AS MATERIALIZED (SELECT s.id, s.tsv FROM summaries s JOIN scope USING (thread_id, generation)
+                                 WHERE s.tsv @@ {_TSQ}),
+        lex AS (SELECT s.id FROM matched s ORDER BY ts_rank(s.tsv, {_TSQ}) DESC, s.id DESC LIMIT %(n)s),
         dense AS (SELECT s.id FROM summaries s JOIN scope USING (thread_id, generation)
                   WHERE {_vec_ok("s", d)}
                   ORDER BY (s.embedding::vector({d}) <=> %(q)s::vector({d})) + 0, s.id DESC LIMIT %(n)s),
@@ -255,12 +269,12 @@ class PostgresRecallReader(PostgresReader):
         SELECT s.id, s.thread_id, s.episode_id, s.kind, s.level, s.from_seq, s.upto_seq, s.text, s.is_active,
                CASE WHEN {_vec_ok("s", d)}
                     THEN 1 - (s.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
-               CASE WHEN s.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="s")} END,
+               CASE WHEN s.tsv @@ {_TSQ} THEN {_TERM_FREQUENCIES.format(t="s")} END,
                length(s.tsv), stats.docs, stats.avg_len, stats.df
-        FROM pool JOIN summaries s USING (id), q, stats"""
+        FROM pool JOIN summaries s USING (id), stats"""
         # Summaries are about a tenth of the messages: read through the thread index, exactly.
         with self._conn() as conn:
-            rows = conn.execute(sql, params).fetchall()
+            rows = _planned(conn, sql, params)
         if not rows:
             return [], TermStats(0, 0.0, (0,) * len(lexemes))
         return [_candidate(SummaryCandidate, r, 9, lexemes) for r in rows], _row_stats(rows[0][12:15])
@@ -290,9 +304,8 @@ class PostgresRecallReader(PostgresReader):
                     JOIN refs r ON t.event_id = r.event_id AND t.position = r.position)"""
         sql = f"""
         WITH {visible},
-        q AS (SELECT {_OR_QUERY} AS tsq),
-        lex AS (SELECT t.id FROM artifact_text t JOIN visible USING (id), q
-                WHERE t.tsv @@ q.tsq ORDER BY ts_rank(t.tsv, q.tsq) DESC, t.id DESC LIMIT %(n)s),
+        lex AS (SELECT t.id FROM artifact_text t JOIN visible USING (id)
+                WHERE t.tsv @@ {_TSQ} ORDER BY ts_rank(t.tsv, {_TSQ}) DESC, t.id DESC LIMIT %(n)s),
         dense AS (SELECT t.id FROM artifact_text t JOIN visible USING (id)
                   WHERE {_vec_ok("t", d)}
                   ORDER BY (t.embedding::vector({d}) <=> %(q)s::vector({d})) + 0, t.id DESC LIMIT %(n)s),
@@ -302,9 +315,9 @@ class PostgresRecallReader(PostgresReader):
                m.role, m.occurred_at, att.ref ->> 'filename',
                CASE WHEN {_vec_ok("t", d)}
                     THEN 1 - (t.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
-               CASE WHEN t.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="t")} END,
+               CASE WHEN t.tsv @@ {_TSQ} THEN {_TERM_FREQUENCIES.format(t="t")} END,
                length(t.tsv)
-        FROM pool JOIN artifact_text t USING (id) CROSS JOIN q
+        FROM pool JOIN artifact_text t USING (id)
         CROSS JOIN LATERAL (
             SELECT r.event_id, r.position, r.sha256, r.thread_id FROM refs r
             WHERE r.sha256 = t.sha256 OR (r.event_id = t.event_id AND r.position = t.position)
@@ -319,7 +332,7 @@ class PostgresRecallReader(PostgresReader):
                 "SELECT EXISTS (SELECT 1 FROM attachments WHERE thread_id = ANY(%(threads)s) AND status = 'linked')",
                 params,
             ).fetchone()
-            rows = conn.execute(sql, params).fetchall() if linked and linked[0] else []
+            rows = _planned(conn, sql, params) if linked and linked[0] else []
             if not rows:  # nothing to rank, so no collection figures
                 return [], TermStats(0, 0.0, (0,) * len(lexemes))
             stat_rows = conn.execute(
@@ -331,12 +344,11 @@ class PostgresRecallReader(PostgresReader):
 
     # --- facts ------------------------------------------------------------------------------
     def fact_candidates(self, user_id: str, lexemes: Sequence[str], limit: int) -> list[FoundFact]:
-        hits = f"""q AS (SELECT {_OR_QUERY} AS tsq),
-            hits AS (SELECT f.id, ts_rank(f.tsv, q.tsq) AS rank FROM facts f, q
-                     WHERE f.user_id = %(user)s AND f.is_active AND f.tsv @@ q.tsq
+        hits = f"""hits AS (SELECT f.id, ts_rank(f.tsv, {_TSQ}) AS rank FROM facts f
+                     WHERE f.user_id = %(user)s AND f.is_active AND f.tsv @@ {_TSQ}
                      ORDER BY rank DESC, f.id LIMIT %(n)s)"""
         with self._conn() as conn:
-            return cited_facts(conn, hits, {"lex": list(lexemes), "user": user_id, "n": limit})
+            return cited_facts(conn, hits, {"tsq": or_query(lexemes), "user": user_id, "n": limit}, text_query=True)
 
     def facts_by_id(self, user_id: str, fact_ids: Sequence[int]) -> list[FoundFact]:
         if not fact_ids:
@@ -347,9 +359,13 @@ class PostgresRecallReader(PostgresReader):
             return cited_facts(conn, hits, {"user": user_id, "ids": list(fact_ids)})
 
 
-def cited_facts(conn: psycopg.Connection, hits_sql: str, params: Mapping[str, Any]) -> list[FoundFact]:
-    """The facts a `hits` CTE (id, rank) chose, best first, each with its citation."""
-    rows = conn.execute(f"WITH {hits_sql} {_FACT_CITED}", params).fetchall()
+def cited_facts(
+    conn: psycopg.Connection, hits_sql: str, params: Mapping[str, Any], *, text_query: bool = False
+) -> list[FoundFact]:
+    """The facts a `hits` CTE (id, rank) chose, best first, each with its citation. `hits` that
+    test the text query are planned for it (`_planned`)."""
+    sql = f"WITH {hits_sql} {_FACT_CITED}"
+    rows = _planned(conn, sql, params) if text_query else conn.execute(sql, params).fetchall()
     return [_fact(r) for r in rows]
 
 
@@ -382,7 +398,7 @@ def _turn_columns(d: int) -> str:
                m.occurred_at, m.is_active,
                CASE WHEN {_vec_ok("m", d)}
                     THEN 1 - (m.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
-               CASE WHEN m.tsv @@ q.tsq THEN {_TERM_FREQUENCIES.format(t="m")} END,
+               CASE WHEN m.tsv @@ {_TSQ} THEN {_TERM_FREQUENCIES.format(t="m")} END,
                length(m.tsv), tsvector_to_array(to_tsvector('english', m.user_id)) && %(lex)s::text[]"""
 
 

@@ -260,3 +260,94 @@ def test_a_scope_within_the_mean_length_cap_counts_every_row(memory, repeats, mo
     read = lambda: reader.turn_candidates(["race", "again"], lexemes, qvec, 3, None)[1].avg_len  # noqa: E731
     assert len(lengths) == 13
     assert under_each_plan(reader, read) == [pytest.approx(sum(lengths) / 13)] * len(PLANS)
+
+
+@pytest.fixture
+def crowded(memory):
+    # Twenty long threads of other users, 10,000 turns that all say "pasta", written straight
+    # into the tables (the pipeline would take minutes), with the statistics a live database has.
+    with memory.pool.connection() as conn:
+        conn.execute(
+            """INSERT INTO threads (thread_id, generation, message_count, episode_count)
+               SELECT 'other' || t, 1, 500, 1 FROM generate_series(1, 20) t"""
+        )
+        conn.execute(
+            """INSERT INTO messages (thread_id, generation, seq, event_id, stream_pos, episode_id, user_id, role,
+                                     text, occurred_at)
+               SELECT 'other' || t, 1, s, 'other' || t || '-' || s, 1000000 + t * 1000 + s, 'other' || t || '#1',
+                      'u' || t % 7, 'user', 'Pasta with garlic for dinner, take ' || s, now()
+               FROM generate_series(1, 20) t, generate_series(1, 500) s"""
+        )
+        conn.commit()
+        conn.autocommit = True
+        conn.execute("ANALYZE messages")
+    return memory
+
+
+def _text_tests(plan: dict) -> list[tuple[float, float]]:
+    """(estimated, actual) rows, per loop as EXPLAIN gives both, of each node of an EXPLAIN
+    (ANALYZE, FORMAT JSON) plan that tests rows against the text query (not those testing one
+    lexeme, which count document frequencies among the matches)."""
+    keys = ("Filter", "Join Filter", "Recheck Cond", "Index Cond")
+    conditions = " ".join(str(plan.get(k, "")) for k in keys)
+    here = (
+        [(plan["Plan Rows"], plan["Actual Rows"])]
+        if "tsv @@" in conditions and "quote_literal" not in conditions
+        else []
+    )
+    return here + [test for child in plan.get("Plans", []) for test in _text_tests(child)]
+
+
+def test_the_planner_sees_the_text_query(crowded, monkeypatch):
+    from chatmem.adapters import recall_pg
+
+    c = crowded
+    reader = c.recall_reader
+    q = "pasta and garlic"
+    lexemes, qvec = reader.lexemes(q), c.query_embedder.embed([q])[0]
+    scope = ["other1", "other2", "other3"]  # 1,500 turns of the 10,005 that match
+    statements = []
+    planned = recall_pg._planned
+    monkeypatch.setattr(
+        recall_pg, "_planned", lambda conn, sql, p: statements.append((sql, p)) or planned(conn, sql, p)
+    )
+    _, stats = reader.turn_candidates(scope, lexemes, qvec, 3, None)
+    assert (stats.docs, stats.df) == (1500, (1500, 1500))
+    with c.pool.connection() as conn:
+        sql, params = statements[0]
+        plan = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params).fetchone()[0][0]["Plan"]
+    # How many rows match is known when planning, so a scope's matches are read the cheap way
+    # (through the thread index once the table is large), never every user's through the text
+    # index. A query built inside the statement was planned for 0.5% of the table (2 rows here).
+    tests = _text_tests(plan)
+    assert tests and all(actual / 2 <= estimated <= actual * 2 for estimated, actual in tests)
+
+
+def test_recall_statements_are_planned_for_their_own_query(crowded):
+    c = crowded
+    reader = c.recall_reader
+    # Past psycopg's threshold for preparing a statement and Postgres' five custom plans, after
+    # which a prepared statement may get a generic plan, blind to the text query.
+    with reader.session():
+        for q in ["pasta and garlic", "charity race", "cousin organised"] * 4:
+            lexemes, qvec = reader.lexemes(q), c.query_embedder.embed([q])[0]
+            reader.turn_candidates(["race"], lexemes, qvec, 3, None)
+            reader.summary_candidates(["race"], lexemes, qvec, 3)
+            reader.fact_candidates("mel", lexemes, 3)
+        with reader._conn() as conn:
+            generic = conn.execute(
+                "SELECT statement FROM pg_prepared_statements WHERE generic_plans > 0 AND statement LIKE '%tsquery%'"
+            ).fetchall()
+    assert generic == []
+
+
+def test_the_text_query_matches_each_lexeme_as_it_is(container):
+    from chatmem.adapters.recall_pg import or_query
+
+    query = or_query(["go", "it's", "a\\b"])
+    with container.pool.connection() as conn:
+        found = [
+            conn.execute("SELECT array_to_tsvector(ARRAY[%s]) @@ %s::tsquery", (lexeme, query)).fetchone()[0]
+            for lexeme in ("go", "it's", "a\\b", "it")
+        ]
+    assert found == [True, True, False, False]  # a lexeme with a backslash is left out
