@@ -87,6 +87,30 @@ _NEWEST_TURN = "m.occurred_at DESC, m.thread_id, m.seq DESC"
 
 # Up to this many messages in scope, vector search is exact (thread index + sort); above, HNSW.
 EXACT_SCAN_MAX = 20_000
+# Above this many messages in scope, the nearest turns are searched on a spare connection beside
+# the text matches (under it the turn statement takes a few ms, less than a second connection saves).
+SPLIT_MIN = 2_000
+
+# The scope's turns nearest the query vector.
+_DENSE = """dense AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
+                  WHERE {vec_ok}
+                  ORDER BY (m.embedding::vector({d}) <=> %(q)s::vector({d})){exact} LIMIT %(n)s)"""
+
+
+def _exact(size: int) -> str:
+    """The vector order's tail: a small scope is read through its thread index and sorted exactly
+    ("+ 0" keeps the planner off the HNSW index, which would walk the whole graph to find a few
+    rows), newest first among ties; a large one is read through HNSW, by distance alone."""
+    return "" if size > EXACT_SCAN_MAX else f" + 0, {_NEWEST_TURN}"
+
+
+def _vector_settings(conn: psycopg.Connection, size: int) -> None:
+    """For a large scope (HNSW), in the current transaction: filtered vector queries keep scanning
+    the graph until they have `limit` rows."""
+    if size > EXACT_SCAN_MAX:
+        conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        conn.execute("SET LOCAL hnsw.ef_search = 100")
+
 
 # Citations of the facts in `hits` (id, rank): their first source event, its message, and the
 # platform ids of every source message. The facts are chosen first, then joined.
@@ -117,8 +141,12 @@ def _vec_ok(alias: str, d: int) -> str:
 class PostgresRecallReader(PostgresReader):
     """The `RecallStore` of memory/recall.py."""
 
-    def __init__(self, connections: ReadConnections, query_model: Callable[[], str], legacy_model: str):
+    def __init__(
+        self, connections: ReadConnections, query_model: Callable[[], str], legacy_model: str, parallel: bool = True
+    ):
         super().__init__(connections)
+        # False: every statement on the read's one connection (`recall_parallel`).
+        self.parallel = parallel
         # Vectors are compared only with those of the query's model: `query_model` names the
         # model the query embedder uses now; rows written before models were recorded (NULL)
         # are the configured one's.
@@ -157,48 +185,69 @@ class PostgresRecallReader(PostgresReader):
         self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, period: Period | None
     ) -> tuple[list[TurnCandidate], TermStats]:
         d, params = self._search_params(threads, lexemes, qvec, limit)
+        with self._conn() as conn:
+            row = conn.execute(
+                "SELECT coalesce(sum(message_count), 0) FROM threads WHERE thread_id = ANY(%s)", (list(threads),)
+            ).fetchone()
+        size = row[0] if row else 0  # an aggregate: always one row
         params |= {
+            # The scope's size is the threads' message counts (a count scanned them all).
+            "docs": size,
             # Whole days in UTC, as stored; NULL bounds select nothing.
             "d0": datetime.combine(period.first, time(), UTC) if period else None,
             "d1": datetime.combine(period.last + timedelta(days=1), time(), UTC) if period else None,
         }
+        # A large scope's nearest turns are searched beside its text matches, on a spare
+        # connection: each list took a third of a heavy user's turn statement.
+        split = self.parallel and size > SPLIT_MIN
+        nearest = self.ahead(lambda: self._nearest_turns(d, params, size)) if split else None
+        try:
+            sql = f"""
+            WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
+            matched AS MATERIALIZED (SELECT m.thread_id, m.seq, m.occurred_at, m.tsv
+                                     FROM messages m JOIN scope s USING (thread_id, generation) WHERE m.tsv @@ {_TSQ}),
+            lex AS (SELECT m.thread_id, m.seq FROM matched m ORDER BY ts_rank(m.tsv, {_TSQ}) DESC, {_NEWEST_TURN}
+                    LIMIT %(n)s),
+            {"" if nearest else _DENSE.format(vec_ok=_vec_ok("m", d), d=d, exact=_exact(size)) + ","}
+            -- The turns sent on the day or month the query names, through an index, never a scan.
+            dated AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
+                      WHERE m.occurred_at >= %(d0)s AND m.occurred_at < %(d1)s AND {_vec_ok("m", d)}
+                      ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
+            pool AS (SELECT * FROM lex UNION {"" if nearest else "SELECT * FROM dense UNION"} SELECT * FROM dated),
+            -- BM25's collection figures over the whole scope: size, mean length, document frequencies.
+            stats AS ({_STATS.format(table="messages", docs="%(docs)s::bigint", newest="x.seq DESC")})
+            -- The figures come back even when no turn does (NULL columns), as the nearest turns
+            -- searched beside need them.
+            SELECT {_turn_columns(d)}, stats.docs, stats.avg_len, stats.df
+            FROM stats LEFT JOIN (pool JOIN scope s USING (thread_id)
+            JOIN messages m ON m.thread_id = pool.thread_id AND m.generation = s.generation AND m.seq = pool.seq)
+            ON true"""
+            with self._conn() as conn, conn.transaction():
+                if nearest is None:
+                    _vector_settings(conn, size)
+                rows = _planned(conn, sql, params)
+            stats = _row_stats(rows[0][14:17])  # the one row, at least, of the figures
+            rows = [r for r in rows if r[0] is not None]
+            if nearest is not None:
+                found = {(r[0], r[1]) for r in rows}
+                rows += [r for r in nearest.result() if (r[0], r[1]) not in found]
+        finally:
+            if nearest is not None:
+                nearest.cancel()  # a no-op once taken
+        return _turns(rows, lexemes), stats
+
+    def _nearest_turns(self, d: int, params: Mapping[str, Any], size: int) -> list[tuple[Any, ...]]:
+        """The scope's turns nearest the query vector, with a candidate's columns (the list the
+        turn statement holds for a smaller scope)."""
         sql = f"""
         WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
-        matched AS MATERIALIZED (SELECT m.thread_id, m.seq, m.occurred_at, m.tsv
-                                 FROM messages m JOIN scope s USING (thread_id, generation) WHERE m.tsv @@ {_TSQ}),
-        lex AS (SELECT m.thread_id, m.seq FROM matched m ORDER BY ts_rank(m.tsv, {_TSQ}) DESC, {_NEWEST_TURN}
-                LIMIT %(n)s),
-        dense AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
-                  WHERE {_vec_ok("m", d)}
-                  ORDER BY (m.embedding::vector({d}) <=> %(q)s::vector({d})){{exact}} LIMIT %(n)s),
-        -- The turns sent on the day or month the query names, through an index, never a scan.
-        dated AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
-                  WHERE m.occurred_at >= %(d0)s AND m.occurred_at < %(d1)s AND {_vec_ok("m", d)}
-                  ORDER BY m.embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s),
-        pool AS (SELECT * FROM lex UNION SELECT * FROM dense UNION SELECT * FROM dated),
-        -- BM25's collection figures over the whole scope: size, mean length, document frequencies.
-        -- The scope's size is the threads' message counts, read first (a count scanned them all).
-        stats AS ({_STATS.format(table="messages", docs="%(docs)s::bigint", newest="x.seq DESC")})
-        SELECT {_turn_columns(d)}, stats.docs, stats.avg_len, stats.df
-        FROM pool JOIN scope s USING (thread_id)
-        JOIN messages m ON m.thread_id = pool.thread_id AND m.generation = s.generation AND m.seq = pool.seq,
-        stats"""
+        {_DENSE.format(vec_ok=_vec_ok("m", d), d=d, exact=_exact(size))}
+        SELECT {_turn_columns(d)}
+        FROM dense JOIN scope s USING (thread_id)
+        JOIN messages m ON m.thread_id = dense.thread_id AND m.generation = s.generation AND m.seq = dense.seq"""
         with self._conn() as conn, conn.transaction():
-            row = conn.execute(
-                "SELECT coalesce(sum(message_count), 0) FROM threads WHERE thread_id = ANY(%s)", (list(threads),)
-            ).fetchone()
-            size = row[0] if row else 0  # an aggregate: always one row
-            if size > EXACT_SCAN_MAX:
-                # Filtered vector queries keep scanning the HNSW graph until they have `limit` rows.
-                conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-                conn.execute("SET LOCAL hnsw.ef_search = 100")
-            # A small scope is read through its thread index and sorted exactly ("+ 0" keeps the
-            # planner off the HNSW index, which would walk the whole graph to find a few rows).
-            sql = sql.replace("{exact}", "" if size > EXACT_SCAN_MAX else f" + 0, {_NEWEST_TURN}")
-            rows = _planned(conn, sql, {**params, "docs": size})
-        if not rows:
-            return [], TermStats(0, 0.0, (0,) * len(lexemes))
-        return _turns(rows, lexemes), _row_stats(rows[0][14:17])
+            _vector_settings(conn, size)
+            return conn.execute(sql, params).fetchall()
 
     def hop_turns(
         self, threads: Sequence[str], lexemes: Sequence[str], qvec: np.ndarray, limit: int, hops: Hops

@@ -519,7 +519,12 @@ class Container:
         from chatmem.adapters.recall_pg import PostgresRecallReader
 
         query = self.query_embedder
-        return PostgresRecallReader(self.read_connections, lambda: query.model, self.embedding_state.configured.model)
+        return PostgresRecallReader(
+            self.read_connections,
+            lambda: query.model,
+            self.embedding_state.configured.model,
+            parallel=self.settings.recall_parallel,
+        )
 
     @cached_property
     def context_reader(self) -> PostgresContextReader:

@@ -254,7 +254,8 @@ class Settings(BaseSettings):
     recall_parallel: bool = Field(
         True,
         description="Start recall's turn search on a second pooled connection, beside the summary and fact "
-        "searches, when one is free at once; false: one connection, the searches one after another.",
+        "searches, and a large scope's nearest turns on a third, when one is free at once; false: one "
+        "connection, the searches one after another.",
     )
     api_host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
     api_port: int = Field(8765, ge=1, le=65535, description="Port of the HTTP API.")

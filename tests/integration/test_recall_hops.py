@@ -351,3 +351,27 @@ def test_the_text_query_matches_each_lexeme_as_it_is(container):
             for lexeme in ("go", "it's", "a\\b", "it")
         ]
     assert found == [True, True, False, False]  # a lexeme with a backslash is left out
+
+
+def test_a_large_scope_s_nearest_turns_searched_beside_give_the_same_candidates(memory, repeats, monkeypatch):
+    from chatmem.adapters import recall_pg
+
+    c = memory
+    reader = c.recall_reader
+    # CHATMEM_RECALL_PARALLEL=false: one connection, whatever the scope.
+    serial = recall_pg.PostgresRecallReader(reader.connections, reader.query_model, reader.legacy_model, parallel=False)
+    monkeypatch.setattr(serial, "ahead", lambda work: pytest.fail("a second connection"))
+
+    def candidates(reader, q, period=None):
+        lexemes, qvec = reader.lexemes(q), c.query_embedder.embed([q])[0]
+        with reader.session():
+            turns, stats = reader.turn_candidates(["race", "again"], lexemes, qvec, 3, period)
+        return sorted(turns, key=lambda t: (t.thread_id, t.seq)), stats
+
+    queries = [("charity race",), ("pasta night",), ("what did we do on 8 May?", day(MAY8.date())), ("zebra",)]
+    one_statement = [candidates(reader, *q) for q in queries]
+    monkeypatch.setattr(recall_pg, "SPLIT_MIN", 0)  # these 13 turns are a large scope now
+    beside = [candidates(reader, *q) for q in queries]
+    assert beside == one_statement
+    assert all(turns for turns, _ in beside) and one_statement[-1][1].df == (0,)  # "zebra": vectors only
+    assert [candidates(serial, *q) for q in queries] == one_statement
