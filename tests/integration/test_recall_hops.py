@@ -375,3 +375,10 @@ def test_a_large_scope_s_nearest_turns_searched_beside_give_the_same_candidates(
     assert beside == one_statement
     assert all(turns for turns, _ in beside) and one_statement[-1][1].df == (0,)  # "zebra": vectors only
     assert [candidates(serial, *q) for q in queries] == one_statement
+    # The same on the HNSW path (a scope over EXACT_SCAN_MAX), the nearest turns on a spare connection.
+    monkeypatch.setattr(recall_pg, "EXACT_SCAN_MAX", 0)
+    c.pool.resize(min_size=2, max_size=max(2, c.pool.max_size))
+    c.pool.wait()  # a spare connection is there
+    hnsw_beside = [candidates(reader, *q) for q in queries]
+    monkeypatch.setattr(recall_pg, "SPLIT_MIN", 10**9)
+    assert hnsw_beside == [candidates(reader, *q) for q in queries]
