@@ -9,17 +9,19 @@ resolved from the caller; nothing from a request is spliced into SQL."""
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
-from typing import Generic, TypeVar
+from typing import Generic, Self, TypeVar
 
 import psycopg
 
 from chatmem.adapters.postgres import PinningPool
 from chatmem.adapters.procs import process_threads
+from chatmem.memory.recall import Inline, Pending
 
 T = TypeVar("T")
 
@@ -35,8 +37,11 @@ class ReadConnections:
     """The pool, whose connection a read's session pins for the current thread: its queries run
     on that one connection, in one transaction the session ends."""
 
-    def __init__(self, pool: PinningPool):
+    def __init__(self, pool: PinningPool, parallel: bool = True):
         self.pool = pool
+        # The one switch for work beside a read (`recall_parallel`); False: `ahead` work runs when
+        # asked for, on the read's own connection, and readers keep their statements whole.
+        self.parallel = parallel
 
     def session(self) -> AbstractContextManager[None]:
         """One connection for every query of a read: a pool checkout costs a round trip."""
@@ -46,14 +51,15 @@ class ReadConnections:
         """The pinned connection inside a session; a pooled one for a query on its own."""
         return self.pool.connection()
 
-    def ahead(self, work: Callable[[], T]) -> Ahead[T]:
+    def ahead(self, work: Callable[[], T]) -> Pending[T]:
         """Start `work` (queries through this object) now on a spare connection in another thread,
         so that it runs while the caller's session runs its own; `.result()` gives its result.
         Whoever comes first does the work: when no connection is free at once (a busy process) or
         no thread, the caller does it on its own connection when it asks, so a read never waits
         on another read's connection. The work sees its own snapshot: recall's candidate lists
-        are read in two transactions, as two reads a moment apart would be."""
-        return Ahead(self.pool, work)
+        are read in two transactions, as two reads a moment apart would be. Not `parallel`: the
+        caller does it when it asks, always."""
+        return Ahead(self.pool, work) if self.parallel else Inline(work)
 
 
 class Ahead(Generic[T]):
@@ -110,9 +116,15 @@ class PostgresReader:
     def _conn(self) -> AbstractContextManager[psycopg.Connection]:
         return self.connections.connection()
 
-    def ahead(self, work: Callable[[], T]) -> Ahead[T]:
+    def ahead(self, work: Callable[[], T]) -> Pending[T]:
         """`work` started on a spare connection (`ReadConnections.ahead`)."""
         return self.connections.ahead(work)
+
+    def serial(self) -> Self:
+        """This reader with every query of a read on its one connection (`recall_parallel` off)."""
+        other = copy.copy(self)
+        other.connections = ReadConnections(self.connections.pool, parallel=False)
+        return other
 
     def readable_threads(self, user_id: str, thread_id: str | None) -> list[str]:
         with self._conn() as conn:

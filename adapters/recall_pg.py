@@ -141,12 +141,8 @@ def _vec_ok(alias: str, d: int) -> str:
 class PostgresRecallReader(PostgresReader):
     """The `RecallStore` of memory/recall.py."""
 
-    def __init__(
-        self, connections: ReadConnections, query_model: Callable[[], str], legacy_model: str, parallel: bool = True
-    ):
+    def __init__(self, connections: ReadConnections, query_model: Callable[[], str], legacy_model: str):
         super().__init__(connections)
-        # False: every statement on the read's one connection (`recall_parallel`).
-        self.parallel = parallel
         # Vectors are compared only with those of the query's model: `query_model` names the
         # model the query embedder uses now; rows written before models were recorded (NULL)
         # are the configured one's.
@@ -199,7 +195,8 @@ class PostgresRecallReader(PostgresReader):
         }
         # A large scope's nearest turns are searched beside its text matches, on a spare
         # connection: each list took a third of a heavy user's turn statement.
-        split = self.parallel and size > SPLIT_MIN
+        # Not when the connections are serial (`recall_parallel`): one statement is cheaper there.
+        split = self.connections.parallel and size > SPLIT_MIN
         nearest = self.ahead(lambda: self._nearest_turns(d, params, size)) if split else None
         try:
             sql = f"""

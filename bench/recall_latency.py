@@ -45,7 +45,7 @@ def run(
         variants: dict[str, tuple[Recall, Embedder]] = {
             "the model's (encoder off)": (dataclasses.replace(shipped, embedder=model), model),
             "the encoder's; searches one after another": (
-                dataclasses.replace(shipped, parallel=False),
+                dataclasses.replace(shipped, store=c.recall_reader.serial()),
                 shipped.embedder,
             ),
             "the encoder's; turn search beside the others (shipped)": (shipped, shipped.embedder),

@@ -512,7 +512,7 @@ class Container:
         """Shared by the readers below: a read's session pins one connection for all of them."""
         from chatmem.adapters.read_pg import ReadConnections
 
-        return ReadConnections(self.pool)
+        return ReadConnections(self.pool, parallel=self.settings.recall_parallel)
 
     @cached_property
     def recall_reader(self) -> PostgresRecallReader:
@@ -523,7 +523,6 @@ class Container:
             self.read_connections,
             lambda: query.model,
             self.embedding_state.configured.model,
-            parallel=self.settings.recall_parallel,
         )
 
     @cached_property
@@ -569,7 +568,6 @@ class Container:
             self.recall_reader,
             self.recall_query_embedder,
             self.mem0 if self.settings.recall_mem0 else None,
-            parallel=self.settings.recall_parallel,
         )
 
     @cached_property

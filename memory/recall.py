@@ -491,9 +491,6 @@ class Recall:
     facts: FactSearch | None = None
     params: RankParams = field(default_factory=RankParams)
     ranker: Mlp | None = field(default_factory=shipped_ranker)  # None: the hand-tuned linear rule
-    # The turn search's first stage started beside the summary and fact searches (`store.ahead`);
-    # False: after them, on the read's one connection.
-    parallel: bool = True
 
     def __call__(
         self,
@@ -531,7 +528,7 @@ class Recall:
             def search() -> tuple[list[TurnCandidate], TermStats]:
                 return self.store.turn_candidates(threads, lexemes, qvec, p.pool, period)
 
-            first = self.store.ahead(search) if self.parallel else Inline(search)
+            first = self.store.ahead(search)  # beside them where the store can (`recall_parallel`)
         try:
             return self._answer(user_id, query, scope, limit, threads, lexemes, qvec, first, period)
         finally:

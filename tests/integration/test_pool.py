@@ -148,6 +148,21 @@ def test_work_ahead_of_a_read_runs_on_a_spare_connection_beside_it(pool):
         assert ran == []
 
 
+def test_work_ahead_of_a_serial_read_runs_on_its_own_connection_when_asked_for(pool):
+    from chatmem.adapters.read_pg import ReadConnections
+
+    reads = ReadConnections(pool, parallel=False)  # CHATMEM_RECALL_PARALLEL=false
+    pool.resize(min_size=2, max_size=2)
+    pool.wait()  # a spare connection is there, and still not taken
+    with reads.session():
+        mine = _backend(pool)
+        ran: list[int] = []
+        ahead = reads.ahead(lambda: ran.append(1) or _backend(pool))
+        time.sleep(0.2)
+        assert ran == []  # not started beside the read
+        assert ahead.result() == mine and ran == [1]
+
+
 def test_work_ahead_never_waits_on_a_connection_a_read_holds(fresh_db):
     from chatmem.adapters.read_pg import AHEAD_WAIT_S, ReadConnections
 

@@ -136,7 +136,7 @@ def test_recall_gives_the_same_answer_with_its_searches_side_by_side_or_one_afte
     c = memory
     c.pool.resize(min_size=2, max_size=max(2, c.pool.max_size))
     c.pool.wait()
-    side_by_side, one_by_one = c.recall, dataclasses.replace(c.recall, parallel=False)
+    side_by_side, one_by_one = c.recall, dataclasses.replace(c.recall, store=c.recall_reader.serial())
     for q in ("charity race", "what pasta recipe did mel get?", "who organised the race on 7 May 2023?"):
         for scope in (Scope.ALL, Scope.MESSAGES):
             assert side_by_side("mel", q, scope=scope, limit=5) == one_by_one("mel", q, scope=scope, limit=5)
@@ -359,7 +359,7 @@ def test_a_large_scope_s_nearest_turns_searched_beside_give_the_same_candidates(
     c = memory
     reader = c.recall_reader
     # CHATMEM_RECALL_PARALLEL=false: one connection, whatever the scope.
-    serial = recall_pg.PostgresRecallReader(reader.connections, reader.query_model, reader.legacy_model, parallel=False)
+    serial = reader.serial()
     monkeypatch.setattr(serial, "ahead", lambda work: pytest.fail("a second connection"))
 
     def candidates(reader, q, period=None):
