@@ -85,8 +85,14 @@ FROM (SELECT {docs} AS docs) sz"""
 # the plan that read them. The HNSW path orders by distance alone, or it could not use the index.
 _NEWEST_TURN = "m.occurred_at DESC, m.thread_id, m.seq DESC"
 
-# Up to this many messages in scope, vector search is exact (thread index + sort); above, HNSW.
-EXACT_SCAN_MAX = 20_000
+# A scope's nearest turns are sorted exactly (thread index + sort) unless it holds over
+# EXACT_SCAN_MAX messages and at least GRAPH_MIN_SHARE of the table: the exact order costs in
+# proportion to the scope (about 1.2 ms per 1,000 messages), a graph search filtered to the scope
+# about 100 ms at 1M messages whatever its size, and more as the scope's share falls, since it
+# visits about `limit` / share rows (docs/benchmarks.md: at 25,000 of 1M, 29 ms exact against
+# 121 ms through HNSW; at 250,000, 322 against 121).
+EXACT_SCAN_MAX = 80_000
+GRAPH_MIN_SHARE = 0.05
 # Above this many messages in scope, the nearest turns are searched on a spare connection beside
 # the text matches (under it the turn statement takes a few ms, less than a second connection saves).
 SPLIT_MIN = 2_000
@@ -97,17 +103,23 @@ _DENSE = """dense AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USI
                   ORDER BY (m.embedding::vector({d}) <=> %(q)s::vector({d})){exact} LIMIT %(n)s)"""
 
 
-def _exact(size: int) -> str:
-    """The vector order's tail: a small scope is read through its thread index and sorted exactly
-    ("+ 0" keeps the planner off the HNSW index, which would walk the whole graph to find a few
-    rows), newest first among ties; a large one is read through HNSW, by distance alone."""
-    return "" if size > EXACT_SCAN_MAX else f" + 0, {_NEWEST_TURN}"
+def searches_graph(size: int, table_rows: float) -> bool:
+    """Whether a scope of `size` messages reads its nearest turns through HNSW, in a table of
+    about `table_rows` (the planner's estimate; negative when never analysed: exact then)."""
+    return size > EXACT_SCAN_MAX and 0 <= table_rows * GRAPH_MIN_SHARE <= size
 
 
-def _vector_settings(conn: psycopg.Connection, size: int) -> None:
-    """For a large scope (HNSW), in the current transaction: filtered vector queries keep scanning
-    the graph until they have `limit` rows."""
-    if size > EXACT_SCAN_MAX:
+def _exact(graph: bool) -> str:
+    """The vector order's tail: a scope is read through its thread index and sorted exactly
+    ("+ 0" keeps the planner off the HNSW index, which would walk the graph to find a few
+    rows), newest first among ties; through HNSW (`searches_graph`), by distance alone."""
+    return "" if graph else f" + 0, {_NEWEST_TURN}"
+
+
+def _vector_settings(conn: psycopg.Connection, graph: bool) -> None:
+    """For a search through HNSW, in the current transaction: filtered vector queries keep
+    scanning the graph until they have `limit` rows."""
+    if graph:
         conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         conn.execute("SET LOCAL hnsw.ef_search = 100")
 
@@ -183,9 +195,13 @@ class PostgresRecallReader(PostgresReader):
         d, params = self._search_params(threads, lexemes, qvec, limit)
         with self._conn() as conn:
             row = conn.execute(
-                "SELECT coalesce(sum(message_count), 0) FROM threads WHERE thread_id = ANY(%s)", (list(threads),)
+                "SELECT coalesce(sum(message_count), 0),"
+                " (SELECT reltuples FROM pg_class WHERE oid = 'messages'::regclass)"
+                " FROM threads WHERE thread_id = ANY(%s)",
+                (list(threads),),
             ).fetchone()
-        size = row[0] if row else 0  # an aggregate: always one row
+        size, table_rows = row if row else (0, -1)  # an aggregate: always one row
+        graph = searches_graph(size, table_rows)
         params |= {
             # The scope's size is the threads' message counts (a count scanned them all).
             "docs": size,
@@ -197,7 +213,7 @@ class PostgresRecallReader(PostgresReader):
         # connection: each list took a third of a heavy user's turn statement.
         # Not when the connections are serial (`recall_parallel`): one statement is cheaper there.
         split = self.connections.parallel and size > SPLIT_MIN
-        nearest = self.ahead(lambda: self._nearest_turns(d, params, size)) if split else None
+        nearest = self.ahead(lambda: self._nearest_turns(d, params, graph)) if split else None
         try:
             sql = f"""
             WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
@@ -205,7 +221,7 @@ class PostgresRecallReader(PostgresReader):
                                      FROM messages m JOIN scope s USING (thread_id, generation) WHERE m.tsv @@ {_TSQ}),
             lex AS (SELECT m.thread_id, m.seq FROM matched m ORDER BY ts_rank(m.tsv, {_TSQ}) DESC, {_NEWEST_TURN}
                     LIMIT %(n)s),
-            {"" if nearest else _DENSE.format(vec_ok=_vec_ok("m", d), d=d, exact=_exact(size)) + ","}
+            {"" if nearest else _DENSE.format(vec_ok=_vec_ok("m", d), d=d, exact=_exact(graph)) + ","}
             -- The turns sent on the day or month the query names, through an index, never a scan.
             dated AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
                       WHERE m.occurred_at >= %(d0)s AND m.occurred_at < %(d1)s AND {_vec_ok("m", d)}
@@ -221,7 +237,7 @@ class PostgresRecallReader(PostgresReader):
             ON true"""
             with self._conn() as conn, conn.transaction():
                 if nearest is None:
-                    _vector_settings(conn, size)
+                    _vector_settings(conn, graph)
                 rows = _planned(conn, sql, params)
             stats = _row_stats(rows[0][14:17])  # the one row, at least, of the figures
             rows = [r for r in rows if r[0] is not None]
@@ -233,17 +249,17 @@ class PostgresRecallReader(PostgresReader):
                 nearest.cancel()  # a no-op once taken
         return _turns(rows, lexemes), stats
 
-    def _nearest_turns(self, d: int, params: Mapping[str, Any], size: int) -> list[tuple[Any, ...]]:
+    def _nearest_turns(self, d: int, params: Mapping[str, Any], graph: bool) -> list[tuple[Any, ...]]:
         """The scope's turns nearest the query vector, with a candidate's columns (the list the
         turn statement holds for a smaller scope)."""
         sql = f"""
         WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
-        {_DENSE.format(vec_ok=_vec_ok("m", d), d=d, exact=_exact(size))}
+        {_DENSE.format(vec_ok=_vec_ok("m", d), d=d, exact=_exact(graph))}
         SELECT {_turn_columns(d)}
         FROM dense JOIN scope s USING (thread_id)
         JOIN messages m ON m.thread_id = dense.thread_id AND m.generation = s.generation AND m.seq = dense.seq"""
         with self._conn() as conn, conn.transaction():
-            _vector_settings(conn, size)
+            _vector_settings(conn, graph)
             return conn.execute(sql, params).fetchall()
 
     def hop_turns(

@@ -102,8 +102,8 @@ def test_collection_figures_are_those_of_the_scope_counted_row_by_row(memory):
 
 
 def test_the_first_stage_run_ahead_with_large_scope_settings_finds_the_same_turns(memory, monkeypatch):
-    # Past EXACT_SCAN_MAX messages the first stage may take the HNSW index, with settings local
-    # to its transaction; run ahead, that transaction is the spare connection's own.
+    # A scope large enough (`searches_graph`) takes the HNSW index in the first stage, with
+    # settings local to its transaction; run ahead, that transaction is the spare connection's own.
     from chatmem.adapters import recall_pg
 
     c = memory
@@ -119,7 +119,7 @@ def test_the_first_stage_run_ahead_with_large_scope_settings_finds_the_same_turn
 
     with reader.session():
         exact = first()[1]
-    monkeypatch.setattr(recall_pg, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(recall_pg, "searches_graph", lambda size, table_rows: True)
     c.pool.resize(min_size=2, max_size=max(2, c.pool.max_size))
     c.pool.wait()  # a spare connection is there
     with reader.session():
@@ -323,6 +323,32 @@ def test_the_planner_sees_the_text_query(crowded, monkeypatch):
     assert tests and all(actual / 2 <= estimated <= actual * 2 for estimated, actual in tests)
 
 
+def test_a_scope_s_nearest_turns_go_through_the_graph_by_its_share_of_the_table(crowded, monkeypatch):
+    from chatmem.adapters import recall_pg
+
+    c = crowded
+    reader = c.recall_reader
+    rule = recall_pg.searches_graph
+    seen: list[tuple[int, float, bool]] = []
+    monkeypatch.setattr(recall_pg, "searches_graph", lambda *a: seen.append((*a, rule(*a))) or seen[-1][2])
+    lexemes, qvec = reader.lexemes("pasta"), c.query_embedder.embed(["pasta"])[0]
+
+    def choose() -> tuple[int, float, bool]:
+        with reader.session():
+            reader.turn_candidates(["other1", "other2"], lexemes, qvec, 5, None)
+        return seen[-1]
+
+    with c.pool.connection() as conn:
+        table = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    size, table_rows, graph = choose()
+    # The scope's size, and the table's from the planner's statistics (ANALYZE ran).
+    assert size == 1000 and table_rows == pytest.approx(table, rel=0.05) and not graph
+    monkeypatch.setattr(recall_pg, "EXACT_SCAN_MAX", 999)  # large enough, and a tenth of the table
+    assert choose()[2]
+    monkeypatch.setattr(recall_pg, "GRAPH_MIN_SHARE", 0.2)  # large enough, too small a share
+    assert not choose()[2]
+
+
 def test_recall_statements_are_planned_for_their_own_query(crowded):
     c = crowded
     reader = c.recall_reader
@@ -375,8 +401,8 @@ def test_a_large_scope_s_nearest_turns_searched_beside_give_the_same_candidates(
     assert beside == one_statement
     assert all(turns for turns, _ in beside) and one_statement[-1][1].df == (0,)  # "zebra": vectors only
     assert [candidates(serial, *q) for q in queries] == one_statement
-    # The same on the HNSW path (a scope over EXACT_SCAN_MAX), the nearest turns on a spare connection.
-    monkeypatch.setattr(recall_pg, "EXACT_SCAN_MAX", 0)
+    # The same on the HNSW path (`searches_graph`), the nearest turns on a spare connection.
+    monkeypatch.setattr(recall_pg, "searches_graph", lambda size, table_rows: True)
     c.pool.resize(min_size=2, max_size=max(2, c.pool.max_size))
     c.pool.wait()  # a spare connection is there
     hnsw_beside = [candidates(reader, *q) for q in queries]

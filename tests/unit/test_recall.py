@@ -422,3 +422,16 @@ def test_a_read_that_fails_cancels_the_turn_search_it_started():
     ok = Recording(store)
     assert Recall(ok, FakeEmbedder())("alice", "what dog did she adopt").hits
     assert ok.pending.taken  # the cancel that follows is a no-op for work already taken
+
+
+def test_a_scope_reads_its_nearest_turns_through_the_graph_only_when_large_and_a_fair_share():
+    from chatmem.adapters.recall_pg import EXACT_SCAN_MAX, searches_graph
+
+    # docs/benchmarks.md, 1M messages: 25,000 in scope took 29 ms exact against 121 ms through
+    # HNSW; 250,000 took 322 against 121.
+    assert not searches_graph(25_000, 1_000_000)
+    assert searches_graph(250_000, 1_000_000)
+    assert not searches_graph(EXACT_SCAN_MAX, EXACT_SCAN_MAX)  # the whole table, and still small
+    assert searches_graph(EXACT_SCAN_MAX + 1, EXACT_SCAN_MAX + 1)
+    assert not searches_graph(200_000, 10_000_000)  # 2% of the table: the graph visits 50 rows per turn found
+    assert not searches_graph(10**6, -1)  # a table never analysed: no estimate, exact
