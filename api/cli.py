@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -121,8 +122,10 @@ def ingest(consumer: str = typer.Option(None, help="consumer name (default: inge
 
     settings = cli_settings()
     start_metrics(settings)
-    c = cli_container(settings)
-    IngestRunner(c, consumer).run(_stop_on_signals())
+    # Closed on the way out: a pool left to the interpreter's exit joins its threads from `__del__`,
+    # which can print a traceback into the JSON log.
+    with closing(cli_container(settings)) as c:
+        IngestRunner(c, consumer).run(_stop_on_signals())
 
 
 @app.command()
@@ -198,32 +201,32 @@ def sweeper(interval: float = typer.Option(10.0, help="seconds between sweeps"))
 
     settings = cli_settings()
     start_metrics(settings)
-    c = cli_container(settings)
-    stop = _stop_on_signals()
-    log = logging.getLogger("chatmem.sweeper")
-    next_retention = time.monotonic()
-    while not stop.is_set():
-        try:
-            if c.settings.retention_set and time.monotonic() >= next_retention:
-                enqueue_retention(c.celery)  # the maintenance queue runs it; one at a time is enough
-                next_retention = time.monotonic() + c.settings.retention_every_s
-            result = c.sweeper.sweep()
-        except TRANSIENT_ERRORS as error:
-            # Postgres or Redis away for a while: the next sweep catches up. Exiting would turn
-            # an outage into a crash loop that `chatmem up` gives up on.
-            log.warning("sweep failed, trying again in %.0f s: %s", interval, error)
+    with closing(cli_container(settings)) as c:
+        stop = _stop_on_signals()
+        log = logging.getLogger("chatmem.sweeper")
+        next_retention = time.monotonic()
+        while not stop.is_set():
+            try:
+                if c.settings.retention_set and time.monotonic() >= next_retention:
+                    enqueue_retention(c.celery)  # the maintenance queue runs it; one at a time is enough
+                    next_retention = time.monotonic() + c.settings.retention_every_s
+                result = c.sweeper.sweep()
+            except TRANSIENT_ERRORS as error:
+                # Postgres or Redis away for a while: the next sweep catches up. Exiting would turn
+                # an outage into a crash loop that `chatmem up` gives up on.
+                log.warning("sweep failed, trying again in %.0f s: %s", interval, error)
+                stop.wait(interval)
+                continue
+            record_sweep(result.rung, result.finals, result.attachments, result.facts)
+            if result.rung or result.finals or result.attachments or result.facts:
+                log.info(
+                    "re-rang %d lagging threads, re-queued %d final summaries, %d attachments and %d fact jobs",
+                    result.rung,
+                    result.finals,
+                    result.attachments,
+                    result.facts,
+                )
             stop.wait(interval)
-            continue
-        record_sweep(result.rung, result.finals, result.attachments, result.facts)
-        if result.rung or result.finals or result.attachments or result.facts:
-            log.info(
-                "re-rang %d lagging threads, re-queued %d final summaries, %d attachments and %d fact jobs",
-                result.rung,
-                result.finals,
-                result.attachments,
-                result.facts,
-            )
-        stop.wait(interval)
 
 
 @app.command()
