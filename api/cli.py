@@ -340,10 +340,10 @@ def mcp(
         if user:
             err.print("[red]--user is for stdio; over HTTP the API key decides the user[/red]")
             raise typer.Exit(2)
-        c = cli_container(settings)
-        host, port = host or settings.mcp_host, port or settings.mcp_port
-        err.print(f"chatmem MCP server: http://{host}:{port}{mcp_server.MCP_PATH} (send an API key in X-API-Key)")
-        mcp_server.run_http(c, host, port)
+        with closing(cli_container(settings)) as c:
+            host, port = host or settings.mcp_host, port or settings.mcp_port
+            err.print(f"chatmem MCP server: http://{host}:{port}{mcp_server.MCP_PATH} (send an API key in X-API-Key)")
+            mcp_server.run_http(c, host, port)
         return
     served = user or settings.mcp_user
     if not served:
@@ -356,7 +356,8 @@ def mcp(
     except InvalidEvent as error:
         err.print(f"[red]{error.reason}[/red]")
         raise typer.Exit(2) from None
-    mcp_server.run_stdio(cli_container(settings), served)
+    with closing(cli_container(settings)) as c:
+        mcp_server.run_stdio(c, served)
 
 
 @app.command()

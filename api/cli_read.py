@@ -3,6 +3,7 @@ its keys, and the importers. Registered on the main app in api/cli.py."""
 
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
 
 import typer
@@ -151,15 +152,15 @@ def api(
 
     settings = cli_settings()
     start_metrics(settings, serve=False)  # its /metrics is on the API's own port
-    c = cli_container(settings)
-    uvicorn.run(
-        create_app(c),
-        host=host or settings.api_host,
-        port=port or settings.api_port,
-        log_level="warning",
-        # uvicorn's own logging setup has its own format; without it, its loggers use ours.
-        log_config=None if settings.log_format == "json" else LOGGING_CONFIG,
-    )
+    with closing(cli_container(settings)) as c:  # closed on the way out, as the ingest consumer's
+        uvicorn.run(
+            create_app(c),
+            host=host or settings.api_host,
+            port=port or settings.api_port,
+            log_level="warning",
+            # uvicorn's own logging setup has its own format; without it, its loggers use ours.
+            log_config=None if settings.log_format == "json" else LOGGING_CONFIG,
+        )
 
 
 @keys_app.command("create")
