@@ -180,3 +180,19 @@ def test_work_ahead_never_waits_on_a_connection_a_read_holds(fresh_db):
             assert time.monotonic() - t0 < 2
     finally:
         pool.close()
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_the_parallel_setting_reaches_every_reader_through_the_read_connections(settings_factory, parallel):
+    from chatmem.adapters.services import ServiceUrls
+    from chatmem.bootstrap import Container
+
+    s = settings_factory(recall_parallel=parallel)  # CHATMEM_RECALL_PARALLEL
+    c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
+    try:
+        assert c.read_connections.parallel is parallel
+        # One switch: recall's store and the other readers share it.
+        assert c.recall.store is c.recall_reader
+        assert all(r.connections is c.read_connections for r in (c.recall_reader, c.context_reader, c.browser))
+    finally:
+        c.close()
