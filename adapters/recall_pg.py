@@ -88,9 +88,10 @@ _NEWEST_TURN = "m.occurred_at DESC, m.thread_id, m.seq DESC"
 # A scope's nearest turns are sorted exactly (thread index + sort) unless it holds over
 # EXACT_SCAN_MAX messages and at least GRAPH_MIN_SHARE of the table: the exact order costs in
 # proportion to the scope (about 1.2 ms per 1,000 messages), a graph search filtered to the scope
-# about 100 ms at 1M messages whatever its size, and more as the scope's share falls, since it
-# visits about `limit` / share rows (docs/benchmarks.md: at 25,000 of 1M, 29 ms exact against
-# 121 ms through HNSW; at 250,000, 322 against 121).
+# about 100–120 ms at 1M messages whatever its size (about 50 ms with the index in shared_buffers),
+# and more as the scope's share falls, since it visits about `limit` / share rows. The two cross
+# near 90,000 messages, or 50,000 with the index cached (docs/benchmarks.md: at 25,000 of 1M,
+# 29 ms exact against 121 ms through HNSW; at 250,000, 322 against 121).
 EXACT_SCAN_MAX = 80_000
 GRAPH_MIN_SHARE = 0.05
 # Above this many messages in scope, the nearest turns are searched on a spare connection beside
