@@ -98,6 +98,22 @@ GRAPH_MIN_SHARE = 0.05
 # the text matches (under it the turn statement takes a few ms, less than a second connection saves).
 SPLIT_MIN = 2_000
 
+# The scope's turns that match the text query. Most are tested in `messages_scope_text`, which
+# holds each turn's text vector beside its key (migrations/0012): the table's rows are nine
+# tenths embedding, and a heavy user's scope read through them cost 12,800 pages at 50,000
+# messages against 1,300 through the index. A btree entry must fit a third of a page, so turns
+# whose vector's text form is over TEXT_INDEX_MAX bytes (a stored vector under twice that) are
+# left out of it and found through their own small index. Both predicates are spelled as the
+# indexes' are, or the planner could not use them.
+TEXT_INDEX_MAX = 1100
+_SHORT_TEXT = f"octet_length(m.tsv::text) <= {TEXT_INDEX_MAX}"
+_LONG_TEXT = f"octet_length(m.tsv::text) > {TEXT_INDEX_MAX}"
+_MATCHED_TURNS = " UNION ALL ".join(
+    f"""SELECT m.thread_id, m.seq, m.occurred_at, m.tsv FROM messages m JOIN scope s USING (thread_id, generation)
+        WHERE {length} AND m.tsv @@ {_TSQ}"""
+    for length in (_SHORT_TEXT, _LONG_TEXT)
+)
+
 # The scope's turns nearest the query vector.
 _DENSE = """dense AS (SELECT m.thread_id, m.seq FROM messages m JOIN scope s USING (thread_id, generation)
                   WHERE {vec_ok}
@@ -218,8 +234,7 @@ class PostgresRecallReader(PostgresReader):
         try:
             sql = f"""
             WITH scope AS (SELECT thread_id, generation FROM threads WHERE thread_id = ANY(%(threads)s)),
-            matched AS MATERIALIZED (SELECT m.thread_id, m.seq, m.occurred_at, m.tsv
-                                     FROM messages m JOIN scope s USING (thread_id, generation) WHERE m.tsv @@ {_TSQ}),
+            matched AS MATERIALIZED ({_MATCHED_TURNS}),
             lex AS (SELECT m.thread_id, m.seq FROM matched m ORDER BY ts_rank(m.tsv, {_TSQ}) DESC, {_NEWEST_TURN}
                     LIMIT %(n)s),
             {"" if nearest else _DENSE.format(vec_ok=_vec_ok("m", d), d=d, exact=_exact(graph)) + ","}

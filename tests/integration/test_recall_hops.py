@@ -320,7 +320,8 @@ def test_the_planner_sees_the_text_query(crowded, monkeypatch):
     # (through the thread index once the table is large), never every user's through the text
     # index. A query built inside the statement was planned for 0.5% of the table (2 rows here).
     tests = _text_tests(plan)
-    assert tests and all(actual / 2 <= estimated <= actual * 2 for estimated, actual in tests)
+    # (A plan never estimates fewer than one row: the long turns' branch finds none here.)
+    assert tests and all(actual / 2 <= estimated <= max(actual * 2, 1) for estimated, actual in tests)
 
 
 def test_a_scope_s_nearest_turns_go_through_the_graph_by_its_share_of_the_table(crowded, monkeypatch):
@@ -408,3 +409,96 @@ def test_a_large_scope_s_nearest_turns_searched_beside_give_the_same_candidates(
     hnsw_beside = [candidates(reader, *q) for q in queries]
     monkeypatch.setattr(recall_pg, "SPLIT_MIN", 10**9)
     assert hnsw_beside == [candidates(reader, *q) for q in queries]
+
+
+# A long turn: a story whose text vector's text form is over TEXT_INDEX_MAX bytes (checked below),
+# kept out of the index that holds the short turns' vectors.
+LONG_TURN = "Our zebra safari diary: " + " ".join(f"day{i} drove past waterhole{i} and campsite{i}" for i in range(40))
+
+
+@pytest.fixture
+def long_turn(memory):
+    d = Driver(memory)
+    d.publish(conversation("diary", "mel", [LONG_TURN, "What a trip!", "The zebra herd was my favourite part."]))
+    d.advance("diary")
+    return memory
+
+
+def test_a_long_turn_s_text_matches_are_found_beside_the_short_ones(long_turn):
+    from chatmem.adapters.recall_pg import TEXT_INDEX_MAX
+
+    c = long_turn
+    reader = c.recall_reader
+    with c.pool.connection() as conn:
+        sizes = dict(conn.execute("SELECT seq, octet_length(tsv::text) FROM messages WHERE thread_id = 'diary'"))
+    assert sizes[1] > TEXT_INDEX_MAX >= max(sizes[2], sizes[3])
+    q = "zebra safari"
+    lexemes, qvec = reader.lexemes(q), c.query_embedder.embed([q])[0]
+    with reader.session():
+        turns, stats = reader.turn_candidates(["diary", "race"], lexemes, qvec, 10, None)
+    # Both turns that say "zebra" are matched and counted, the long one and the short one.
+    assert dict(zip(lexemes, stats.df, strict=True)) == {"zebra": 2, "safari": 1} and stats.docs == 8
+    zebra = lexemes.index("zebra")
+    assert {t.seq for t in turns if t.thread_id == "diary" and t.tf[zebra]} == {1, 3}
+    assert c.recall("mel", "zebra safari diary", limit=1).hits[0].snippet.startswith("Our zebra safari")
+
+
+def test_a_scope_s_text_matches_are_read_from_the_index_alone(crowded, monkeypatch):
+    from chatmem.adapters import recall_pg
+
+    c = crowded
+    reader = c.recall_reader
+    with c.pool.connection() as conn:
+        conn.autocommit = True
+        conn.execute("VACUUM messages")  # the visibility map a live table's old rows have
+        index = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'messages_scope_text'").fetchone()[0]
+    # The migration's bound is the one the statement spells.
+    assert f"octet_length((tsv)::text) <= {recall_pg.TEXT_INDEX_MAX}" in index
+    statements = []
+    planned = recall_pg._planned
+    monkeypatch.setattr(
+        recall_pg, "_planned", lambda conn, sql, p: statements.append((sql, p)) or planned(conn, sql, p)
+    )
+    lexemes, qvec = reader.lexemes("pasta"), c.query_embedder.embed(["pasta"])[0]
+    reader.turn_candidates(["other1", "other2"], lexemes, qvec, 3, None)
+    with c.pool.connection() as conn:
+        sql, params = statements[0]
+        plan = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params).fetchone()[0][0]["Plan"]
+
+    def scans(node: dict) -> list[tuple[str, str, int]]:
+        here = [(node["Node Type"], node.get("Index Name", ""), node.get("Heap Fetches", 0))]
+        return here + [s for child in node.get("Plans", []) for s in scans(child)]
+
+    # The 1,000 turns are tested in the index; no row of the table is read for it.
+    assert ("Index Only Scan", "messages_scope_text", 0) in scans(plan)
+
+
+@pytest.mark.parametrize("words", ["digits", "pairs", "triples"])
+def test_a_turn_just_within_the_text_bound_fits_the_index(container, words):
+    from chatmem.adapters.recall_pg import TEXT_INDEX_MAX
+
+    # Many short distinct lexemes give the largest stored vector for a text form's size (each
+    # costs a fixed entry): the turn must still fit a btree entry with the longest thread id.
+    gen = {
+        "digits": "string_agg(i::text, ' ')",
+        "pairs": "string_agg(chr(97 + i / 26 % 26) || chr(97 + i % 26), ' ')",
+        "triples": "string_agg(chr(97 + i / 676 % 26) || chr(97 + i / 26 % 26) || chr(97 + i % 26), ' ')",
+    }[words]
+    thread = "t" * 128
+    with container.pool.connection() as conn:
+        text = conn.execute(f"SELECT {gen} FROM generate_series(1, 3000) i").fetchone()[0]
+        # The longest prefix whose vector is within the bound.
+        lo, hi = 1, len(text)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            size = conn.execute("SELECT octet_length(to_tsvector('english', %s)::text)", (text[:mid],)).fetchone()[0]
+            lo, hi = (mid, hi) if size <= TEXT_INDEX_MAX else (lo, mid - 1)
+        conn.execute("INSERT INTO threads (thread_id, generation) VALUES (%s, 1)", (thread,))
+        conn.execute(
+            """INSERT INTO messages (thread_id, generation, seq, event_id, stream_pos, episode_id, user_id, role,
+                                     text, occurred_at)
+               VALUES (%s, 1, 1, 'e', 1, 'ep', '', 'user', %s, now())""",
+            (thread, text[:lo]),
+        )
+        stored = conn.execute("SELECT pg_column_size(tsv), octet_length(tsv::text) FROM messages").fetchone()
+    assert stored[1] <= TEXT_INDEX_MAX and stored[0] > 1300  # as large a vector as the bound lets in
