@@ -101,6 +101,22 @@ def test_collection_figures_are_those_of_the_scope_counted_row_by_row(memory):
     assert stats.avg_len == pytest.approx(sum(lengths) / len(lengths))
 
 
+def test_document_frequencies_keep_the_query_s_order_and_count_a_backslash_lexeme_as_no_match(memory):
+    c = memory
+    reader = c.recall_reader
+    # As the reader's caller may pass them: a lexeme no query can hold sits between two others.
+    lexemes = ["race", "a\\b", "chariti", "zebra"]
+    qvec = c.query_embedder.embed(["charity race"])[0]
+    with c.pool.connection() as conn:
+        rows = [set(r[0]) for r in conn.execute("SELECT tsvector_to_array(tsv) FROM messages WHERE thread_id = 'race'")]
+    with reader.session():
+        _, turns_stats = reader.turn_candidates(["race"], lexemes, qvec, 3, None)
+        _, summary_stats = reader.summary_candidates(["race"], lexemes, qvec, 3)
+    assert turns_stats.df == (sum("race" in r for r in rows), 0, sum("chariti" in r for r in rows), 0)
+    assert turns_stats.df[0] >= 1 and turns_stats.df[2] >= 2
+    assert len(summary_stats.df) == 4 and summary_stats.df[1] == summary_stats.df[3] == 0
+
+
 def test_the_first_stage_run_ahead_with_large_scope_settings_finds_the_same_turns(memory, monkeypatch):
     # A scope large enough (`searches_graph`) takes the HNSW index in the first stage, with
     # settings local to its transaction; run ahead, that transaction is the spare connection's own.
