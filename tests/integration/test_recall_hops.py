@@ -494,13 +494,14 @@ def test_a_turn_just_within_the_text_bound_fits_the_index(container, words):
     from chatmem.adapters.recall_pg import TEXT_INDEX_MAX
 
     # Many short distinct lexemes give the largest stored vector for a text form's size (each
-    # costs a fixed entry): the turn must still fit a btree entry with the longest thread id.
+    # costs a fixed entry): the turn must still fit a btree entry with the longest thread id the
+    # events allow, 128 letters of four bytes each.
     gen = {
         "digits": "string_agg(i::text, ' ')",
         "pairs": "string_agg(chr(97 + i / 26 % 26) || chr(97 + i % 26), ' ')",
         "triples": "string_agg(chr(97 + i / 676 % 26) || chr(97 + i / 26 % 26) || chr(97 + i % 26), ' ')",
     }[words]
-    thread = "t" * 128
+    thread = "\U0001d49c" * 128  # a mathematical script A
     with container.pool.connection() as conn:
         text = conn.execute(f"SELECT {gen} FROM generate_series(1, 3000) i").fetchone()[0]
         # The longest prefix whose vector is within the bound.
