@@ -1,6 +1,8 @@
 """Recall's indexing of dates and its second hop on real Postgres: relative dates resolved into
 the full-text vector (the shown text unchanged), turns of the day a question names, of the
-summaries' ranges and of fact sources brought into the pool, the author a query names."""
+summaries' ranges and of fact sources brought into the pool, the author a query names; and how
+the first stage reads a scope: BM25's figures, ties, plans, the vector path, and the text index
+that holds short turns' vectors (long turns found beside it)."""
 
 import time
 from datetime import UTC, datetime, timedelta
