@@ -9,6 +9,7 @@ from typing import Any
 from psycopg.rows import dict_row
 
 from chatmem.adapters.read_pg import PostgresReader
+from chatmem.adapters.sql import message_active
 
 
 class PostgresBrowser(PostgresReader):
@@ -94,9 +95,10 @@ class PostgresBrowser(PostgresReader):
                 (episode_id, ep["thread_id"]),
             ).fetchall()
             ep["messages"] = cur.execute(
-                """SELECT seq, user_id, role, text, platform_message_id, occurred_at, is_active FROM messages
-                   WHERE episode_id = %s AND generation = (SELECT generation FROM threads WHERE thread_id = %s)
-                   ORDER BY seq""",
+                f"""SELECT seq, user_id, role, text, platform_message_id, occurred_at,
+                           {message_active("m")} AS is_active FROM messages m
+                    WHERE episode_id = %s AND generation = (SELECT generation FROM threads WHERE thread_id = %s)
+                    ORDER BY seq""",
                 (episode_id, ep["thread_id"]),
             ).fetchall()
         return ep

@@ -13,6 +13,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from chatmem.adapters.keys_pg import KID, EventKeys, wrapped_key_sql
+from chatmem.adapters.sql import message_active
 
 
 class PostgresExport:
@@ -32,10 +33,10 @@ class PostgresExport:
                 opened = self.keys.open(e["payload"], e.pop("wrapped"))
                 e["payload"] = {k: v for k, v in opened.items() if k != KID}
             messages = cur.execute(
-                """SELECT m.thread_id, m.seq, m.episode_id, m.role, m.text, m.platform_message_id, m.occurred_at,
-                          m.is_active
-                   FROM messages m JOIN threads t ON t.thread_id = m.thread_id AND t.generation = m.generation
-                   WHERE m.user_id = %s ORDER BY m.thread_id, m.seq""",
+                f"""SELECT m.thread_id, m.seq, m.episode_id, m.role, m.text, m.platform_message_id, m.occurred_at,
+                           {message_active("m")} AS is_active
+                    FROM messages m JOIN threads t ON t.thread_id = m.thread_id AND t.generation = m.generation
+                    WHERE m.user_id = %s ORDER BY m.thread_id, m.seq""",
                 (user_id,),
             ).fetchall()
             threads = [r["thread_id"] for r in cur.execute(

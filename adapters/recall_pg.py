@@ -15,6 +15,7 @@ import numpy as np
 import psycopg
 
 from chatmem.adapters.read_pg import PostgresReader, ReadConnections
+from chatmem.adapters.sql import message_active
 from chatmem.memory.dates import Period
 from chatmem.memory.recall import ArtifactCandidate, FoundFact, Hops, SummaryCandidate, TermStats, TurnCandidate
 from chatmem.schemas.read import Citation
@@ -482,7 +483,7 @@ def _turn_columns(d: int) -> str:
     """A turn candidate's columns (`_turns` reads them): the turn, its similarity to the query,
     term frequencies when it matches the text query, length, whether the query names its author."""
     return f"""m.thread_id, m.seq, m.episode_id, m.event_id, m.platform_message_id, m.user_id, m.role, m.text,
-               m.occurred_at, m.is_active,
+               m.occurred_at, {message_active("m")},
                CASE WHEN {_vec_ok("m", d)}
                     THEN 1 - (m.embedding::vector({d}) <=> %(q)s::vector({d})) ELSE 0 END,
                CASE WHEN m.tsv @@ {_TSQ} THEN {_TERM_FREQUENCIES.format(t="m")} END,

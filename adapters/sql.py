@@ -23,3 +23,13 @@ def one(conn: psycopg.Connection, query: Query, params: Params | None = None) ->
 def scalar(conn: psycopg.Connection, query: Query, params: Params | None = None) -> Any:
     """The first column of the one row the query returns."""
     return one(conn, query, params)[0]
+
+
+def message_active(alias: str) -> str:
+    """SQL for whether the message row `alias` is active: not yet archived with its episode (the
+    flag lives on the episode row, migrations/0013; a message of an episode row not written yet
+    is active)."""
+    return (
+        f"NOT coalesce((SELECT e.archived FROM episodes e"
+        f" WHERE e.episode_id = {alias}.episode_id AND e.generation = {alias}.generation), false)"
+    )

@@ -65,10 +65,11 @@ def load(  # noqa: ANN201
                     cp.write_row((f"t{t}", "bot"))
             with cur.copy(
                 "COPY episodes (episode_id, generation, thread_id, ordinal, start_seq, end_seq, status, opened_by,"
-                " started_at) FROM STDIN"
+                " started_at, archived) FROM STDIN"
             ) as cp:
                 for t in range(n_threads):
-                    for e in range(-(-per_thread // EPISODE_LEN)):
+                    episodes = -(-per_thread // EPISODE_LEN)
+                    for e in range(episodes):
                         cp.write_row(
                             (
                                 f"t{t}#{e + 1}",
@@ -80,12 +81,13 @@ def load(  # noqa: ANN201
                                 "closed",
                                 "gap",
                                 t0,
+                                e < episodes - 1,  # archived: every episode but the newest
                             )
                         )
             started = time.perf_counter()
-            cols = ", ".join((*MESSAGE_COLUMNS, "is_active"))
+            cols = ", ".join(MESSAGE_COLUMNS)
             with cur.copy(f"COPY messages ({cols}) FROM STDIN WITH (FORMAT BINARY)") as cp:
-                cp.set_types([*MESSAGE_TYPES, "bool"])
+                cp.set_types(list(MESSAGE_TYPES))
                 for t in range(n_threads):
                     vectors = vec_rng.standard_normal((per_thread, dim)).astype(np.float32)
                     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -108,7 +110,6 @@ def load(  # noqa: ANN201
                                 f"m{seq}",
                                 t0 + timedelta(minutes=seq),
                                 vectors[i],
-                                i >= per_thread - EPISODE_LEN,
                             )
                         )
                     if t and t % 2000 == 0:

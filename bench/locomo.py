@@ -113,7 +113,9 @@ def processed(
         with c.pool.connection() as conn:
             row = conn.execute(
                 """SELECT (SELECT count(*) FROM episodes), (SELECT count(*) FROM summaries),
-                          (SELECT count(*) FROM facts), (SELECT count(*) FROM messages WHERE NOT is_active)"""
+                          (SELECT count(*) FROM facts),
+                          (SELECT count(*) FROM messages m JOIN episodes e USING (episode_id, generation)
+                           WHERE e.archived)"""
             ).fetchone()
         counts = tuple(row) if row else (0, 0, 0, 0)  # aggregates: always one row
         pipeline = f"{n_messages} turns processed in {settle_s:.0f}s" if settle_s is not None else f"reused {keep}"

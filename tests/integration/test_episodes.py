@@ -16,6 +16,8 @@ from tests.conftest import scalar
 from tests.scripted import EXPECTED_EPISODES, EXPECTED_STARTS, command, script_events
 
 pytestmark = pytest.mark.integration
+# Archived messages: a message is archived with its episode (the flag is the episode's).
+ARCHIVED = "SELECT count(*) FROM messages m JOIN episodes e USING (episode_id, generation) WHERE e.archived"
 
 
 class Driver:
@@ -315,14 +317,30 @@ def test_failing_llm_is_retried_and_archives_nothing_early(container):
     with pytest.raises(TransientError):
         d.run_jobs()
     assert summaries(container) == []
-    assert scalar(container, "SELECT count(*) FROM messages WHERE NOT is_active") == 0
+    assert scalar(container, ARCHIVED) == 0
     d.llm = container.llm("summarize")  # the LLM is back: the retried jobs succeed
     d.jobs = jobs + jobs  # each job delivered twice (at-least-once)
     outcomes = d.run_jobs()
     assert outcomes.count("duplicate") >= len(jobs)
     keys = [s[0] for s in summaries(container)]
     assert len(keys) == len(set(keys))
-    assert scalar(container, "SELECT count(*) FROM messages WHERE NOT is_active") == 14  # episodes 1-3 closed
+    assert scalar(container, ARCHIVED) == 14  # episodes 1-3 closed
+
+
+def test_archiving_episodes_leaves_their_message_rows_as_written(container):
+    # The flag is the episode's: a message row updated in place would write a new entry into every
+    # index of the table, the HNSW graph included.
+    d = Driver(container)
+    d.publish(script_events())
+    d.advance("script")
+    rows = "SELECT seq, xmin::text, ctid::text FROM messages ORDER BY seq"
+    with container.pool.connection() as conn:
+        before = conn.execute(rows).fetchall()
+    d.run_jobs()
+    with container.pool.connection() as conn:
+        after = conn.execute(rows).fetchall()
+    assert scalar(container, ARCHIVED) == 14 and len(before) > 14
+    assert after == before
 
 
 def test_memory_off_logs_but_waits_and_memory_on_catches_up(container):

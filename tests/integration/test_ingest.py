@@ -115,6 +115,41 @@ def test_migrations_are_recorded_and_idempotent(settings):
     assert migrate.pending(settings.database_url) == []
 
 
+def test_upgrading_moves_the_archived_flag_from_messages_to_their_episodes(embedded):
+    from yoyo import read_migrations
+
+    from tests.conftest import _with_db
+
+    url = _with_db(embedded["pg_url"], "upgrade_0013")
+    with psycopg.connect(embedded["admin"], autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS upgrade_0013")
+        conn.execute("CREATE DATABASE upgrade_0013")
+    # A database as the release before 0013 left it: one archived episode, one open.
+    with migrate._backend(url) as backend, backend.lock():
+        older = read_migrations(str(migrate.MIGRATIONS_DIR)).filter(lambda m: m.id < "0013")
+        backend.apply_migrations(backend.to_apply(older))
+    with psycopg.connect(url, autocommit=True) as conn:
+        for ordinal, active in ((1, False), (2, True)):
+            conn.execute(
+                """INSERT INTO episodes (episode_id, generation, thread_id, ordinal, start_seq, status, opened_by,
+                                         started_at) VALUES (%s, 1, 't', %s, %s, 'closed', 'first', now())""",
+                (f"t#{ordinal}", ordinal, ordinal),
+            )
+            conn.execute(
+                """INSERT INTO messages (thread_id, generation, seq, event_id, stream_pos, episode_id, user_id, role,
+                                         text, occurred_at, is_active)
+                   VALUES ('t', 1, %s, %s, %s, %s, 'u', 'user', 'hello', now(), %s)""",
+                (ordinal, f"e{ordinal}", ordinal, f"t#{ordinal}", active),
+            )
+    assert migrate.migrate(url) == ["0013_episode_archived"]
+    with psycopg.connect(url) as conn:
+        archived = conn.execute("SELECT episode_id, archived FROM episodes ORDER BY ordinal").fetchall()
+        columns = {r[0] for r in conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'messages'"
+        )}  # fmt: skip
+    assert archived == [("t#1", True), ("t#2", False)] and "is_active" not in columns
+
+
 def test_trim_keeps_everything_not_yet_ingested(container):
     pub = Publisher(container.sink, container.settings.resolved_spool_dir)
     pub.publish_many([msg(i) for i in range(300)])

@@ -68,7 +68,9 @@ def memory(container):
 
 def test_archived_messages_are_still_recalled_with_citations_to_the_log(memory):
     c = memory
-    assert scalar(c, "SELECT count(*) FROM messages WHERE thread_id = 'garden' AND NOT is_active") == len(ALICE)
+    archived = """SELECT count(*) FROM messages m JOIN episodes e USING (episode_id, generation)
+                  WHERE m.thread_id = 'garden' AND e.archived"""
+    assert scalar(c, archived) == len(ALICE)
     result = c.recall("alice", "what is the locker code at the allotment?", limit=5)
     top = result.hits[0]
     assert top.kind == "message" and "4512" in top.snippet and top.archived
