@@ -458,7 +458,8 @@ def test_a_long_turn_s_text_matches_are_found_beside_the_short_ones(long_turn):
     assert dict(zip(lexemes, stats.df, strict=True)) == {"zebra": 2, "safari": 1} and stats.docs == 8
     zebra = lexemes.index("zebra")
     assert {t.seq for t in turns if t.thread_id == "diary" and t.tf[zebra]} == {1, 3}
-    assert c.recall("mel", "zebra safari diary", limit=1).hits[0].snippet.startswith("Our zebra safari")
+    hit = c.recall("mel", "zebra safari diary", limit=1).hits[0]
+    assert hit.snippet.startswith("Our zebra safari") and not hit.archived  # its episode is still open
 
 
 def test_a_scope_s_text_matches_are_read_from_the_index_alone(crowded, monkeypatch):
