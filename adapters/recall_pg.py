@@ -80,10 +80,10 @@ FROM (SELECT {docs} AS docs) sz"""
 
 def _stats(table: str, docs: str, newest: str, lexemes: Sequence[str]) -> str:
     """`_STATS` over `table`, its `df` column counting the matches that hold each query lexeme, in
-    order, against the lexeme's own query (bound by `_search_params` as `lq<i>`). A lexeme with
-    a backslash is in no query (`or_query`), so it matches nothing."""
+    order, against the lexeme's own query (bound by `_search_params` as `lq<i>`). A lexeme that
+    `or_query` leaves out is in no query, so it matches nothing."""
     df = ", ".join(
-        "0" if "\\" in lexeme else f"count(*) FILTER (WHERE hit.tsv @@ %(lq{i})s::tsquery)"
+        f"count(*) FILTER (WHERE hit.tsv @@ %(lq{i})s::tsquery)" if or_query([lexeme]) else "0"
         for i, lexeme in enumerate(lexemes)
     )
     return _STATS.format(table=table, docs=docs, newest=newest, df=df)

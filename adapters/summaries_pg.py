@@ -23,8 +23,8 @@ OFFLINE_MODEL = OfflineLLM.model
 # A final or roll-up summary in one statement (a rebuild saves one per episode): the thread's
 # generation checked and held, the summary inserted unless present, and only if it was, its
 # sources and its episode's running and chunk summaries archived, and the episode (with it its
-# messages) archived and its topic set. Every part reads the rows as they were before the statement; none of them
-# touches the row inserted. The episode id (thread id and ordinal) picks the rows by the episode
+# messages) archived and its topic set. Every part reads the rows as they were before the
+# statement; none of them touches the row inserted. The episode id (thread id and ordinal) picks the rows by the episode
 # indexes: a generation a rebuild is writing has no statistics yet, and by generation the planner
 # took an index that walks the whole thread (`generation + 0` keeps it off (generation, key)).
 _SAVE_WHOLE = """
@@ -45,7 +45,7 @@ parts AS (
     UPDATE summaries SET is_active = false, archived_at = now()
     WHERE %(archive)s AND episode_id = %(episode)s AND generation + 0 = %(gen)s AND kind IN ('running', 'chunk')
       AND is_active AND EXISTS (SELECT 1 FROM ins)),
-topic AS (
+episode AS (
     UPDATE episodes SET topic_label = %(topic)s, archived = true
     WHERE %(archive)s AND episode_id = %(episode)s AND generation = %(gen)s AND EXISTS (SELECT 1 FROM ins))
 SELECT (SELECT generation FROM t), (SELECT id FROM ins)
