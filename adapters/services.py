@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg
 import redis
 
-from chatmem.adapters import pgcheck
+from chatmem.adapters import pgcheck, pgmemory
 from chatmem.adapters.procs import pid_alive
 from chatmem.adapters.sql import scalar
 from chatmem.schemas.settings import Settings
@@ -100,11 +100,7 @@ class EmbeddedPostgres:
         self._stop_foreign_server(major)
         if self._running_uri(DATABASE_NAME) is None:
             self.pgdata.parent.mkdir(parents=True, exist_ok=True)
-            # cleanup_mode=None: the server outlives this process; `services down` stops it.
-            server = pgs.get_server(self.pgdata, cleanup_mode=None, postgres_version=major)
-            # get_server hands back its cached handle when this process started the server
-            # before: after a stop, that handle has to start it again.
-            server.ensure_postgres_running()
+            self._launch(pgs, major)
             self.launched = True
         admin = self._running_uri("postgres")
         if admin is None:
@@ -121,6 +117,39 @@ class EmbeddedPostgres:
                 self.stop()  # a server that cannot hold vectors is of no use to anyone
                 raise
         return url  # type: ignore[return-value]
+
+    def _launch(self, pgs, major: int) -> None:  # noqa: ANN001 - the package module
+        # cleanup_mode=None: the server outlives this process; `services down` stops it.
+        server = pgs.get_server(self.pgdata, cleanup_mode=None, postgres_version=major, start=False)
+        memory = pgmemory.machine_memory()
+        buffers = pgmemory.shared_buffers(memory.total)
+        # The package's own start inits and starts in one step; the buffer size must be written
+        # between the two, under the same lock its start holds.
+        with server._lock:
+            server.ensure_pgdata_inited()
+            pgmemory.write(self.pgdata, pgmemory.conf_text(buffers))
+            try:
+                server.ensure_postgres_running()
+            except subprocess.SubprocessError:
+                # A machine that cannot map the buffers (strict overcommit, a small container the
+                # limit was not read from) still gets a server, on Postgres's own defaults.
+                info = _postmaster(self.pgdata)
+                if (info is not None and info.is_running()) or not pgmemory.clear(self.pgdata):
+                    raise
+                log.warning(
+                    "embedded Postgres did not start with shared_buffers %d MB; started it with Postgres's "
+                    "defaults instead (see %s)",
+                    buffers // pgmemory.MIB,
+                    self.log,
+                )
+                server.ensure_postgres_running()
+                return
+        log.info(
+            "embedded Postgres: shared_buffers sized %d MB for %.1f GiB of memory%s (ALTER SYSTEM overrides it)",
+            buffers // pgmemory.MIB,
+            memory.total / pgmemory.GIB,
+            " (the container's limit)" if memory.limited else "",
+        )
 
     def _stop_foreign_server(self, major: int) -> None:
         """Stop a server on this folder that runs other binaries than ours (an earlier chatmem's)."""

@@ -1,0 +1,123 @@
+"""The embedded Postgres's buffer cache, sized to the machine it runs on.
+
+Postgres starts with `shared_buffers = 128MB`. The messages' HNSW graph takes about 2 KiB a
+message, so past some 60,000 messages each insert and each graph search copies the graph's pages
+back in from the operating system's cache: at 1M messages a message's graph insert cost 6.3 ms
+against 3.2 ms with the graph in shared buffers (docs/benchmarks.md, "The embedded Postgres's
+buffer cache"). So the embedded server gets an eighth of the machine's memory, within the
+container's limit where there is one, between 128 MB and 8 GB. An eighth, not the quarter that
+dedicated database hosts use: the workers and their models share the machine.
+
+The setting lives in `chatmem.conf` in the data folder, rewritten at each start and included from
+`postgresql.conf`. `ALTER SYSTEM SET shared_buffers` overrides it (`postgresql.auto.conf` is
+read last)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+MIB = 1 << 20
+GIB = 1 << 30
+FLOOR = 128 * MIB  # Postgres's own default: never less
+CAP = 8 * GIB
+SHARE = 8
+CONF_FILE = "chatmem.conf"
+INCLUDE = f"include_if_exists = '{CONF_FILE}'"
+_HEADER = "# Written by chatmem at each start of the embedded server (adapters/pgmemory.py); edits are lost.\n"
+_CGROUP = Path("/sys/fs/cgroup")
+
+
+@dataclass(frozen=True)
+class Memory:
+    total: int  # bytes the server may use: the machine's, or its container's limit when lower
+    limited: bool  # a cgroup limit is below the machine's memory
+
+
+def shared_buffers(memory: int) -> int:
+    """Bytes of shared buffers for a machine with `memory` bytes, a whole number of MiB."""
+    return max(FLOOR, min(CAP, memory // SHARE)) // MIB * MIB
+
+
+def machine_memory(cgroup_root: Path = _CGROUP, proc_cgroup: Path = Path("/proc/self/cgroup")) -> Memory:
+    """The memory this process may use. psutil reports the host's memory; inside a container
+    limited to less, buffers sized from it would be killed by the kernel once filled."""
+    total = psutil.virtual_memory().total
+    limit = cgroup_limit(cgroup_root, proc_cgroup)
+    return Memory(min(total, limit), True) if limit is not None and limit < total else Memory(total, False)
+
+
+def cgroup_limit(root: Path, proc_cgroup: Path) -> int | None:
+    """The lowest memory limit on this process's cgroup and its parents (v2, or v1's memory
+    controller), or None where none is set or none can be read (macOS, Windows)."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        lines = []
+    folders: list[Path] = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2: "0::/path"
+            folders += _up(root, path, "memory.max")
+        elif "memory" in controllers.split(","):  # v1
+            folders += _up(root / "memory", path, "memory.limit_in_bytes")
+    # In a container the cgroup namespace shows the container's own cgroup at the root.
+    folders += [root / "memory.max", root / "memory" / "memory.limit_in_bytes"]
+    limits = [n for n in map(_limit_in, folders) if n is not None]
+    return min(limits) if limits else None
+
+
+def _up(root: Path, path: str, name: str) -> list[Path]:
+    parts = [p for p in path.strip("/").split("/") if p and p != ".."]
+    return [root.joinpath(*parts[:i], name) for i in range(len(parts), 0, -1)]
+
+
+def _limit_in(file: Path) -> int | None:
+    try:
+        text = file.read_text().strip()
+    except OSError:
+        return None
+    if not text.isdigit():
+        return None  # "max": no limit
+    value = int(text)
+    return value if value < 1 << 60 else None  # v1 writes a huge number for no limit
+
+
+def conf_text(buffers: int) -> str:
+    return _HEADER + f"shared_buffers = '{buffers // MIB}MB'\n"
+
+
+def write(pgdata: Path, text: str) -> None:
+    """Write chatmem.conf and include it from postgresql.conf once. Both stay owned by the data
+    folder's owner (the `pgserver` user when root starts the server)."""
+    conf = pgdata / CONF_FILE
+    if not conf.exists() or conf.read_text() != text:
+        conf.write_text(text)
+        _owned_like(conf, pgdata)
+    main = pgdata / "postgresql.conf"
+    lines = main.read_text().splitlines()
+    if INCLUDE not in lines:
+        with main.open("a") as f:
+            f.write(f"\n{INCLUDE}\n")
+
+
+def clear(pgdata: Path) -> bool:
+    """Empty chatmem.conf, so the server starts on Postgres's defaults; False when it set nothing."""
+    conf = pgdata / CONF_FILE
+    if not conf.exists() or conf.read_text() == _HEADER:
+        return False
+    conf.write_text(_HEADER)
+    return True
+
+
+def _owned_like(file: Path, folder: Path) -> None:
+    st = folder.stat()
+    if (
+        hasattr(os, "geteuid")
+        and os.geteuid() == 0
+        and (file.stat().st_uid, file.stat().st_gid) != (st.st_uid, st.st_gid)
+    ):
+        os.chown(file, st.st_uid, st.st_gid)
