@@ -592,6 +592,32 @@ def bench_hnsw(
     run(cli_settings(), console, n=vectors, kind=kind, configs=configs)
 
 
+@bench_app.command("buffers")
+def bench_buffers(
+    vectors: int = typer.Option(1_000_000, help="vectors in the graph"),
+    size: list[str] = typer.Option(
+        None, "--size", help="a shared_buffers value, e.g. 128MB (repeatable; default 128MB and this machine's)"
+    ),
+    rounds: int = typer.Option(2, help="rounds over the sizes, alternated"),
+    batches: int = typer.Option(10, help="timed insert batches per size and round"),
+    batch: int = typer.Option(300, help="vectors a batch"),
+    searches: int = typer.Option(200, help="timed graph searches per size and round"),
+) -> None:
+    """HNSW inserts and searches at N vectors by shared_buffers, on a throwaway embedded Postgres."""
+    from chatmem.bench.buffers import auto_size, run
+
+    run(
+        cli_settings(),
+        console,
+        n=vectors,
+        sizes=size or ["128MB", auto_size()],
+        rounds=rounds,
+        batches=batches,
+        batch=batch,
+        searches=searches,
+    )
+
+
 @bench_app.command("topicseg")
 def bench_topicseg(
     data: Path = typer.Option(..., exists=True, dir_okay=False, help="TIAGE .json or Def-DTS .jsonl"),

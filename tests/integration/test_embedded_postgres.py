@@ -1,6 +1,6 @@
 """The embedded Postgres on real servers: the vector self-check, a backend crash named in words,
 a data folder written by the previous release, folders of another major version, dump/restore,
-and an external server that is too old."""
+an external server that is too old, and a buffer cache sized to the machine."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import psycopg
 import pytest
 import redis
 
-from chatmem.adapters import migrate, pgcheck, services
+from chatmem.adapters import migrate, pgcheck, pgmemory, services
 from chatmem.adapters.services import EmbeddedPostgres, ServiceUrls
 from chatmem.bootstrap import Container
 from chatmem.schemas.settings import Settings
@@ -224,3 +224,52 @@ def test_an_external_server_that_is_too_old_is_reported_the_same_way():
         if (folder / "data" / "postmaster.pid").exists():
             run("pg_ctl", "-w", "-D", str(folder / "data"), "-m", "immediate", "stop")
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _buffers(url: str) -> tuple[int, str]:
+    with psycopg.connect(url) as conn:
+        pages, file = conn.execute(
+            "SELECT setting::bigint, coalesce(sourcefile, '') FROM pg_settings WHERE name = 'shared_buffers'"
+        ).fetchone()
+        return pages * 8192, file
+
+
+def test_the_buffer_cache_is_sized_to_the_machine(embedded):
+    size, file = _buffers(embedded["pg_url"])
+    assert size == pgmemory.shared_buffers(pgmemory.machine_memory().total)
+    assert file.endswith(pgmemory.CONF_FILE)
+
+
+def test_a_machine_that_cannot_map_the_buffers_gets_a_server_on_the_defaults(tmp_path, monkeypatch, caplog):
+    # More than Postgres accepts on any machine: the start fails as a refused mapping would.
+    monkeypatch.setattr(pgmemory, "shared_buffers", lambda memory: 1 << 50)
+    pg = EmbeddedPostgres(tmp_path)
+    try:
+        url = pg.start()
+        size, _ = _buffers(url)
+        assert size == 128 * pgmemory.MIB
+        assert "did not start with shared_buffers" in caplog.text
+    finally:
+        pg.stop()
+
+
+def test_the_buffers_bench_restarts_its_own_server_with_each_size(embedded, tmp_path):
+    from rich.console import Console
+
+    from chatmem.bench.buffers import run
+
+    settings = Settings(data_dir=tmp_path)
+    figures = run(
+        settings,
+        Console(quiet=True),
+        n=2_000,
+        sizes=["128MB", "192MB"],
+        rounds=1,
+        batches=2,
+        batch=20,
+        searches=5,
+    )
+    assert [(f.buffers, f.reported) for f in figures] == [("128MB", "128MB"), ("192MB", "192MB")]
+    assert all(len(f.insert_ms) == 2 and len(f.search_ms) == 5 and min(f.insert_ms) > 0 for f in figures)
+    assert list(tmp_path.iterdir()) == []  # its server stopped and its folder removed
+    assert embedded["pg"].url() is not None  # the suite's server was not touched
