@@ -291,6 +291,15 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> 
         "ok" if pg.self_check == "ok" else "[red]failed[/red]",
         pg.self_check if pg.self_check != "ok" else "",
     )
+    if pg.shared_buffers is not None and pg.vector_graph is not None:
+        mib = 1 << 20
+        held = pg.vector_graph <= pg.shared_buffers
+        table.add_row(
+            "memory",
+            f"shared_buffers {pg.shared_buffers // mib} MB",
+            f"messages' graph {pg.vector_graph // mib} MB"
+            + ("" if held else ": [yellow]larger than the buffers, so inserts reread it (docs/platforms.md)[/yellow]"),
+        )
     if not rep.migrated:
         table.add_row("schema", "[yellow]not migrated[/yellow]", "run `chatmem migrate`")
     for name, n in rep.counts.items():

@@ -92,16 +92,33 @@ def shared_state(c: Container) -> SharedState:
     )
 
 
+# The buffer cache against the graph it should hold: a graph larger than the cache is reread
+# from the operating system's cache by every insert and graph search (docs/platforms.md).
+_BUFFERS = """
+    SELECT pg_size_bytes(current_setting('shared_buffers')),
+           (SELECT coalesce(sum(pg_relation_size(i.indexrelid)), 0)
+            FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid JOIN pg_am a ON a.oid = x.relam
+            WHERE i.indrelid = to_regclass('messages') AND a.amname = 'hnsw')"""
+
+
 def postgres_state(c: Container) -> PostgresState:
-    """The vector self-check against the server in use (embedded or configured)."""
+    """The vector self-check against the server in use (embedded or configured), and its buffer
+    cache next to the messages' graph."""
     pg, _ = services.embedded(c.settings)
     cpu = pgcheck.cpu_report().describe()
     try:
         check = pgcheck.self_check(c.urls.database_url, server_log=pg.log if pg else None)
     except pgcheck.VectorSupportError as error:
         return PostgresState(server_version=None, vector_version=None, self_check=str(error), cpu=cpu)
+    with c.pool.connection() as conn:
+        buffers, graph = one(conn, _BUFFERS)
     return PostgresState(
-        server_version=check.server_version, vector_version=check.vector_version, self_check="ok", cpu=cpu
+        server_version=check.server_version,
+        vector_version=check.vector_version,
+        self_check="ok",
+        cpu=cpu,
+        shared_buffers=int(buffers),
+        vector_graph=int(graph),
     )
 
 

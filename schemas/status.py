@@ -33,6 +33,8 @@ class PostgresState(BaseModel):
     vector_version: str | None
     self_check: str  # "ok", or why the server cannot hold vectors
     cpu: str
+    shared_buffers: int | None = None  # bytes of the server's buffer cache
+    vector_graph: int | None = None  # bytes of the messages' HNSW index, which inserts and graph searches read
 
 
 class ProcessState(BaseModel):

@@ -21,7 +21,7 @@ from chatmem.adapters import migrate, pgcheck, pgmemory, services
 from chatmem.adapters.services import EmbeddedPostgres, ServiceUrls
 from chatmem.bootstrap import Container
 from chatmem.schemas.settings import Settings
-from tests.conftest import ROOT, scalar, wait_for
+from tests.conftest import ROOT, scalar, settings_env, status_json, wait_for
 from tests.scripted import script_events
 
 pytestmark = pytest.mark.integration
@@ -273,3 +273,19 @@ def test_the_buffers_bench_restarts_its_own_server_with_each_size(embedded, tmp_
     assert all(len(f.insert_ms) == 2 and len(f.search_ms) == 5 and min(f.insert_ms) > 0 for f in figures)
     assert list(tmp_path.iterdir()) == []  # its server stopped and its folder removed
     assert embedded["pg"].url() is not None  # the suite's server was not touched
+
+
+def test_status_shows_the_buffer_cache_next_to_the_messages_graph(embedded, settings):
+    pg = status_json(settings)["postgres"]
+    assert pg["shared_buffers"] == pgmemory.shared_buffers(pgmemory.machine_memory().total)
+    assert 0 < pg["vector_graph"] < pg["shared_buffers"]  # the migrated schema's graph, nearly empty
+    shown = subprocess.run(
+        [sys.executable, "-m", "chatmem.api.cli", "status"],
+        env=settings_env(settings) | {"COLUMNS": "200"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert f"shared_buffers {pg['shared_buffers'] >> 20} MB" in shown.stdout
+    assert "messages' graph 0 MB" in shown.stdout and "larger than the buffers" not in shown.stdout
