@@ -234,9 +234,22 @@ def _buffers(url: str) -> tuple[int, str]:
         return pages * 8192, file
 
 
+def _strict_overcommit() -> bool:
+    try:
+        return Path("/proc/sys/vm/overcommit_memory").read_text().strip() == "2"
+    except OSError:
+        return False
+
+
 def test_the_buffer_cache_is_sized_to_the_machine(embedded):
     size, file = _buffers(embedded["pg_url"])
-    assert size == pgmemory.shared_buffers(pgmemory.machine_memory().total)
+    sized = pgmemory.shared_buffers(pgmemory.machine_memory().total)
+    if size != sized and _strict_overcommit():
+        # Such a machine may refuse the mapping; the server then runs on the defaults (the next test).
+        assert size == 128 * pgmemory.MIB
+        assert "shared_buffers" not in (embedded["pg"].pgdata / pgmemory.CONF_FILE).read_text()
+        return
+    assert size == sized
     assert file.endswith(pgmemory.CONF_FILE)
 
 
@@ -277,7 +290,7 @@ def test_the_buffers_bench_restarts_its_own_server_with_each_size(embedded, tmp_
 
 def test_status_shows_the_buffer_cache_next_to_the_messages_graph(embedded, settings):
     pg = status_json(settings)["postgres"]
-    assert pg["shared_buffers"] == pgmemory.shared_buffers(pgmemory.machine_memory().total)
+    assert pg["shared_buffers"] == _buffers(embedded["pg_url"])[0]
     assert 0 < pg["vector_graph"] < pg["shared_buffers"]  # the migrated schema's graph, nearly empty
     shown = subprocess.run(
         [sys.executable, "-m", "chatmem.api.cli", "status"],
