@@ -787,11 +787,17 @@ def bench_pipeline(
     dialogues: Path | None = typer.Option(
         None, help="LoCoMo-format file: its conversations instead of a generated one (e.g. locomo_dev.json)"
     ),
+    preload: int = typer.Option(
+        0, help="then load this many messages with their HNSW graph and run live again, side by side (e.g. 1000000)"
+    ),
 ) -> None:
     """End-to-end messages/s next to the raw embedding rate; replay rate next to the live rate."""
     from chatmem.bench.pipeline import run
 
-    run(cli_settings(), console, n_messages=messages, n_threads=threads, dialogues=dialogues)
+    if preload and dialogues:
+        console.print("[red]--preload compares two generated conversations; leave out --dialogues[/red]")
+        raise typer.Exit(2)
+    run(cli_settings(), console, n_messages=messages, n_threads=threads, dialogues=dialogues, preload=preload)
 
 
 @bench_app.command("attachments")

@@ -40,7 +40,7 @@ TOPICS = {
 }
 
 
-def make_conversation(n_messages: int, n_threads: int, seed: int = 7) -> list[MessageEvent]:
+def make_conversation(n_messages: int, n_threads: int, seed: int = 7, prefix: str = "pipe") -> list[MessageEvent]:
     rng = random.Random(seed)
     names = list(TOPICS)
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -56,8 +56,8 @@ def make_conversation(n_messages: int, n_threads: int, seed: int = 7) -> list[Me
                 text += " What do you think?"
             events.append(
                 MessageEvent(
-                    event_id=f"pipe-{t}-{i}",
-                    thread_id=f"pipe-{t}",
+                    event_id=f"{prefix}-{t}-{i}",
+                    thread_id=f"{prefix}-{t}",
                     user_id=f"user-{t}",
                     role="user" if i % 2 == 0 else "assistant",
                     text=text,
@@ -128,9 +128,12 @@ def cpu_table(title: str, cpu: dict[str, float], n: int, wall_s: float) -> Table
     return table
 
 
-def wait_until_settled(c, n_messages: int, t0: float, limit_s: float = 900) -> float:  # noqa: ANN001
+def wait_until_settled(  # noqa: ANN001
+    c, n_messages: int, t0: float, limit_s: float = 900, threads: list[str] | None = None
+) -> float:
     """Seconds until every message is applied and the summary and facts work has drained (their
-    queues are empty, every closed episode has its facts, and nothing changed for a second)."""
+    queues are empty, every closed episode of `threads` (default: all) has its facts, and nothing
+    changed for a second). Episodes loaded without the pipeline never get facts: leave them out."""
     last, last_change = -1, time.perf_counter()
     while time.perf_counter() - t0 < limit_s:
         time.sleep(0.1)
@@ -138,8 +141,11 @@ def wait_until_settled(c, n_messages: int, t0: float, limit_s: float = 900) -> f
             applied = conn.execute("SELECT coalesce(sum(message_count), 0) FROM threads").fetchone()[0]
             count = conn.execute("SELECT (SELECT count(*) FROM summaries) + (SELECT count(*) FROM facts)").fetchone()[0]
             facts_missing = conn.execute(
-                """SELECT count(*) FROM episodes e WHERE e.status = 'closed' AND NOT EXISTS (
-                       SELECT 1 FROM fact_ledger l WHERE l.op_key = e.episode_id || ':g' || e.generation || ':facts')"""
+                """SELECT count(*) FROM episodes e
+                   WHERE e.status = 'closed' AND (%(threads)s::text[] IS NULL OR e.thread_id = ANY(%(threads)s))
+                     AND NOT EXISTS (SELECT 1 FROM fact_ledger l
+                                     WHERE l.op_key = e.episode_id || ':g' || e.generation || ':facts')""",
+                {"threads": threads},
             ).fetchone()[0]
         if count != last:
             last, last_change = count, time.perf_counter()
@@ -167,7 +173,7 @@ def live_phase(c, events: list[MessageEvent], extra_env: dict[str, str] | None =
         with Publisher.from_settings(c.settings, c.urls.redis_url) as pub:
             for e in events:
                 pub.publish_nowait(e)
-        live_s = wait_until_settled(c, applied_before + len(events), t0)
+        live_s = wait_until_settled(c, applied_before + len(events), t0, threads=sorted({e.thread_id for e in events}))
         live_cpu = meter.stop()
         db_per_message = (database_bytes(c) - db_before) / len(events)
     return live_s, live_cpu, db_per_message
@@ -246,7 +252,13 @@ def run(
     n_messages: int = 2000,
     n_threads: int = 20,
     dialogues: Path | None = None,
+    preload: int = 0,
 ) -> dict:
+    """`preload`: afterwards, fill the table with that many messages and their HNSW graph, and run
+    the live pipeline again on another generated conversation of the same size, so the cost of a
+    large table shows beside the small one's (synthetic conversations only: like for like)."""
+    if preload and dialogues:
+        raise ValueError("--preload compares two generated conversations; leave out --dialogues")
     events = real_dialogues(dialogues, n_messages) if dialogues else make_conversation(n_messages, n_threads)
     n_threads = len({e.thread_id for e in events})
     texts = [e.text for e in events]
@@ -290,6 +302,7 @@ def run(
         # Last, so that it changes nothing the figures above measured.
         solo_s, solo_cpu = per_thread_doorbells(c, events)
         solo_rate = len(events) / solo_s
+        large = _large_table_phase(c, console, preload, n_messages, n_threads) if preload else None
 
     table = Table(title=f"chatmem bench pipeline · {os.cpu_count()} cores · {datetime.now(UTC):%Y-%m-%d}")
     for col in ("measure", "rate", "compared with (same run)", "ratio", "target"):
@@ -351,6 +364,9 @@ def run(
     )
     console.print(cpu_table("replay: CPU by stage", replay_cpu, len(events), replay_s))
     console.print(cpu_table("live again, a doorbell task per thread: CPU by stage", solo_cpu, len(events), solo_s))
+    if large is not None:
+        large_s, large_cpu, total = large
+        console.print(_large_table(live_cpu, len(events), live_s, large_cpu, large_s, total))
     return {
         "live_cpu_s": live_cpu,
         "db_bytes_per_message": db_per_message,
@@ -364,4 +380,38 @@ def run(
         "replay_sealed_rate": sealed_replay_rate,
         "replay_clear_rate": clear_replay_rate,
         "llm_calls": llm.calls,
-    }
+    } | ({"large_table_cpu_s": large[1], "large_table_rate": len(events) / large[0]} if large else {})
+
+
+def _large_table_phase(c, console: Console, preload: int, n_messages: int, n_threads: int):  # noqa: ANN001, ANN202
+    """Load `preload` messages with their HNSW graph (as `bench context --hnsw` does), then run the
+    live phase again on a new conversation: seconds, CPU by stage, and the table's size."""
+    from chatmem.bench.context import load  # context builds on this module's topics
+
+    per_thread = 1_000
+    console.print(f"loading {preload:,} messages and their HNSW graph")
+    load(c, random.Random(3), max(1, preload // per_thread), per_thread, max(1, preload // 500), console, True)
+    with c.pool.connection() as conn:
+        conn.autocommit = True
+        conn.execute("VACUUM ANALYZE messages")  # what autovacuum would have done over the months of load
+        total = int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
+    events = make_conversation(n_messages, n_threads, seed=8, prefix="large")
+    large_s, large_cpu, _ = live_phase(c, events)
+    return large_s, large_cpu, total
+
+
+def _large_table(
+    small_cpu: dict[str, float], n: int, small_s: float, large_cpu: dict[str, float], large_s: float, total: int
+) -> Table:
+    table = Table(
+        title=f"live pipeline, CPU ms a message: a new table against one of {total:,} messages with its graph"
+    )
+    for col in ("stage", "new table", f"{total:,} messages", "ratio"):
+        table.add_column(col, justify="right")
+    for stage in small_cpu:
+        a, b = small_cpu[stage] * 1000 / n, large_cpu.get(stage, 0.0) * 1000 / n
+        table.add_row(stage, f"{a:.1f}", f"{b:.1f}", f"{b / a:.2f}×" if a else "")
+    a, b = sum(small_cpu.values()) * 1000 / n, sum(large_cpu.values()) * 1000 / n
+    table.add_row("all stages", f"{a:.1f}", f"{b:.1f}", f"{b / a:.2f}×" if a else "")
+    table.add_row("live rate, msg/s", f"{n / small_s:,.0f}", f"{n / large_s:,.0f}", f"{small_s / large_s:.2f}×")
+    return table
