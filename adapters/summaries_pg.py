@@ -24,9 +24,10 @@ OFFLINE_MODEL = OfflineLLM.model
 # generation checked and held, the summary inserted unless present, and only if it was, its
 # sources and its episode's running and chunk summaries archived, and the episode (with it its
 # messages) archived and its topic set. Every part reads the rows as they were before the
-# statement; none of them touches the row inserted. The episode id (thread id and ordinal) picks the rows by the episode
-# indexes: a generation a rebuild is writing has no statistics yet, and by generation the planner
-# took an index that walks the whole thread (`generation + 0` keeps it off (generation, key)).
+# statement; none of them touches the row inserted. The episode id (thread id and ordinal)
+# picks the rows by the episode indexes: a generation a rebuild is writing has no statistics
+# yet, and by generation the planner took an index that walks the whole thread (`generation + 0`
+# keeps it off (generation, key)).
 _SAVE_WHOLE = """
 WITH t AS (SELECT generation FROM threads WHERE thread_id = %(thread)s FOR SHARE),
 src AS (SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids FROM summaries

@@ -292,12 +292,13 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> 
         pg.self_check if pg.self_check != "ok" else "",
     )
     if pg.shared_buffers is not None and pg.vector_graph is not None:
-        mib = 1 << 20
+        from chatmem.adapters.pgmemory import MIB
+
         held = pg.vector_graph <= pg.shared_buffers
         table.add_row(
             "memory",
-            f"shared_buffers {pg.shared_buffers // mib} MB",
-            f"messages' graph {pg.vector_graph // mib} MB"
+            f"shared_buffers {pg.shared_buffers // MIB} MB",
+            f"messages' graph {pg.vector_graph // MIB} MB"
             + ("" if held else ": [yellow]larger than the buffers, so inserts reread it (docs/platforms.md)[/yellow]"),
         )
     if not rep.migrated:

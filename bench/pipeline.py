@@ -256,9 +256,8 @@ def run(
 ) -> dict:
     """`preload`: afterwards, fill the table with that many messages and their HNSW graph, and run
     the live pipeline again on another generated conversation of the same size, so the cost of a
-    large table shows beside the small one's (synthetic conversations only: like for like)."""
-    if preload and dialogues:
-        raise ValueError("--preload compares two generated conversations; leave out --dialogues")
+    large table shows beside the small one's (generated conversations only, like for like: the
+    command refuses `--preload` with `--dialogues`)."""
     events = real_dialogues(dialogues, n_messages) if dialogues else make_conversation(n_messages, n_threads)
     n_threads = len({e.thread_id for e in events})
     texts = [e.text for e in events]
