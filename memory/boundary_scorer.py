@@ -208,6 +208,11 @@ def bag_probability(mlps: Sequence[Mlp], x: np.ndarray) -> np.ndarray:
     return np.mean([m.probability(x) for m in mlps], axis=0)
 
 
+def closes_conversation(turn: TurnInfo) -> bool:
+    """A user's thanks or goodbye that asks nothing more ("Thanks, that's all"): a task ended."""
+    return turn.role == "user" and bool(turn.cues & CLOSING) and not turn.question
+
+
 def among_people(left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> bool:
     """No assistant turn in view: people talking with each other rather than with a bot."""
     return not any(t.role == "assistant" for t in (*left, *window))

@@ -15,7 +15,7 @@ import numpy as np
 from chatmem.memory.attachments.surrogates import RefState, attachment_lines
 from chatmem.memory.dates import annotate, date_note
 from chatmem.memory.prompts import named_text
-from chatmem.memory.segmentation import BoundaryAssist, SegmenterConfig, SegmenterState, SegTurn, feed
+from chatmem.memory.segmentation import BoundaryAssist, SegmenterConfig, SegmenterState, SegTurn, TaskEnds, feed
 from chatmem.schemas.events import ERASED
 from chatmem.schemas.records import LoggedEvent
 
@@ -23,6 +23,7 @@ from chatmem.schemas.records import LoggedEvent
 CONFIGURABLE: dict[str, type] = {
     "time_gap_hours": float,
     "shift_threshold": float,
+    "closed_thread_bar": float,  # 1 or more: off (it caps the threshold)
     "markers": list,
     "running_summary_every": int,
     "running_summary_tokens": int,
@@ -293,7 +294,8 @@ class _Builder:
             else:
                 closed = self.episode.episode_id
                 self.close(self.message_count, "command", ev.occurred_at)
-                self.state = SegmenterState()
+                # the next message starts afresh; that this user ends tasks with a thanks still holds
+                self.state = SegmenterState(ends=TaskEnds(seen=self.state.ends.seen))
                 ack("applied", f"closed {closed}")
         elif name == "summarize_now":
             if self.episode is None or self.message_count < self.episode.start_seq:

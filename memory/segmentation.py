@@ -13,6 +13,10 @@ A new episode starts
   conversation), another where none is (people chatting). A closed window that stayed above it is
   no boundary. So every decision is made within two user turns of the boundary, never later; a
   boundary decided late lies at an earlier message, and the messages after it move to the new episode.
+  In a conversation with a bot whose user has already ended a task with a thanks ("Thanks, that's
+  all"), a shift with no such closing since the last boundary needs P(topic continues) below
+  `closed_thread_bar` (0.5) as well: that user closes tasks, so a turn that follows no closing is
+  more likely a follow-up than a new task, and the scorer must find a new topic more likely than not.
 
 Optionally (`segment_llm_assist`) a model gives a second opinion on the decisions the scorer is
 unsure of: when a decision is taken (a shift at any moment, or no shift when the window closes)
@@ -36,7 +40,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from chatmem.memory.boundary_scorer import LEFT_CONTEXT, TurnInfo, shipped_scorer
+from chatmem.memory.boundary_scorer import (
+    LEFT_CONTEXT,
+    TurnInfo,
+    among_people,
+    closes_conversation,
+    shipped_scorer,
+)
 
 DEFAULT_MARKERS: tuple[str, ...] = (
     # English
@@ -101,6 +111,9 @@ class SegmenterConfig:
     shift_threshold: float | None = None
     markers: tuple[str, ...] = DEFAULT_MARKERS
     max_episode_turns: int = 400  # a very long episode is cut so summaries stay bounded
+    # With a bot in view, once the user has closed a task with a thanks, a shift with no closing
+    # since the last boundary needs P(topic continues) below this too. None: no such bar.
+    closed_thread_bar: float | None = 0.5
 
     def with_overrides(self, overrides: dict) -> SegmenterConfig:
         known = {k: v for k, v in overrides.items() if k in self.__dataclass_fields__ and k != "markers"}
@@ -133,12 +146,31 @@ def _vector_from(s: str | None) -> np.ndarray | None:
     return None if s is None else np.frombuffer(base64.b64decode(s), dtype=np.float32).copy()
 
 
+@dataclass(frozen=True)
+class TaskEnds:
+    """Whether the user has ended a task with a thanks in this thread (`closes_conversation`), and
+    whether since the last boundary: what the closed-thread bar reads."""
+
+    seen: bool = False
+    since_boundary: bool = False
+
+    def after(self, turn: TurnInfo, boundary: bool) -> TaskEnds:
+        """The flags once `turn` is behind us, a boundary at it or not."""
+        ends = closes_conversation(turn)
+        return TaskEnds(self.seen or ends, ends if boundary else self.since_boundary or ends)
+
+    @property
+    def gates(self) -> bool:
+        return self.seen and not self.since_boundary
+
+
 @dataclass
 class SegmenterState:
     last_at: str | None = None
     turns: int = 0  # turns in the current episode
     recent: list[TurnInfo] = field(default_factory=list)  # left context, then the open window
     window: int = 0  # the last `window` turns of `recent` are the open window (0: none)
+    ends: TaskEnds = TaskEnds()  # over the turns before the open window's candidate
 
     @property
     def pending_since(self) -> int | None:
@@ -163,6 +195,7 @@ class SegmenterState:
                 for t in self.recent
             ],
             "window": self.window,
+            "ends": [self.ends.seen, self.ends.since_boundary],
         }
 
     @classmethod
@@ -185,7 +218,14 @@ class SegmenterState:
             )
             for r in data["recent"]
         ]
-        return cls(data.get("last_at"), int(data.get("turns", 0)), recent, int(data.get("window", 0)))
+        return cls(
+            data.get("last_at"),
+            int(data.get("turns", 0)),
+            recent,
+            int(data.get("window", 0)),
+            # a state kept before these flags reads as a thread with no closing seen yet
+            TaskEnds(*(bool(b) for b in data.get("ends", (False, False)))),
+        )
 
 
 def has_marker(text: str, markers: Sequence[str]) -> bool:
@@ -223,11 +263,20 @@ def _shifts(
 
 
 def _bar(
-    judge: Scorer, cfg: SegmenterConfig, left: Sequence[TurnInfo], window: Sequence[TurnInfo]
+    judge: Scorer,
+    cfg: SegmenterConfig,
+    left: Sequence[TurnInfo],
+    window: Sequence[TurnInfo],
+    ends: TaskEnds,
 ) -> tuple[float, float]:
-    """The scorer's (threshold, early margin) for this window; a per-thread threshold replaces its own."""
+    """The scorer's (threshold, early margin) for this window; a per-thread threshold replaces its
+    own; the closed-thread bar caps it where it applies."""
     threshold, margin = judge.bar(left, window)
-    return (threshold if cfg.shift_threshold is None else cfg.shift_threshold), margin
+    if cfg.shift_threshold is not None:
+        threshold = cfg.shift_threshold
+    if ends.gates and cfg.closed_thread_bar is not None and not among_people(left, window):
+        threshold = min(threshold, cfg.closed_thread_bar)
+    return threshold, margin
 
 
 def feed(
@@ -245,7 +294,7 @@ def feed(
         info = replace(info, text=turn.text[:ASSIST_TEXT_CHARS])
     at = turn.at.isoformat()
     if state.turns == 0:
-        return SegmenterState(at, 1, [info], 0), []
+        return SegmenterState(at, 1, [info], 0, state.ends.after(info, True)), []
     gap = state.last_at is not None and (
         (turn.at - datetime.fromisoformat(state.last_at)).total_seconds() > cfg.time_gap_hours * 3600
     )
@@ -259,34 +308,43 @@ def feed(
         else None
     )
     if hard:
-        # A window still open is dropped: the episode restarts here.
-        return SegmenterState(at, 1, [info], 0), [Boundary(turn.seq, hard)]
+        # A window still open is dropped: the episode restarts here (its candidate still counts).
+        ends = state.ends.after(state.recent[-state.window], False) if state.window else state.ends
+        return SegmenterState(at, 1, [info], 0, ends.after(info, True)), [Boundary(turn.seq, hard)]
 
     recent, window, turns = [*state.recent, info], state.window, state.turns + 1
     bounds: list[Boundary] = []
+    ends = state.ends
     if window:
         window += 1
         closes = turn.role == "user"
         final = closes or window >= MAX_WINDOW
         left, open_window = recent[:-window][-LEFT_CONTEXT:], recent[-window:]
         p = judge.boundary_probability(left, open_window)
-        threshold, margin = _bar(judge, cfg, left, open_window)
+        threshold, margin = _bar(judge, cfg, left, open_window, ends)
         cut = threshold - (0.0 if closes else margin)
         if _shifts(1.0 - p, cut, final, threshold, left, open_window, assist):
             bounds.append(Boundary(recent[-window].seq, "shift"))
+            ends = ends.after(open_window[0], True)
             turns, window = window, 0
         elif final:
+            ends = ends.after(open_window[0], False)
             window = 0
+    opened = False
     if turn.role == "user" and not window and (cfg.shift_threshold is None or cfg.shift_threshold > 0):
         left = recent[:-1][-LEFT_CONTEXT:]
         if info.vector is not None and any(t.vector is not None for t in left):
-            window = 1
+            window, opened = 1, True
             p = judge.boundary_probability(left, [info])
-            threshold, margin = _bar(judge, cfg, left, [info])
+            threshold, margin = _bar(judge, cfg, left, [info], ends)
             if _shifts(1.0 - p, threshold - margin, False, threshold, left, [info], assist):
                 bounds.append(Boundary(info.seq, "shift"))
+                ends = ends.after(info, True)
                 turns, window = 1, 0
-    return SegmenterState(at, turns, recent[-(window + LEFT_CONTEXT) :], window), bounds
+    if turn.role == "user" and not opened:
+        # a user turn that is no candidate (no vector, shifts off) counts at once
+        ends = ends.after(info, False)
+    return SegmenterState(at, turns, recent[-(window + LEFT_CONTEXT) :], window, ends), bounds
 
 
 def segment(

@@ -5,7 +5,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from chatmem.memory.episodes import Job, SummaryPolicy, ThreadContext, plan_batch
-from chatmem.memory.segmentation import SegmenterConfig, SegmenterState
+from chatmem.memory.segmentation import SegmenterConfig, SegmenterState, TaskEnds
 from chatmem.schemas.events import MessageEvent
 from chatmem.schemas.records import LoggedEvent
 from tests.scripted import T0, command
@@ -66,6 +66,9 @@ def test_close_episode_closes_and_the_next_message_opens_by_command():
     assert [(o.episode_id, o.opened_by) for o in p.opened] == [("t#1", "first"), ("t#2", "command")]
     assert [j for j in p.jobs if j.kind == "final"] == [Job("final", "t#1", 1, 2)]
     assert [(a.command, a.status) for a in p.commands] == [("close_episode", "applied")]
+    # the thread keeps that its user ends tasks with a thanks; the command is a boundary
+    thanked = plan([say(1, "Find a cafe", 0), say(2, "Thanks, that's all", 1), command("t", "close_episode", 1, 2)])
+    assert thanked.context.seg_state.ends == TaskEnds(seen=True, since_boundary=False)
 
 
 def test_close_episode_without_an_open_episode_is_rejected():
