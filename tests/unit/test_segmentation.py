@@ -29,6 +29,7 @@ from chatmem.memory.boundary_scorer import (
     BoundaryScorer,
     TurnInfo,
     among_people,
+    closes_conversation,
     features,
     shipped_scorer,
 )
@@ -38,6 +39,7 @@ from chatmem.memory.segmentation import (
     SegmenterConfig,
     SegmenterState,
     SegTurn,
+    TaskEnds,
     feed,
     has_marker,
     segment,
@@ -232,8 +234,11 @@ def test_state_kept_by_the_rule_based_segmenter_starts_afresh():
 
 
 def test_per_thread_overrides():
-    cfg = CFG.with_overrides({"time_gap_hours": 1, "markers": ["NEW TOPIC"], "ignored": 5, "shift_threshold": 0.5})
+    cfg = CFG.with_overrides(
+        {"time_gap_hours": 1, "markers": ["NEW TOPIC"], "ignored": 5, "shift_threshold": 0.5, "closed_thread_bar": 1.0}
+    )
     assert cfg.time_gap_hours == 1 and cfg.markers == ("new topic",) and cfg.shift_threshold == 0.5
+    assert cfg.closed_thread_bar == 1.0
 
 
 def test_the_shipped_weights_load_and_give_probabilities():
@@ -265,6 +270,66 @@ def test_people_chatting_and_a_bots_conversation_have_their_own_threshold():
     assert scorer.bar(infos[:1], infos[2:3]) == (0.5, 0.0) and scorer.bar(infos[:2], infos[2:3]) == (0.7, 0.0)
     # a per-thread shift_threshold sets both
     assert [b.seq for b in segment(people, SegmenterConfig(shift_threshold=0.65), scorer=scorer)] == [1, 2, 3]
+
+
+TASKS = [  # a bot's user who ends a task with a thanks, then asks for the next one
+    ("user", 0, "Find me a gas station nearby.", 0),
+    ("assistant", 0, "Valero is two miles away.", 1),
+    ("user", 0, "Thanks, that's all.", 2),
+    ("assistant", 0, "You're welcome!", 3),
+    ("user", 1, "What's the weather tomorrow?", 4),
+    ("assistant", 1, "Sunny and mild.", 5),
+    ("user", 1, "Will it be windy?", 6),
+    ("assistant", 1, "Only a light breeze.", 7),
+    ("user", 1, "Thank you.", 8),
+    ("assistant", 1, "Anytime.", 9),
+    ("user", 2, "Remind me of dinner with Ana at 7pm.", 10),
+]
+
+
+def test_once_the_user_has_closed_a_task_a_shift_that_follows_no_closing_needs_the_closed_thread_bar():
+    scorer = SameProbability((), threshold=0.7, early_margin=0.0, peer_threshold=0.7, peer_margin=0.0)
+    turns = conv(TASKS)
+    # P(topic continues) 0.6 < 0.7 everywhere. Before any thanks, and right after one, that splits;
+    # "Will it be windy?" and "Thank you." follow no closing in a thread that has seen one, so
+    # they face 0.5 and stay with the weather. Among people the bar does not apply.
+    assert [b.seq for b in segment(turns, CFG, scorer=scorer)] == [2, 4, 10]
+    assert [b.seq for b in segment(turns, SegmenterConfig(closed_thread_bar=None), scorer=scorer)] == [2, 4, 6, 8, 10]
+    people = [replace(t, role="user") for t in turns]
+    assert [b.seq for b in segment(people, CFG, scorer=scorer)] == list(range(1, len(people)))
+    # a question with the thanks asks for more: it ends no task
+    assert not closes_conversation(TurnInfo.of(0, "user", "Thanks! And where can I park?", None))
+    assert not closes_conversation(TurnInfo.of(0, "assistant", "Thank you for asking.", None))
+    # the flags live in the state, through JSON, and a state kept before them has seen no closing
+    state = SegmenterState()
+    for t in turns[:8]:
+        state, _ = feed(state, t, CFG, scorer=scorer)
+        state = SegmenterState.from_json(json.loads(json.dumps(state.to_json())))
+    assert state.ends == TaskEnds(seen=True, since_boundary=False)
+    old = state.to_json()
+    del old["ends"]
+    assert SegmenterState.from_json(old).ends == TaskEnds()
+    # a thanks whose window a gap cuts short still counts: the thread has seen a closing
+    late = SegTurn(9, "user", "Next: find a pharmacy.", turns[0].at + timedelta(hours=9), topic(3))
+    state, _ = feed(SegmenterState(), turns[0], CFG, scorer=scorer)
+    state, _ = feed(state, turns[1], CFG, scorer=scorer)
+    state, _ = feed(state, replace(turns[2], text="Thank you, bye."), CFG, scorer=SameProbability((), 0.0, 0.0))
+    assert state.window == 1
+    state, bounds = feed(state, late, CFG, scorer=scorer)
+    assert bounds == [Boundary(9, "gap")] and state.ends == TaskEnds(seen=True, since_boundary=False)
+
+
+def test_the_trainer_decides_as_the_segmenter_with_the_closed_thread_bar():
+    turns = conv(TASKS)
+    d = Dialogue("tasks", [t.role for t in turns], [t.text for t in turns], [0] * len(turns))
+    items = [Labelled(d, [t.vector for t in turns], "conversations", 0)]
+    rows = read_rows(items)
+    p_shift = np.full(len(rows.y), 0.4)
+    scorer = SameProbability((), threshold=0.7, early_margin=0.0, peer_threshold=0.7, peer_margin=0.0)
+    for bar in (0.5, None):
+        hyp = decide(items, rows, p_shift, bots=(0.7, 0.0), peers=(0.7, 0.0), closed_bar=bar)[0]
+        bounds = segment(turns, SegmenterConfig(closed_thread_bar=bar), scorer=scorer)
+        assert [i + 1 for i, e in enumerate(hyp) if e] == [b.seq for b in bounds]
 
 
 def test_weights_without_a_peers_pair_use_the_one_pair_for_every_conversation():
