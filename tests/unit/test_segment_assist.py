@@ -4,6 +4,7 @@ the offline segmenter exactly as it was."""
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -73,6 +74,20 @@ def decided(turns, scorer, assist=None, cfg=CFG):
         state, bounds = feed(state, t, cfg, scorer, assist)
         out += [(b, t.seq) for b in bounds]
     return out
+
+
+def test_where_the_closed_thread_bar_applies_the_assist_is_asked_around_it():
+    # seq 2 ends a task with a thanks, 4 opens the next one; follow-up 6 then faces min(0.75, 0.5)
+    turns = [replace(t, text="Thanks, that's all.") if t.seq == 2 else t for t in dialogue(9)]
+    scorer = ScriptedScorer({(4, "open"): 0.3, (6, "closed"): 0.55})
+    assist = Assist(answer=lambda before, window: False)
+    assert decided(turns, scorer, assist) == [(Boundary(4, "shift"), 4)]
+    assert [w for _, w, _ in assist.asked] == [[6, 7, 8]]  # 0.55 is within 0.1 of 0.5: asked, rejected
+    # off, 0.55 lies below 0.75 by more than the band: a shift without a question
+    plain = Assist(answer=lambda before, window: False)
+    off = SegmenterConfig(closed_thread_bar=None)
+    assert decided(turns, scorer, plain, off) == [(Boundary(4, "shift"), 4), (Boundary(6, "shift"), 8)]
+    assert plain.asked == []
 
 
 def test_an_unsure_shift_the_model_rejects_is_no_boundary():
