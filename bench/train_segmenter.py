@@ -381,6 +381,7 @@ def decide(
 def scores_by_kind(
     items: Sequence[Labelled], rows: Rows, p: np.ndarray, bots: Bar, peers: Bar, closed_bar: float | None = None
 ) -> dict:
+    """Scores per kind of dialogue; without the closed-thread bar unless given (as pairs are chosen)."""
     hyps = decide(items, rows, p, bots, peers, closed_bar)
     out: dict[str, Scores] = {}
     for kind in sorted({it.kind for it in items}):
