@@ -647,12 +647,19 @@ def bench_topicseg(
         help="also score the segmenter with these weights (a retrained scorer, from train-segmenter --out) "
         "as `candidate`, with its paired lead over the shipped weights",
     ),
+    closed_thread_bar: float = typer.Option(
+        None,
+        min=0,
+        help="also score the segmenter (with --weights, those) with this closed-thread bar as `candidate` "
+        "(1 turns the bar off), with its paired lead over the shipped segmenter",
+    ),
 ) -> None:
     """Topic segmentation with the workers' segmenter: Pk, WD, F1 and Score."""
     from chatmem.adapters.embedders import minilm_embedder
     from chatmem.bench.topicseg import run
     from chatmem.memory.boundary_llm import Cooldown, LLMBoundaryAssist
     from chatmem.memory.boundary_scorer import BoundaryScorer
+    from chatmem.memory.segmentation import SegmenterConfig
 
     settings = cli_settings()
     if llm_assist and not settings.llm_api_key:
@@ -665,16 +672,17 @@ def bench_topicseg(
         except (ValueError, KeyError, TypeError) as e:
             console.print(f"[red]{weights} is not a segmenter weights file: {e}[/red]")
             raise typer.Exit(2) from e
+    config = None if closed_thread_bar is None else SegmenterConfig(closed_thread_bar=closed_thread_bar)
     embedder = minilm_embedder(settings.embedding_backend)
     if not llm_assist:
-        _print_topicseg(data.name, run(data, out, embedder, baseline, candidate=candidate))
+        _print_topicseg(data.name, run(data, out, embedder, baseline, candidate=candidate, candidate_config=config))
         return
     c = cli_container(settings)  # the output cache lives in the database
     try:
         llm = c.llm("bench", timeout_s=settings.segment_llm_timeout_s)
         band = settings.segment_llm_band if llm_band is None else llm_band
         assist = LLMBoundaryAssist(llm, band, Cooldown())
-        _print_topicseg(data.name, run(data, out, embedder, baseline, assist, candidate))
+        _print_topicseg(data.name, run(data, out, embedder, baseline, assist, candidate, config))
     finally:
         c.close()
     n = assist.counts

@@ -79,9 +79,11 @@ def predict(
     segmenter: str = "learned",
     assist: BoundaryAssist | None = None,
     scorer: Scorer | None = None,
+    config: SegmenterConfig | None = None,
 ) -> list[int]:
     """`learned`: the workers' segmenter with its defaults; `learned+llm`: the same with `assist`;
-    `candidate`: the same with `scorer` (other weights); `rules`: the baseline."""
+    `candidate`: the same with `scorer` (other weights) and `config` (other settings); `rules`:
+    the baseline."""
     t0 = datetime(2024, 1, 1, tzinfo=UTC)
     turns = [
         SegTurn(i, role, text, t0 + timedelta(seconds=i), vectors[i])
@@ -90,10 +92,11 @@ def predict(
     if segmenter == "rules":
         bounds = topicseg_rules.segment(turns, topicseg_rules.RulesConfig())
     else:
+        candidate = segmenter == "candidate"
         bounds = segment(
             turns,
-            SegmenterConfig(),
-            scorer=scorer if segmenter == "candidate" else None,
+            (config if candidate and config is not None else SegmenterConfig()),
+            scorer=scorer if candidate else None,
             assist=assist if segmenter == "learned+llm" else None,
         )
     ends = [0] * len(turns)
@@ -185,23 +188,27 @@ def run(
     baseline: bool,
     assist: BoundaryAssist | None = None,
     candidate: Scorer | None = None,
+    candidate_config: SegmenterConfig | None = None,
 ) -> dict[str, Scores]:
     """Scores of the learned segmenter (its predictions go to `out`), with `assist` also of the
-    learned segmenter with it (then its predictions go to `out`), with `candidate` also of the
-    segmenter with those weights, and with `baseline` of the rule-based one, all on the same
-    vectors and dialogues, so any two compare pairwise."""
+    learned segmenter with it (then its predictions go to `out`), with `candidate` or
+    `candidate_config` also of the segmenter with those weights or settings, and with `baseline` of
+    the rule-based one, all on the same vectors and dialogues, so any two compare pairwise."""
     dialogues = load(data)
     vectors = embed_all(dialogues, embedder)
     scores: dict[str, Scores] = {}
     first = "learned+llm" if assist is not None else "learned"
     segmenters = [
         *(["learned+llm"] if assist is not None else []),
-        *(["candidate"] if candidate is not None else []),
+        *(["candidate"] if candidate is not None or candidate_config is not None else []),
         "learned",
         *(["rules"] if baseline else []),
     ]
     for segmenter in segmenters:
-        hyps = [predict(d, v, segmenter, assist, candidate) for d, v in zip(dialogues, vectors, strict=True)]
+        hyps = [
+            predict(d, v, segmenter, assist, candidate, candidate_config)
+            for d, v in zip(dialogues, vectors, strict=True)
+        ]
         if out is not None and segmenter == first:
             with open(out, "w") as fh:
                 for d, h in zip(dialogues, hyps, strict=True):

@@ -86,6 +86,7 @@ def test_topicseg_scores_other_weights_as_a_candidate_on_the_same_dialogues(tmp_
     from chatmem.bench.stats import paired
     from chatmem.bench.topicseg import run
     from chatmem.memory.boundary_scorer import shipped_scorer
+    from chatmem.memory.segmentation import SegmenterConfig
     from tests.fakes import FakeEmbedder
     from tests.unit.test_segmentation import chat
 
@@ -107,3 +108,7 @@ def test_topicseg_scores_other_weights_as_a_candidate_on_the_same_dialogues(tmp_
     other = run(data, None, FakeEmbedder(), baseline=False, candidate=eager)
     assert other["learned"] == same["learned"] and other["candidate"] != other["learned"]
     assert len(other["candidate"].dialogues) == len(other["learned"].dialogues) == 4
+
+    # Other settings with the shipped weights: shifts off is another segmentation of the same dialogues.
+    off = run(data, None, FakeEmbedder(), baseline=False, candidate_config=SegmenterConfig(shift_threshold=0.0))
+    assert off["learned"] == same["learned"] and off["candidate"] != off["learned"]
