@@ -29,6 +29,7 @@ from chatmem.memory.boundary_scorer import (
     BoundaryScorer,
     TurnInfo,
     among_people,
+    bag_probability,
     closes_conversation,
     features,
     shipped_scorer,
@@ -330,6 +331,28 @@ def test_the_trainer_decides_as_the_segmenter_with_the_closed_thread_bar():
         hyp = decide(items, rows, p_shift, bots=(0.7, 0.0), peers=(0.7, 0.0), closed_bar=bar)[0]
         bounds = segment(turns, SegmenterConfig(closed_thread_bar=bar), scorer=scorer)
         assert [i + 1 for i, e in enumerate(hyp) if e] == [b.seq for b in bounds]
+    # and with the shipped networks, their early decisions and margins, on chats whose user thanks
+    items, expected, without = [], [], []
+    for seed in range(8):
+        turns = chat(seed, n_topics=6)
+        thanks = {t.seq for t in turns if t.role == "user"}
+        thanks = set(sorted(thanks)[2::4])  # every fourth user turn from the third
+        texts = ["Thanks, that's all." if t.seq in thanks else t.text for t in turns]
+        turns = [
+            replace(t, text=x, vector=v)
+            for t, x, v in zip(turns, texts, FakeEmbedder(dim=64).embed(texts), strict=True)
+        ]
+        d = Dialogue(str(seed), [t.role for t in turns], texts, [0] * len(texts))
+        items.append(Labelled(d, [t.vector for t in turns], "conversations", 0))
+        expected.append([b.seq for b in segment(turns, CFG)])
+        without.append([b.seq for b in segment(turns, SegmenterConfig(closed_thread_bar=None))])
+    rows = read_rows(items)
+    s = shipped_scorer()
+    hyps = decide(
+        items, rows, bag_probability(s.mlps, rows.x), (s.threshold, s.early_margin), (s.peer_threshold, s.peer_margin)
+    )
+    assert [[i + 1 for i, e in enumerate(h) if e] for h in hyps] == expected
+    assert expected != without  # the bar decided something here
 
 
 def test_weights_without_a_peers_pair_use_the_one_pair_for_every_conversation():
