@@ -28,8 +28,10 @@ a fixed rule on top of the pairs: off while they are chosen, and printed with th
 
 Written next to the cache: the tune part (`superseg_tune.jsonl`), a synthetic task-oriented
 set built from it (`taskconcat_tune.jsonl`, first segments of held-apart dialogues, each next
-one a near neighbour), its whole conversations joined as the second family joins the training
-part's (`conversations_tune.jsonl`), and the in-car template check (`incar_tasks.jsonl`,
+one a near neighbour), the same with each task ended by a closing exchange as often as the
+whole conversations are (`taskconcat_closed_tune.jsonl`), its whole conversations joined as the
+second family joins the training part's (`conversations_tune.jsonl`), and the in-car template
+check (`incar_tasks.jsonl`,
 bench/incar_dialogues.py), all in Def-DTS format for `chatmem bench topicseg --data`."""
 
 from __future__ import annotations
@@ -543,12 +545,26 @@ def run(
         whole, min(TASK_EVAL_DIALOGUES, len(whole)), rng, first_only=False, near=0.5, sizes=(2, 5), prefix="conv"
     )
     write_defdts(cache_dir / "conversations_tune.jsonl", [t.dialogue for t in joined])
+    # The task proxy again, its tasks ended by a closing exchange as often as the conversations'.
+    rng = random.Random(seed + 3)
+    firsts = [p for it in held if (p := _piece(it, *segments(it.dialogue)[0])) is not None]
+    closed = synthetic(
+        [conversation(p, rng, closings) for p in firsts],
+        min(TASK_EVAL_DIALOGUES, len(firsts)),
+        rng,
+        first_only=False,
+        near=1.0,
+        sizes=(3, 6),
+        prefix="task-closed",
+    )
+    write_defdts(cache_dir / "taskconcat_closed_tune.jsonl", [t.dialogue for t in closed])
     incar = incar_dialogues.dialogues()
     write_defdts(cache_dir / "incar_tasks.jsonl", incar)
     say(
         f"held-out sets for `chatmem bench topicseg --data`: {cache_dir / 'superseg_tune.jsonl'} ({len(tune)}), "
         f"{cache_dir / 'taskconcat_tune.jsonl'} ({len(task)}), "
         f"{cache_dir / 'conversations_tune.jsonl'} ({len(joined)}, whole conversations), "
+        f"{cache_dir / 'taskconcat_closed_tune.jsonl'} ({len(closed)}, tasks ended by a thanks), "
         f"{cache_dir / 'incar_tasks.jsonl'} ({len(incar)}, templates)"
     )
     return trained

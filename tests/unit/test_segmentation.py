@@ -477,6 +477,8 @@ def test_training_script_writes_weights_the_segmenter_loads(tmp_path: Path):
     scorer = BoundaryScorer.from_json(json.loads(out.read_text()))
     assert json.loads(out.read_text())["features"] == list(FEATURES)
     assert (tmp_path / "cache" / "superseg_tune.jsonl").exists()
+    for check in ("taskconcat_tune", "taskconcat_closed_tune", "conversations_tune"):  # empty: too few held apart
+        assert (tmp_path / "cache" / f"{check}.jsonl").exists(), check
     incar = load(tmp_path / "cache" / "incar_tasks.jsonl")
     assert len(incar) == 200 and all(sum(d.ends_segment) >= 2 for d in incar)
     assert segment(chat(0), CFG, scorer=scorer) == segment(chat(0), CFG, scorer=scorer)
