@@ -1,6 +1,7 @@
 """Episodes, summaries, commands and replay on real Postgres, Redis and the real embedder."""
 
 import threading
+from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -11,9 +12,10 @@ from chatmem.memory.ports import TransientError
 from chatmem.memory.sequencer import advance_thread
 from chatmem.memory.summaries import run_job
 from chatmem.producers.publisher import Publisher
+from chatmem.schemas.events import MessageEvent
 from chatmem.workers.ingest import IngestRunner
 from tests.conftest import scalar
-from tests.scripted import EXPECTED_EPISODES, EXPECTED_STARTS, command, script_events
+from tests.scripted import EXPECTED_EPISODES, EXPECTED_STARTS, T0, command, script_events
 
 pytestmark = pytest.mark.integration
 # Archived messages: a message is archived with its episode (the flag is the episode's).
@@ -117,6 +119,38 @@ def test_scripted_conversation_yields_the_expected_episodes(container):
     assert [s[0] for s in finals] == [f"script#{n}:final" for n in range(1, closed + 1)]
     assert "Lisbon" in finals[0][5] and finals[0][6]["topic_label"]
     assert any("prefer" in f for f in finals[0][6]["facts_candidates"])
+
+
+THANKS = [  # a bot's user closes a task with a thanks; "Where is it?" follows the next one up
+    ("user", "What's the weather in Boston tomorrow?"),
+    ("assistant", "Sunny with a high of 70F."),
+    ("user", "Thanks, that's all."),
+    ("assistant", "You're welcome!"),
+    ("user", "Take me to the closest coffee shop."),
+    ("assistant", "Philz Coffee is 3 miles away, route set."),
+    ("user", "Where is it?"),
+    ("assistant", "It is on Main St."),
+    ("user", "ok"),
+]
+
+
+def test_after_a_thanks_a_follow_up_stays_with_its_task_through_the_stored_state(container):
+    # Batches of two: the segmenter's state, the closed-thread flags with it, goes through Postgres
+    # between them. The shipped scorer splits "Where is it?" (seq 7) with the bar off.
+    d = Driver(container)
+
+    def said(thread: str) -> list[MessageEvent]:
+        return [
+            MessageEvent(event_id=f"{thread}-{i}", thread_id=thread, user_id="alex", role=role, text=text,
+                         occurred_at=T0 + timedelta(minutes=i))
+            for i, (role, text) in enumerate(THANKS, start=1)
+        ]  # fmt: skip
+
+    d.publish([*said("thanks"), command("thanks-off", "configure", 1, 0, closed_thread_bar=1), *said("thanks-off")])
+    d.advance("thanks", batch_size=2)
+    d.advance("thanks-off", batch_size=2)
+    assert {e[2]: e[5] for e in episodes(container, "thanks")} == {1: "first", 5: "shift"}
+    assert {e[2]: e[5] for e in episodes(container, "thanks-off")} == {1: "first", 5: "shift", 7: "shift"}
 
 
 def test_a_group_doorbell_embeds_its_threads_in_one_model_call_and_segments_as_alone(container):
