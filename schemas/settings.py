@@ -202,7 +202,8 @@ class Settings(BaseSettings):
         ge=0,
         le=1,
         description="With segment_llm_assist: a decision is unsure, and asked, when the scorer's probability that "
-        "the topic continues lies strictly within this distance of shift_threshold; 0 asks nothing.",
+        "the topic continues lies strictly within this distance of the threshold in force (shift_threshold, or the "
+        "closed-thread bar after a thanks); 0 asks nothing.",
     )
     segment_llm_timeout_s: float = Field(
         20.0,
