@@ -68,7 +68,22 @@ _ANAPHORA = re.compile(
 )
 _ELLIPSIS = re.compile(r"^\W*(and|what about|how about|also|same|а что|а как|и|тоже|также)\b", re.IGNORECASE)
 SHORT_FOLLOW_UP = 8  # words: a longer turn with a pronoun is as often a new topic as any
-GREETING, CLOSING, CONTINUES, REQUEST, ANAPHORA, ELLIPSIS = 1, 2, 4, 8, 16, 32
+# A user who is done says so without a thanks too ("Great, that's everything I needed."). Read only
+# to tell that a task ended (`closes_conversation`), never as a scorer feature.
+_DONE = re.compile(
+    r"\b(that's everything|that is everything|that will be all|that'll be all|that would be all|that'd be all|"
+    r"all set|nothing else|nothing more|(don't|do not|dont) need anything|no more questions|no further questions|"
+    r"это всё|это все|больше ничего|ничего больше)\b",
+    re.IGNORECASE,
+)
+_ORDER = re.compile(
+    r"^\W*(book|reserve|find|get|send|set|add|show|tell|give|call|make|change|cancel|move|remind|schedule|check|"
+    r"забронируй|закажи|найди|покажи|напомни|добавь|отмени|поставь)\b",
+    re.IGNORECASE,
+)
+_CLAUSE = re.compile(r"[.!;,\n]+")
+NEW_REQUEST_WORDS = 5  # a clause this long with no thanks in it says something new
+GREETING, CLOSING, CONTINUES, REQUEST, ANAPHORA, ELLIPSIS, ENDS_TASK = 1, 2, 4, 8, 16, 32, 64
 
 FEATURES: tuple[str, ...] = (
     *(f"sim_left{w}_{part}" for w in LEFT_WIDTHS for part in ("cand", "window", "last")),
@@ -105,7 +120,7 @@ class TurnInfo:
     vector: np.ndarray | None  # float32, unit-normalised
     words: int
     question: bool
-    cues: int  # bit set of GREETING, CLOSING, CONTINUES, REQUEST, ANAPHORA, ELLIPSIS
+    cues: int  # bit set of GREETING, CLOSING, CONTINUES, REQUEST, ANAPHORA, ELLIPSIS, ENDS_TASK
     # The words, kept only while an LLM assists the segmenter (memory/boundary_llm.py): the
     # scorer never reads them, and with the assist off the state stays as small as before.
     text: str | None = None
@@ -119,9 +134,24 @@ class TurnInfo:
             | REQUEST * bool(_REQUEST.search(text))
             | ANAPHORA * bool(_ANAPHORA.search(text))
             | ELLIPSIS * bool(_ELLIPSIS.search(text))
+            | ENDS_TASK * _ends_task(text)
         )
         vec = None if vector is None else np.asarray(vector, dtype=np.float32)
         return cls(seq, role, vec, len(_WORD.findall(text)), "?" in text, cues)
+
+
+def _ends_task(text: str) -> bool:
+    """A thanks or goodbye that asks nothing more: no question, and no clause without a closing
+    that asks or orders something ("Thanks. I also need a taxi to the station." goes on with the
+    task)."""
+    if "?" in text or not (_CLOSING.search(text) or _DONE.search(text)):
+        return False
+    for clause in _CLAUSE.split(text):
+        if _CLOSING.search(clause) or _DONE.search(clause):
+            continue
+        if len(_WORD.findall(clause)) >= NEW_REQUEST_WORDS or _REQUEST.search(clause) or _ORDER.search(clause):
+            return False
+    return True
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
@@ -210,7 +240,7 @@ def bag_probability(mlps: Sequence[Mlp], x: np.ndarray) -> np.ndarray:
 
 def closes_conversation(turn: TurnInfo) -> bool:
     """A user's thanks or goodbye that asks nothing more ("Thanks, that's all"): a task ended."""
-    return turn.role == "user" and bool(turn.cues & CLOSING) and not turn.question
+    return turn.role == "user" and bool(turn.cues & ENDS_TASK)
 
 
 def among_people(left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> bool:

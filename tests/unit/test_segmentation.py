@@ -24,6 +24,7 @@ from chatmem.bench.train_segmenter import (
     write_defdts,
 )
 from chatmem.memory.boundary_scorer import (
+    ENDS_TASK,
     FEATURES,
     LEFT_CONTEXT,
     BoundaryScorer,
@@ -318,6 +319,39 @@ def test_once_the_user_has_closed_a_task_a_shift_that_follows_no_closing_needs_t
     assert state.window == 1
     state, bounds = feed(state, late, CFG, scorer=scorer)
     assert bounds == [Boundary(9, "gap")] and state.ends == TaskEnds(seen=True, since_boundary=False)
+
+
+def test_a_thanks_that_goes_on_with_a_request_ends_no_task():
+    def ends(text: str) -> bool:
+        return closes_conversation(TurnInfo.of(0, "user", text, None))
+
+    # Booking conversations join several requests with a thanks; only a thanks that asks nothing
+    # more ends a task, and a user can be done without one.
+    for going_on in (
+        "Thanks. I also need a taxi to the station.",
+        "Thank you! I'm also looking for a place to stay in the north.",
+        "ok thanks, please set the gps",
+        "Thanks, book it for two",
+    ):
+        assert not ends(going_on), going_on
+    for done in (
+        "Thank you, that's all I need today.",
+        "No, that's all I need. Thank you for your help!",
+        "Great, that's everything I needed.",
+        "No, I don't need anything else. Thank you!",
+        "You've been very helpful, thanks!",
+        "спасибо, это всё",
+    ):
+        assert ends(done), done
+    # the thread's flags stay as they were after a thanks that goes on
+    going_on = TurnInfo.of(3, "user", "Thanks. I also need a taxi to the station.", None)
+    assert TaskEnds().after(going_on, boundary=False) == TaskEnds()
+    # what tells a task's end is not a scorer feature: the cue bit changes no feature
+    left = [TurnInfo.of(0, "user", "Find me a hotel.", topic(0)), TurnInfo.of(1, "assistant", "Found one.", topic(0))]
+    done = TurnInfo.of(2, "user", "Great, that's everything I needed.", topic(1))
+    bare = replace(done, cues=done.cues & ~ENDS_TASK)
+    assert done.cues != bare.cues
+    assert np.array_equal(features(left, [done]), features(left, [bare]))
 
 
 def test_the_trainer_decides_as_the_segmenter_with_the_closed_thread_bar():
