@@ -40,7 +40,9 @@ Turns = list[tuple[str, str]]
 T = TypeVar("T")
 
 
-class _Writer:
+class TemplateWriter:
+    """Random choices for template dialogues (shared with bench/booking_dialogues.py)."""
+
     def __init__(self, seed: int) -> None:
         self.r = random.Random(seed)
 
@@ -53,6 +55,8 @@ class _Writer:
             t += [("user", ask()), ("assistant", answer())]
         return t
 
+
+class _InCar(TemplateWriter):
     def weather(self) -> Turns:
         c, r = self.c, self.r
         city, day, w = c(*CITIES), c(*DAYS), c(*WEATHER)
@@ -155,18 +159,20 @@ class _Writer:
         return t
 
 
+def concatenated(dialogue_id: str, tasks: list[Turns]) -> Dialogue:
+    """The tasks one after another, each one gold segment."""
+    roles: list[str] = []
+    texts: list[str] = []
+    ends: list[int] = []
+    for task in tasks:
+        roles += [role for role, _ in task]
+        texts += [text for _, text in task]
+        ends += [0] * (len(task) - 1) + [1]
+    ends[-1] = 0
+    return Dialogue(dialogue_id, roles, texts, ends)
+
+
 def dialogues(count: int = DIALOGUES, seed: int = SEED) -> list[Dialogue]:
     """`count` dialogues of 3-6 tasks each; each task is one gold segment."""
-    w = _Writer(seed)
-    out = []
-    for k in range(count):
-        roles: list[str] = []
-        texts: list[str] = []
-        ends: list[int] = []
-        for task in [w.task() for _ in range(w.r.randint(3, 6))]:
-            roles += [role for role, _ in task]
-            texts += [text for _, text in task]
-            ends += [0] * (len(task) - 1) + [1]
-        ends[-1] = 0
-        out.append(Dialogue(f"task-{k}", roles, texts, ends))
-    return out
+    w = _InCar(seed)
+    return [concatenated(f"task-{k}", [w.task() for _ in range(w.r.randint(3, 6))]) for k in range(count)]

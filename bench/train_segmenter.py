@@ -32,7 +32,8 @@ one a near neighbour), the same with each task ended by a closing exchange as of
 whole conversations are (`taskconcat_closed_tune.jsonl`), its whole conversations joined as the
 second family joins the training part's (`conversations_tune.jsonl`), and the in-car template
 check (`incar_tasks.jsonl`,
-bench/incar_dialogues.py), all in Def-DTS format for `chatmem bench topicseg --data`."""
+bench/incar_dialogues.py) and the booking template check (`booking_tasks.jsonl`, several things
+booked in one conversation; bench/booking_dialogues.py), all in Def-DTS format for `chatmem bench topicseg --data`."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from chatmem.bench import incar_dialogues
+from chatmem.bench import booking_dialogues, incar_dialogues
 from chatmem.bench.topicseg import Dialogue, Scores, evaluate, load
 from chatmem.memory.boundary_scorer import (
     FEATURES,
@@ -560,11 +561,14 @@ def run(
     write_defdts(cache_dir / "taskconcat_closed_tune.jsonl", [t.dialogue for t in closed])
     incar = incar_dialogues.dialogues()
     write_defdts(cache_dir / "incar_tasks.jsonl", incar)
+    booking = booking_dialogues.dialogues()
+    write_defdts(cache_dir / "booking_tasks.jsonl", booking)
     say(
         f"held-out sets for `chatmem bench topicseg --data`: {cache_dir / 'superseg_tune.jsonl'} ({len(tune)}), "
         f"{cache_dir / 'taskconcat_tune.jsonl'} ({len(task)}), "
         f"{cache_dir / 'conversations_tune.jsonl'} ({len(joined)}, whole conversations), "
         f"{cache_dir / 'taskconcat_closed_tune.jsonl'} ({len(closed)}, tasks ended by a thanks), "
-        f"{cache_dir / 'incar_tasks.jsonl'} ({len(incar)}, templates)"
+        f"{cache_dir / 'incar_tasks.jsonl'} ({len(incar)}, templates), "
+        f"{cache_dir / 'booking_tasks.jsonl'} ({len(booking)}, templates)"
     )
     return trained

@@ -515,6 +515,14 @@ def test_training_script_writes_weights_the_segmenter_loads(tmp_path: Path):
         assert (tmp_path / "cache" / f"{check}.jsonl").exists(), check
     incar = load(tmp_path / "cache" / "incar_tasks.jsonl")
     assert len(incar) == 200 and all(sum(d.ends_segment) >= 2 for d in incar)
+    booking = load(tmp_path / "cache" / "booking_tasks.jsonl")
+    assert len(booking) == 200 and all(sum(d.ends_segment) >= 1 for d in booking)
+    # several things booked in one conversation: its "also" requests end no task, its closings do
+    said = [t for d in booking for r, t in zip(d.roles, d.texts, strict=True) if r == "user"]
+    also = [TurnInfo.of(0, "user", t, None) for t in said if " also " in f" {t.lower()} "]
+    assert also and not any(closes_conversation(u) for u in also)
+    ended = [d.texts[i - 1] for d in booking for i, e in enumerate(d.ends_segment) if e]
+    assert sum(closes_conversation(TurnInfo.of(0, "user", t, None)) for t in ended) > 0.7 * len(ended)
     assert segment(chat(0), CFG, scorer=scorer) == segment(chat(0), CFG, scorer=scorer)
     # The embedding cache answers a second run without the embedder.
     calls = len(embedder.calls)
