@@ -23,7 +23,7 @@ of the bag over the training material (folds by dialogue; synthetic dialogues ar
 fold): the pair for people chatting (no assistant in view) maximises TIAGE's Score, then the pair
 for conversations with a bot maximises the mean Score of SuperDialseg, the synthetic pieces and
 the whole conversations. The closed-thread bar (memory/segmentation.py: once the user has ended
-a task with a thanks, a shift that follows no closing needs P(topic continues) below 0.5 too) is
+a task with a thanks, a shift that follows no closing needs P(topic continues) below 0.4 too) is
 a fixed rule on top of the pairs: off while they are chosen, and printed with them.
 
 Written next to the cache: the tune part (`superseg_tune.jsonl`), a synthetic task-oriented

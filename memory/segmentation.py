@@ -15,8 +15,9 @@ A new episode starts
   boundary decided late lies at an earlier message, and the messages after it move to the new episode.
   In a conversation with a bot whose user has already ended a task with a thanks ("Thanks, that's
   all"), a shift with no such closing since the last boundary needs P(topic continues) below
-  `closed_thread_bar` (0.5) as well: that user closes tasks, so a turn that follows no closing is
-  more likely a follow-up than a new task, and the scorer must find a new topic more likely than not.
+  `closed_thread_bar` (0.4) as well: that user closes tasks, so a turn that follows no closing is
+  more likely a follow-up than a new task, and the scorer, which learned from data that splits at
+  every sub-question, must find a new topic clearly more likely than not.
 
 Optionally (`segment_llm_assist`) a model gives a second opinion on the decisions the scorer is
 unsure of: when a decision is taken (a shift at any moment, or no shift when the window closes)
@@ -113,7 +114,7 @@ class SegmenterConfig:
     max_episode_turns: int = 400  # a very long episode is cut so summaries stay bounded
     # With a bot in view, once the user has closed a task with a thanks, a shift with no closing
     # since the last boundary needs P(topic continues) below this too. None: no such bar.
-    closed_thread_bar: float | None = 0.5
+    closed_thread_bar: float | None = 0.4
 
     def with_overrides(self, overrides: dict) -> SegmenterConfig:
         known = {k: v for k, v in overrides.items() if k in self.__dataclass_fields__ and k != "markers"}

@@ -77,13 +77,15 @@ def decided(turns, scorer, assist=None, cfg=CFG):
 
 
 def test_where_the_closed_thread_bar_applies_the_assist_is_asked_around_it():
-    # seq 2 ends a task with a thanks, 4 opens the next one; follow-up 6 then faces min(0.75, 0.5)
+    # seq 2 ends a task with a thanks, 4 opens the next one; follow-up 6 then faces min(0.75, bar)
+    bar = SegmenterConfig().closed_thread_bar
+    assert bar is not None and bar + 0.05 < 0.65
     turns = [replace(t, text="Thanks, that's all.") if t.seq == 2 else t for t in dialogue(9)]
-    scorer = ScriptedScorer({(4, "open"): 0.3, (6, "closed"): 0.55})
+    scorer = ScriptedScorer({(4, "open"): 0.3, (6, "closed"): bar + 0.05})
     assist = Assist(answer=lambda before, window: False)
     assert decided(turns, scorer, assist) == [(Boundary(4, "shift"), 4)]
-    assert [w for _, w, _ in assist.asked] == [[6, 7, 8]]  # 0.55 is within 0.1 of 0.5: asked, rejected
-    # off, 0.55 lies below 0.75 by more than the band: a shift without a question
+    assert [w for _, w, _ in assist.asked] == [[6, 7, 8]]  # within 0.1 of the bar: asked, rejected
+    # off, it lies below 0.75 by more than the band: a shift without a question
     plain = Assist(answer=lambda before, window: False)
     off = SegmenterConfig(closed_thread_bar=None)
     assert decided(turns, scorer, plain, off) == [(Boundary(4, "shift"), 4), (Boundary(6, "shift"), 8)]
