@@ -59,6 +59,7 @@ from chatmem.memory.boundary_scorer import (
     TurnInfo,
     among_people,
     bag_probability,
+    closes_conversation,
     features,
     model_input,
     stage_of,
@@ -288,7 +289,8 @@ def read_rows(items: Sequence[Labelled]) -> Rows:
     xs, ys, its, seqs, closed, peer = [], [], [], [], [], []
     for k, item in enumerate(items):
         rec = Recorder()
-        segment(turns_of(item.dialogue, item.vectors), SegmenterConfig(), scorer=rec)
+        # every candidate, a closing too (the workers skip a user's closing in a bot's conversation)
+        segment(turns_of(item.dialogue, item.vectors), SegmenterConfig(closed_thread_bar=None), scorer=rec)
         for seq, stage, people, x in rec.rows:
             xs.append(x)
             ys.append(float(item.dialogue.ends_segment[seq - 1]))
@@ -353,8 +355,10 @@ def decide(
     """What the segmenter decides from these probabilities: a candidate is a boundary when its
     closed window, or any earlier stage by the margin, falls below the threshold (the peers' pair
     where no assistant is in view), capped at `closed_bar` with a bot in view once the user has
-    ended a task with a thanks and not since the last boundary. Features do not depend on earlier
-    decisions, so this equals running `feed` with the model; only the cap is read turn by turn."""
+    ended a task with a thanks and not since the last boundary; with the bar on, a user's closing in
+    a bot's conversation is no candidate. Features do not depend on earlier decisions, so this
+    equals running `feed` with the model; only the cap is read turn by turn."""
+    skip_closings = SegmenterConfig(closed_thread_bar=closed_bar).thanks_rules
     threshold = np.where(rows.peer, peers[0], bots[0])
     margin = np.where(rows.peer, peers[1], bots[1])
     capped = threshold if closed_bar is None else np.where(rows.peer, threshold, np.minimum(threshold, closed_bar))
@@ -371,6 +375,8 @@ def decide(
         for seq, (role, text) in enumerate(zip(d.roles, d.texts, strict=True)):
             turn = TurnInfo.of(seq, role, text, None)
             rs = by_candidate.get((k, seq))
+            if rs is not None and skip_closings and not rows.peer[rs[0]] and closes_conversation(turn):
+                rs = None
             boundary = seq == 0 or (rs is not None and bool((hit_capped if ends.gates else hit)[rs].any()))
             if boundary and seq:
                 h[seq - 1] = 1

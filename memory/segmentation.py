@@ -17,7 +17,8 @@ A new episode starts
   all"), a shift with no such closing since the last boundary needs P(topic continues) below
   `closed_thread_bar` (0.4) as well: that user closes tasks, so a turn that follows no closing is
   more likely a follow-up than a new task, and the scorer, which learned from data that splits at
-  every sub-question, must find a new topic clearly more likely than not.
+  every sub-question, must find a new topic clearly more likely than not. The user's closing itself
+  is no candidate there: it belongs to the task it ends.
 
 Optionally (`segment_llm_assist`) a model gives a second opinion on the decisions the scorer is
 unsure of: when a decision is taken (a shift at any moment, or no shift when the window closes)
@@ -115,6 +116,12 @@ class SegmenterConfig:
     # With a bot in view, once the user has closed a task with a thanks, a shift with no closing
     # since the last boundary needs P(topic continues) below this too. None: no such bar.
     closed_thread_bar: float | None = 0.4
+
+    @property
+    def thanks_rules(self) -> bool:
+        """The closed-thread bar, and a closing opening no episode: on unless the bar is off (None,
+        or 1 and more, which would cap nothing)."""
+        return self.closed_thread_bar is not None and self.closed_thread_bar < 1
 
     def with_overrides(self, overrides: dict) -> SegmenterConfig:
         known = {k: v for k, v in overrides.items() if k in self.__dataclass_fields__ and k != "markers"}
@@ -280,6 +287,12 @@ def _bar(
     return threshold, margin
 
 
+def _ends_task(cfg: SegmenterConfig, left: Sequence[TurnInfo], turn: TurnInfo) -> bool:
+    """A user's closing in a bot's conversation belongs to the task it ends: no candidate for a
+    shift (an episode of "Thanks, bye" alone holds nothing to remember)."""
+    return cfg.thanks_rules and closes_conversation(turn) and not among_people(left, [turn])
+
+
 def feed(
     state: SegmenterState,
     turn: SegTurn,
@@ -334,7 +347,7 @@ def feed(
     opened = False
     if turn.role == "user" and not window and (cfg.shift_threshold is None or cfg.shift_threshold > 0):
         left = recent[:-1][-LEFT_CONTEXT:]
-        if info.vector is not None and any(t.vector is not None for t in left):
+        if info.vector is not None and any(t.vector is not None for t in left) and not _ends_task(cfg, left, info):
             window, opened = 1, True
             p = judge.boundary_probability(left, [info])
             threshold, margin = _bar(judge, cfg, left, [info], ends)

@@ -292,11 +292,14 @@ TASKS = [  # a bot's user who ends a task with a thanks, then asks for the next 
 def test_once_the_user_has_closed_a_task_a_shift_that_follows_no_closing_needs_the_closed_thread_bar():
     scorer = SameProbability((), threshold=0.7, early_margin=0.0, peer_threshold=0.7, peer_margin=0.0)
     turns = conv(TASKS)
-    # P(topic continues) 0.6 < 0.7 everywhere. Before any thanks, and right after one, that splits;
-    # "Will it be windy?" and "Thank you." follow no closing in a thread that has seen one, so
-    # they face 0.5 and stay with the weather. Among people the bar does not apply.
-    assert [b.seq for b in segment(turns, CFG, scorer=scorer)] == [2, 4, 10]
+    # P(topic continues) 0.6 < 0.7 everywhere. Right after a thanks that splits; "Will it be windy?"
+    # follows no closing in a thread that has seen one, so it faces the bar and stays with the
+    # weather. A closing is no candidate at all ("Thanks, that's all." stays with its gas station).
+    # With the bar off (None, or 1: it would cap nothing) both rules are off. Among people neither
+    # applies.
+    assert [b.seq for b in segment(turns, CFG, scorer=scorer)] == [4, 10]
     assert [b.seq for b in segment(turns, SegmenterConfig(closed_thread_bar=None), scorer=scorer)] == [2, 4, 6, 8, 10]
+    assert [b.seq for b in segment(turns, SegmenterConfig(closed_thread_bar=1.0), scorer=scorer)] == [2, 4, 6, 8, 10]
     people = [replace(t, role="user") for t in turns]
     assert [b.seq for b in segment(people, CFG, scorer=scorer)] == list(range(1, len(people)))
     # a question with the thanks asks for more: it ends no task
@@ -311,12 +314,12 @@ def test_once_the_user_has_closed_a_task_a_shift_that_follows_no_closing_needs_t
     old = state.to_json()
     del old["ends"]
     assert SegmenterState.from_json(old).ends == TaskEnds()
-    # a thanks whose window a gap cuts short still counts: the thread has seen a closing
+    # a thanks opens no window and counts at once; the thread keeps it through a gap
     late = SegTurn(9, "user", "Next: find a pharmacy.", turns[0].at + timedelta(hours=9), topic(3))
     state, _ = feed(SegmenterState(), turns[0], CFG, scorer=scorer)
     state, _ = feed(state, turns[1], CFG, scorer=scorer)
     state, _ = feed(state, replace(turns[2], text="Thank you, bye."), CFG, scorer=SameProbability((), 0.0, 0.0))
-    assert state.window == 1
+    assert state.window == 0 and state.ends == TaskEnds(seen=True, since_boundary=True)
     state, bounds = feed(state, late, CFG, scorer=scorer)
     assert bounds == [Boundary(9, "gap")] and state.ends == TaskEnds(seen=True, since_boundary=False)
 
