@@ -23,7 +23,7 @@ from chatmem.schemas.records import LoggedEvent
 CONFIGURABLE: dict[str, type] = {
     "time_gap_hours": float,
     "shift_threshold": float,
-    "closed_thread_bar": float,  # 1 or more: off (it caps the threshold)
+    "closed_thread_bar": float,  # 1 or more: off (it caps nothing, and closings are candidates again)
     "markers": list,
     "running_summary_every": int,
     "running_summary_tokens": int,
