@@ -81,6 +81,7 @@ _ORDER = re.compile(
     r"забронируй|закажи|найди|покажи|напомни|добавь|отмени|поставь)\b",
     re.IGNORECASE,
 )
+_THANKS_TO = re.compile(r"\bthanks to\b", re.IGNORECASE)  # "thanks to the storm ...": a cause, no thanks
 _CLAUSE = re.compile(r"[.!;,\n]+")
 NEW_REQUEST_WORDS = 5  # a clause this long with no thanks in it says something new
 GREETING, CLOSING, CONTINUES, REQUEST, ANAPHORA, ELLIPSIS, ENDS_TASK = 1, 2, 4, 8, 16, 32, 64
@@ -144,6 +145,7 @@ def _ends_task(text: str) -> bool:
     """A thanks or goodbye that asks nothing more: no question, and no clause without a closing
     that asks or orders something ("Thanks. I also need a taxi to the station." goes on with the
     task)."""
+    text = _THANKS_TO.sub(" ", text)
     if "?" in text or not (_CLOSING.search(text) or _DONE.search(text)):
         return False
     for clause in _CLAUSE.split(text):
