@@ -1,3 +1,4 @@
+import itertools
 import json
 import random
 from collections.abc import Sequence
@@ -77,9 +78,10 @@ TOPICS = {
 }
 
 
-def chat(seed: int, n_topics: int = 5) -> list[SegTurn]:
-    """A user/assistant chat hopping between topics, the assistant sometimes answering twice;
-    vectors from the fake bag-of-words embedder."""
+def chat(seed: int, n_topics: int = 5, thanks: bool = False) -> list[SegTurn]:
+    """A user/assistant chat hopping between topics, the assistant sometimes answering twice
+    (with `thanks`, the user often ends a topic with a thanks); vectors from the fake bag-of-words
+    embedder."""
     rng = random.Random(seed)
     names = list(TOPICS)
     texts, roles = [], []
@@ -92,6 +94,9 @@ def chat(seed: int, n_topics: int = 5) -> list[SegTurn]:
             for _ in range(rng.choice((1, 1, 2))):
                 texts.append(" ".join(rng.sample(words, 6)) + ".")
                 roles.append("assistant")
+        if thanks and rng.random() < 0.6:
+            texts += ["Thanks, that's all.", "You're welcome!"]
+            roles += ["user", "assistant"]
     vectors = FakeEmbedder(dim=64).embed(texts)
     at = [T0 + timedelta(minutes=i) for i in range(len(texts))]
     return [SegTurn(i, *turn) for i, turn in enumerate(zip(roles, texts, at, vectors, strict=True))]
@@ -185,15 +190,21 @@ def _streamed(turns: list[SegTurn], cfg: SegmenterConfig) -> list[tuple[Boundary
 
 
 def test_streaming_message_by_message_through_json_equals_one_pass_and_decides_within_two_user_turns():
-    for seed in range(6):
-        turns = chat(seed)
+    # with thanks too: the closed-thread flags go through the JSON state, and closings open no window
+    ruled = 0
+    for seed, thanks in itertools.product(range(6), (False, True)):
+        turns = chat(seed, thanks=thanks)
+        assert thanks == any(closes_conversation(TurnInfo.of(t.seq, t.role, t.text, None)) for t in turns)
+        ruled += segment(turns, CFG) != segment(turns, SegmenterConfig(closed_thread_bar=None))
         whole = segment(turns, CFG)
         streamed = _streamed(turns, CFG)
         assert [b for b, _ in streamed] == whole
         assert any(b.reason == "shift" for b in whole)
+        assert not any(closes_conversation(TurnInfo.of(b.seq, "user", turns[b.seq].text, None)) for b in whole)
         for b, decided_at in streamed:
             user_turns = [t for t in turns if b.seq <= t.seq <= decided_at and t.role == "user"]
             assert decided_at >= b.seq and len(user_turns) <= 2
+    assert ruled  # the thanks rules decided something in these chats
 
 
 def test_streaming_in_batches_through_json_state_equals_one_pass():
