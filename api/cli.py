@@ -651,7 +651,7 @@ def bench_topicseg(
         None,
         min=0,
         help="also score the segmenter (with --weights, those) with this closed-thread bar as `candidate` "
-        "(1 turns the bar off), with its paired lead over the shipped segmenter",
+        "(1 turns the thanks rules off), with its paired lead over the shipped segmenter",
     ),
 ) -> None:
     """Topic segmentation with the workers' segmenter: Pk, WD, F1 and Score."""
