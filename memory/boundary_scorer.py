@@ -135,7 +135,7 @@ class TurnInfo:
             | REQUEST * bool(_REQUEST.search(text))
             | ANAPHORA * bool(_ANAPHORA.search(text))
             | ELLIPSIS * bool(_ELLIPSIS.search(text))
-            | ENDS_TASK * _ends_task(text)
+            | ENDS_TASK * (role == "user" and _ends_task(text))  # only a user ends a task
         )
         vec = None if vector is None else np.asarray(vector, dtype=np.float32)
         return cls(seq, role, vec, len(_WORD.findall(text)), "?" in text, cues)
@@ -145,8 +145,10 @@ def _ends_task(text: str) -> bool:
     """A thanks or goodbye that asks nothing more: no question, and no clause without a closing
     that asks or orders something ("Thanks. I also need a taxi to the station." goes on with the
     task)."""
+    if "?" in text:
+        return False
     text = _THANKS_TO.sub(" ", text)
-    if "?" in text or not (_CLOSING.search(text) or _DONE.search(text)):
+    if not (_CLOSING.search(text) or _DONE.search(text)):
         return False
     for clause in _CLAUSE.split(text):
         if _CLOSING.search(clause) or _DONE.search(clause):

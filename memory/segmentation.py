@@ -287,7 +287,7 @@ def _bar(
     return threshold, margin
 
 
-def _ends_task(cfg: SegmenterConfig, left: Sequence[TurnInfo], turn: TurnInfo) -> bool:
+def _closing_stays(cfg: SegmenterConfig, left: Sequence[TurnInfo], turn: TurnInfo) -> bool:
     """A user's closing in a bot's conversation belongs to the task it ends: no candidate for a
     shift (an episode of "Thanks, bye" alone holds nothing to remember)."""
     return cfg.thanks_rules and closes_conversation(turn) and not among_people(left, [turn])
@@ -347,7 +347,7 @@ def feed(
     opened = False
     if turn.role == "user" and not window and (cfg.shift_threshold is None or cfg.shift_threshold > 0):
         left = recent[:-1][-LEFT_CONTEXT:]
-        if info.vector is not None and any(t.vector is not None for t in left) and not _ends_task(cfg, left, info):
+        if info.vector is not None and any(t.vector is not None for t in left) and not _closing_stays(cfg, left, info):
             window, opened = 1, True
             p = judge.boundary_probability(left, [info])
             threshold, margin = _bar(judge, cfg, left, [info], ends)
