@@ -3,7 +3,10 @@ the rule-based segmenter it replaced (bench/topicseg_rules.py) as the baseline.
 
 Reads TIAGE (`.json`: id -> [[utterance, label], ...]) and Def-DTS (`.jsonl`: {id, dialogue}
 with `role: text` lines joined by [NEWLINE] and a [BOUNDARY] line after each segment). Each
-dialogue is one thread with no time gaps. Scores follow the SuperDialseg protocol: per
+dialogue is one thread with no time gaps. A Def-DTS speaker named like a bot or a support agent
+("agent", "system", "assistant", ...) is the thread's assistant; any other speaker is a user, as
+the history importers count every author not named as the bot's, so "A:" and "B:" are two people
+chatting. Scores follow the SuperDialseg protocol: per
 utterance `ends_segment` (the last utterance is always 0); Pk and WindowDiff as in NLTK with
 k = max(2, round(n / (boundaries + 1) / 2)); binary F1 (0 when undefined); each averaged over
 dialogues; Score = 0.5·F1 + 0.25·(1 − Pk) + 0.25·(1 − WD). Each Score comes with its bootstrap
@@ -17,6 +20,7 @@ weights (`--weights`, a retrain) it also runs with them, as `candidate`."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -44,6 +48,19 @@ def load(path: Path) -> list[Dialogue]:
     return [_tiage(did, turns) for did, turns in data.items()]
 
 
+# Speaker names that the dialogue corpora in this format give a bot, a system or a support agent.
+ASSISTANT_NAMES = frozenset(
+    {"agent", "assistant", "system", "sys", "bot", "chatbot", "ai", "model", "gpt", "wizard", "operator", "support"}
+)
+_NUMBERED = re.compile(r"[\s_-]*\d+$")  # "agent1", "system 2"
+
+
+def speaker_role(name: str) -> str:
+    """The thread role of a speaker named `name` in a Def-DTS line."""
+    key = _NUMBERED.sub("", name.strip().lower())
+    return "assistant" if key in ASSISTANT_NAMES else "user"
+
+
 def _tiage(did: str, turns: list) -> Dialogue:
     texts = [t[0] for t in turns]
     starts = [str(t[1]) == "1" for t in turns]
@@ -65,7 +82,7 @@ def _defdts(row: dict) -> Dialogue:
         if not line:
             continue
         role, _, text = line.partition(":")
-        roles.append("user" if role.strip().lower() == "user" else "assistant")
+        roles.append(speaker_role(role))
         texts.append(text.strip())
         ends.append(0)
     if ends:

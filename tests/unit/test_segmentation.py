@@ -559,3 +559,19 @@ def test_score_combines_f1_pk_wd():
     perfect = evaluate(ref, ref)
     assert perfect.f1 == 1.0 and perfect.pk == 0.0 and perfect.score == 1.0
     assert evaluate(ref, [[0] * 8]).f1 == 0.0
+
+
+def test_a_defdts_speaker_is_the_assistant_only_when_named_like_one(tmp_path: Path):
+    # Speakers with other names are people, as the history importers count unknown authors:
+    # read as assistants, no turn of "A:" / "B:" dialogues would ever be a candidate boundary.
+    lines = {
+        "bot": "user: hi[NEWLINE]agent: hello[NEWLINE][BOUNDARY][NEWLINE]USER: cats?[NEWLINE]System 2: yes",
+        "people": "A: hi[NEWLINE]B: hello[NEWLINE][BOUNDARY][NEWLINE]A: cats?[NEWLINE]B: yes",
+        "named": "human: hi[NEWLINE]bot: hello[NEWLINE]customer: cats?[NEWLINE]support: yes",
+    }
+    path = tmp_path / "roles.jsonl"
+    path.write_text("".join(json.dumps({"id": k, "dialogue": v}) + "\n" for k, v in lines.items()))
+    bot, people, named = load(path)
+    assert bot.roles == ["user", "assistant", "user", "assistant"] and bot.ends_segment == [0, 1, 0, 0]
+    assert people.roles == ["user"] * 4 and people.texts == ["hi", "hello", "cats?", "yes"]
+    assert named.roles == ["user", "assistant", "user", "assistant"]
