@@ -52,13 +52,12 @@ def load(path: Path) -> list[Dialogue]:
 ASSISTANT_NAMES = frozenset(
     {"agent", "assistant", "system", "sys", "bot", "chatbot", "ai", "model", "gpt", "wizard", "operator", "support"}
 )
-_NUMBERED = re.compile(r"[\s_-]*\d+$")  # "agent1", "system 2"
+_NAME_WORD = re.compile(r"[a-z]+")  # "agent1", "System 2", "travel_agent"
 
 
 def speaker_role(name: str) -> str:
     """The thread role of a speaker named `name` in a Def-DTS line."""
-    key = _NUMBERED.sub("", name.strip().lower())
-    return "assistant" if key in ASSISTANT_NAMES else "user"
+    return "assistant" if any(w in ASSISTANT_NAMES for w in _NAME_WORD.findall(name.lower())) else "user"
 
 
 def _tiage(did: str, turns: list) -> Dialogue:

@@ -567,7 +567,7 @@ def test_a_defdts_speaker_is_the_assistant_only_when_named_like_one(tmp_path: Pa
     lines = {
         "bot": "user: hi[NEWLINE]agent: hello[NEWLINE][BOUNDARY][NEWLINE]USER: cats?[NEWLINE]System 2: yes",
         "people": "A: hi[NEWLINE]B: hello[NEWLINE][BOUNDARY][NEWLINE]A: cats?[NEWLINE]B: yes",
-        "named": "human: hi[NEWLINE]bot: hello[NEWLINE]customer: cats?[NEWLINE]support: yes",
+        "named": "human: hi[NEWLINE]bot: hello[NEWLINE]customer: cats?[NEWLINE]travel_agent: yes",
     }
     path = tmp_path / "roles.jsonl"
     path.write_text("".join(json.dumps({"id": k, "dialogue": v}) + "\n" for k, v in lines.items()))
