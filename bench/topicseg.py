@@ -6,7 +6,7 @@ with `role: text` lines joined by [NEWLINE] and a [BOUNDARY] line after each seg
 dialogue is one thread with no time gaps. A Def-DTS speaker named like a bot or a support agent
 ("agent", "system", "assistant", ...) is the thread's assistant; any other speaker is a user, as
 the history importers count every author not named as the bot's, so "A:" and "B:" are two people
-chatting. Scores follow the SuperDialseg protocol: per
+chatting. A line with no short speaker name before a colon is all text, said by a person. Scores follow the SuperDialseg protocol: per
 utterance `ends_segment` (the last utterance is always 0); Pk and WindowDiff as in NLTK with
 k = max(2, round(n / (boundaries + 1) / 2)); binary F1 (0 when undefined); each averaged over
 dialogues; Score = 0.5·F1 + 0.25·(1 − Pk) + 0.25·(1 − WD). Each Score comes with its bootstrap
@@ -52,6 +52,7 @@ def load(path: Path) -> list[Dialogue]:
 ASSISTANT_NAMES = frozenset(
     {"agent", "assistant", "system", "sys", "bot", "chatbot", "ai", "model", "gpt", "wizard", "operator", "support"}
 )
+MAX_SPEAKER_WORDS = 3  # "customer service agent"; a longer head before a colon is part of what was said
 _NAME_WORD = re.compile(r"[a-z]+")  # "agent1", "System 2", "travel_agent"
 
 
@@ -80,7 +81,9 @@ def _defdts(row: dict) -> Dialogue:
             continue
         if not line:
             continue
-        role, _, text = line.partition(":")
+        role, colon, text = line.partition(":")
+        if not colon or len(role.split()) > MAX_SPEAKER_WORDS:
+            role, text = "", line  # no speaker named: the whole line is what was said, by a person
         roles.append(speaker_role(role))
         texts.append(text.strip())
         ends.append(0)
