@@ -6,10 +6,10 @@ with `role: text` lines joined by [NEWLINE] and a [BOUNDARY] line after each seg
 dialogue is one thread with no time gaps. A Def-DTS speaker named like a bot or a support agent
 ("agent", "system", "assistant", ...) is the thread's assistant; any other speaker is a user, as
 the history importers count every author not named as the bot's, so "A:" and "B:" are two people
-chatting. A line with no short speaker name before a colon is all text, said by a person. Scores follow the SuperDialseg protocol: per
-utterance `ends_segment` (the last utterance is always 0); Pk and WindowDiff as in NLTK with
-k = max(2, round(n / (boundaries + 1) / 2)); binary F1 (0 when undefined); each averaged over
-dialogues; Score = 0.5·F1 + 0.25·(1 − Pk) + 0.25·(1 − WD). Each Score comes with its bootstrap
+chatting. A line with no short speaker name before a colon is all text, said by a person.
+Scores follow the SuperDialseg protocol: per utterance `ends_segment` (the last utterance is
+always 0); Pk and WindowDiff as in NLTK with k = max(2, round(n / (boundaries + 1) / 2)); binary
+F1 (0 when undefined); each averaged over dialogues; Score = 0.5·F1 + 0.25·(1 − Pk) + 0.25·(1 − WD). Each Score comes with its bootstrap
 interval over the dialogues, and the learned segmenter's lead over the rules with the interval of
 the paired difference (bench/stats.py).
 
