@@ -1,17 +1,17 @@
 """`chatmem bench topicseg`: the workers' segmenter on dialogue topic-segmentation data, next to
 the rule-based segmenter it replaced (bench/topicseg_rules.py) as the baseline.
 
-Reads TIAGE (`.json`: id -> [[utterance, label], ...]) and Def-DTS (`.jsonl`: {id, dialogue}
-with `role: text` lines joined by [NEWLINE] and a [BOUNDARY] line after each segment). Each
-dialogue is one thread with no time gaps. A Def-DTS speaker named like a bot or a support agent
-("agent", "system", "assistant", ...) is the thread's assistant; any other speaker is a user, as
-the history importers count every author not named as the bot's, so "A:" and "B:" are two people
-chatting. A line with no short speaker name before a colon is all text, said by a person.
-Scores follow the SuperDialseg protocol: per utterance `ends_segment` (the last utterance is
-always 0); Pk and WindowDiff as in NLTK with k = max(2, round(n / (boundaries + 1) / 2)); binary
-F1 (0 when undefined); each averaged over dialogues; Score = 0.5·F1 + 0.25·(1 − Pk) + 0.25·(1 − WD). Each Score comes with its bootstrap
-interval over the dialogues, and the learned segmenter's lead over the rules with the interval of
-the paired difference (bench/stats.py).
+Reads TIAGE (`.json`: id -> [[utterance, label], ...]) and Def-DTS (`.jsonl`: {id, dialogue} with
+`role: text` lines joined by [NEWLINE] and a [BOUNDARY] line after each segment). Each dialogue is
+one thread with no time gaps. A Def-DTS speaker named like a bot or a support agent ("agent",
+"system", "assistant", ...) is the thread's assistant; any other speaker is a user, as the history
+importers count every author not named as the bot's, so "A:" and "B:" are two people chatting. A
+line with no short speaker name before a colon is all text, said by a person. Scores follow the
+SuperDialseg protocol: per utterance `ends_segment` (the last utterance is always 0); Pk and
+WindowDiff as in NLTK with k = max(2, round(n / (boundaries + 1) / 2)); binary F1 (0 when
+undefined); each averaged over dialogues; Score = 0.5·F1 + 0.25·(1 − Pk) + 0.25·(1 − WD). Each
+Score comes with its bootstrap interval over the dialogues, and the learned segmenter's lead over
+the rules with the interval of the paired difference (bench/stats.py).
 
 With an assist (`--llm-assist`: the segmenter's LLM assist over the configured endpoint,
 memory/boundary_llm.py) the learned segmenter also runs with it, as `learned+llm`; with other
