@@ -48,12 +48,14 @@ def load(path: Path) -> list[Dialogue]:
     return [_tiage(did, turns) for did, turns in data.items()]
 
 
-# Speaker names that the dialogue corpora in this format give a bot, a system or a support agent.
+# Speaker names that the dialogue corpora in this format give a bot, a system or a support agent
+# (in English and Russian, the languages of the segmenter's cues).
 ASSISTANT_NAMES = frozenset(
     {"agent", "assistant", "system", "sys", "bot", "chatbot", "ai", "model", "gpt", "wizard", "operator", "support"}
+    | {"агент", "ассистент", "система", "бот", "оператор", "поддержка"}
 )
 MAX_SPEAKER_WORDS = 3  # "customer service agent"; a longer head before a colon is part of what was said
-_NAME_WORD = re.compile(r"[a-z]+")  # "agent1", "System 2", "travel_agent"
+_NAME_WORD = re.compile(r"[^\W\d_]+")  # letters: "agent1", "System 2", "travel_agent", "Бот"
 
 
 def speaker_role(name: str) -> str:

@@ -567,7 +567,7 @@ def test_a_defdts_speaker_is_the_assistant_only_when_named_like_one(tmp_path: Pa
     lines = {
         "bot": "user: hi[NEWLINE]agent: hello[NEWLINE][BOUNDARY][NEWLINE]USER: cats?[NEWLINE]System 2: yes",
         "people": "A: hi[NEWLINE]B: hello[NEWLINE][BOUNDARY][NEWLINE]A: cats?[NEWLINE]B: yes",
-        "named": "human: hi[NEWLINE]bot: hello[NEWLINE]customer: cats?[NEWLINE]travel_agent: yes",
+        "named": "human: hi[NEWLINE]bot: hello[NEWLINE]customer: cats?[NEWLINE]travel_agent: yes[NEWLINE]Бот: да",
         "unnamed": "user: when?[NEWLINE]the train leaves at: 5 pm[NEWLINE]no speaker here",
     }
     path = tmp_path / "roles.jsonl"
@@ -575,6 +575,6 @@ def test_a_defdts_speaker_is_the_assistant_only_when_named_like_one(tmp_path: Pa
     bot, people, named, unnamed = load(path)
     assert bot.roles == ["user", "assistant", "user", "assistant"] and bot.ends_segment == [0, 1, 0, 0]
     assert people.roles == ["user"] * 4 and people.texts == ["hi", "hello", "cats?", "yes"]
-    assert named.roles == ["user", "assistant", "user", "assistant"]
+    assert named.roles == ["user", "assistant", "user", "assistant", "assistant"]
     # A line with no speaker before a colon keeps all it says.
     assert unnamed.texts == ["when?", "the train leaves at: 5 pm", "no speaker here"]
