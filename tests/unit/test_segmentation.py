@@ -430,6 +430,25 @@ def test_follow_up_cues_mark_short_turns_that_lean_on_what_was_said():
     assert cue("Find a hospital nearby.").tolist() == [0.0, 0.0, 0.0]
 
 
+def test_partner_cues_mark_a_question_that_opens_on_the_partner_or_hands_one_back():
+    vec = np.ones(4, dtype=np.float32) / 2
+
+    def cue(text: str, before_role: str = "user") -> list[float]:
+        before, cand = TurnInfo.of(0, before_role, "i like hiking.", vec), TurnInfo.of(1, "user", text, vec)
+        x = features([before], [cand])
+        return x[[FEATURES.index(f) for f in ("intro_cand", "back_cand", "people")]].tolist()
+
+    assert cue("good for you. do you like vintage cars?") == [1.0, 0.0, 1.0]
+    assert cue("lol, what's your favorite band?") == [1.0, 0.0, 1.0]
+    assert cue("i love pizza. how about you?") == [0.0, 1.0, 1.0]
+    assert cue("я люблю пиццу. а ты?") == [0.0, 1.0, 1.0]
+    assert cue("у тебя есть собака?") == [1.0, 0.0, 1.0]
+    # a question mark is needed, and the partner's name for the turn does not change the cue
+    assert cue("do you know, i never liked cars.") == [0.0, 0.0, 1.0]
+    assert cue("Do you have any rooms left?", before_role="assistant") == [1.0, 0.0, 0.0]
+    assert cue("Where is the station?") == [0.0, 0.0, 1.0]
+
+
 def _tiny_corpus() -> tuple[list[Dialogue], list[Dialogue]]:
     """TIAGE-like (all user) and SuperDialseg-like (user/agent) dialogues over the fake topics."""
     rng = random.Random(7)
@@ -472,6 +491,27 @@ def test_the_trainer_decides_with_the_peoples_pair_where_no_assistant_is_in_view
     hyps = decide(items, rows, p_shift, bots=(0.7, 0.0), peers=(0.5, 0.0))
     assert rows.peer[rows.item < len(tiage)].all() and not rows.peer[rows.item >= len(tiage)].any()
     assert not any(map(any, hyps[: len(tiage)])) and all(map(any, hyps[len(tiage) :]))
+
+
+def test_the_bots_pair_is_chosen_as_the_workers_decide_with_the_closed_thread_bar(monkeypatch: pytest.MonkeyPatch):
+    import chatmem.bench.train_segmenter as trainer
+
+    seen: list[tuple[tuple[float, float], float | None, float]] = []
+    score = trainer.scores_by_kind
+
+    def recording(items, rows, p, bots, peers, closed_bar=None):  # type: ignore[no-untyped-def]
+        out = score(items, rows, p, bots, peers, closed_bar)
+        if closed_bar is not None:
+            seen.append((bots, closed_bar, float(np.mean([out[k].score for k in trainer.BOT_KINDS if k in out]))))
+        return out
+
+    monkeypatch.setattr(trainer, "scores_by_kind", recording)
+    tiage, superseg = _tiny_corpus()
+    scorer = train(_labelled(tiage, "tiage"), _labelled(superseg, "superseg"), bag=1).scorer
+    with_bar = {bots: mean for bots, bar, mean in seen if bar == trainer.CLOSED_BAR}  # the peers' grid has none
+    pairs = [(t, m) for t in trainer.THRESHOLDS for m in trainer.MARGINS if t - m > 0]
+    assert sorted(with_bar) == sorted(pairs)  # every pair scored with the bar on
+    assert with_bar[(scorer.threshold, scorer.early_margin)] == max(with_bar.values())
 
 
 def test_the_scorer_is_the_mean_of_a_bag_of_networks_from_different_seeds():
