@@ -90,9 +90,8 @@ NEW_REQUEST_WORDS = 5  # a clause this long with no thanks in it says something 
 # brings up something new far more often than other questions (TIAGE train: 59% of such turns
 # start a topic, other questions 26%), and one that hands a question back ("how about you?")
 # keeps it. Read only in a turn with a question mark; a clause may open with a filler word.
-_OPENER = (
-    r"(?:^|[.!?;,]\s*)\s*(?:(?:so|and|well|oh|hey|btw|also|anyway|ok|okay|lol|cool|nice|great|wow|а|и|ну)[\s,!.]*)?"
-)
+# One `\s*` after the clause mark: two in a row made a long run of spaces quadratic to search.
+_OPENER = r"(?:^|[.!?;,])\s*(?:(?:so|and|well|oh|hey|btw|also|anyway|ok|okay|lol|cool|nice|great|wow|а|и|ну)[\s,!.]*)?"
 _INTRO = re.compile(
     _OPENER + r"(?:(?:do|did|have|are|were|would|can|could|will)\s+(?:you|u)\b|"
     r"what(?:'s|s| is| are| was)\s+your\b|what do you\b|where (?:do|are|did) you\b|how old\b|who is your\b|"
