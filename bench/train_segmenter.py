@@ -455,9 +455,10 @@ def train(
     # The peers' pair first: their kinds are read with it alone (no assistant in any window).
     by_peers = {tm: scores_by_kind(items, rows, oof, tm, tm) for tm in pairs}
     peers = _best(pairs, lambda tm: _mean_score(by_peers[tm], PEER_KINDS))
-    # The bots' pair is chosen as the workers decide, with the closed-thread bar on: with it off,
-    # the whole conversations are scored as no worker splits them, and a scorer that reads whom it
-    # talks to was sent to the fewest splits (docs/benchmarks.md, "One bag that knows whom it reads").
+    # The bots' pair is chosen as the workers decide, with the closed-thread bar on. With it off,
+    # a bot's conversations were scored as no worker decides them by default, and a scorer that
+    # reads whom it talks to was sent to the fewest splits (docs/benchmarks.md, "One bag that knows
+    # whom it reads").
     grid = {tm: scores_by_kind(items, rows, oof, tm, peers, CLOSED_BAR) for tm in pairs}
     threshold, margin = _best(pairs, lambda tm: _mean_score(grid[tm], BOT_KINDS))
     without_bar = scores_by_kind(items, rows, oof, (threshold, margin), peers)
