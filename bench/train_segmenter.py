@@ -25,6 +25,10 @@ for conversations with a bot maximises the mean Score of SuperDialseg, the synth
 the whole conversations, scored as the workers decide: with the closed-thread bar on
 (memory/segmentation.py: once the user has ended a task with a thanks, a shift that follows no
 closing needs P(topic continues) below 0.4 too). The Scores without the bar are printed beside.
+Then a fresh margin for each, people's first: how much lower the threshold is while the episode
+holds a single user turn before the candidate. Out of fold several margins score within a hair of
+each other, so the smallest one within `FLAT` of the best is taken: the least change that the
+cross-validation cannot tell from the best.
 
 Written next to the cache: the tune part (`superseg_tune.jsonl`), a synthetic task-oriented
 set built from it (`taskconcat_tune.jsonl`, first segments of held-apart dialogues, each next
@@ -55,6 +59,7 @@ from chatmem.memory.boundary_scorer import (
     FEATURES,
     STAGES,
     WEIGHTS_FILE,
+    Bar,
     BoundaryScorer,
     TurnInfo,
     among_people,
@@ -81,6 +86,8 @@ SYNTHETIC_WEIGHT = 0.5  # per row, against 1 for natural dialogues: chosen by cr
 CLOSED_BAR = SegmenterConfig().closed_thread_bar
 THRESHOLDS = (0.55, 0.6, 0.65, 0.7, 0.75, 0.8)  # on P(topic continues)
 MARGINS = (0.0, 0.1, 0.2)
+FRESH_MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2)
+FLAT = 0.001  # Score: out of fold, fresh margins this close are not told apart
 TASK_EVAL_DIALOGUES = 300
 CONVERSATIONS_PER_FOLD = 100  # concatenations of whole conversations, each one segment
 CONVERSATION_WEIGHT = 0.25  # per row: as 50 at 0.5 (both measured), with more conversations seen
@@ -256,8 +263,8 @@ class Recorder:
     def __init__(self) -> None:
         self.rows: list[tuple[int, str, bool, np.ndarray]] = []
 
-    def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> tuple[float, float]:
-        return 1.0, 0.0  # shifts on (windows open), yet P(continues) = 1 is never below it
+    def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> Bar:
+        return Bar(1.0, 0.0)  # shifts on (windows open), yet P(continues) = 1 is never below it
 
     def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float:
         stage = stage_of(window)
@@ -346,52 +353,78 @@ def fit_bag(x: np.ndarray, y: np.ndarray, weights: np.ndarray, seed: int, bag: i
     return tuple(fit_mlp(x, y, weights, seed + i) for i in range(bag))
 
 
-Bar = tuple[float, float]  # (threshold, early margin)
+Pair = tuple[float, float]  # (threshold, early margin)
 
 
 def decide(
-    items: Sequence[Labelled], rows: Rows, p: np.ndarray, bots: Bar, peers: Bar, closed_bar: float | None = CLOSED_BAR
+    items: Sequence[Labelled],
+    rows: Rows,
+    p: np.ndarray,
+    bots: Pair,
+    peers: Pair,
+    closed_bar: float | None = CLOSED_BAR,
+    fresh: Pair = (0.0, 0.0),
 ) -> list[list[int]]:
     """What the segmenter decides from these probabilities: a candidate is a boundary when its
     closed window, or any earlier stage by the margin, falls below the threshold (the peers' pair
     where no assistant is in view), capped at `closed_bar` with a bot in view once the user has
-    ended a task with a thanks and not since the last boundary; with the bar on, a user's closing in
-    a bot's conversation is no candidate. Features do not depend on earlier decisions, so this
-    equals running `feed` with the model; only the cap is read turn by turn."""
+    ended a task with a thanks and not since the last boundary, and lower by the fresh margin (the
+    bots', the peers') while the episode holds a single user turn; with the bar on, a user's closing
+    in a bot's conversation is no candidate. Features do not depend on earlier decisions, so this
+    equals running `feed` with the model; only the cap and the episode's user turns are read turn
+    by turn."""
     skip_closings = SegmenterConfig(closed_thread_bar=closed_bar).thanks_rules
     threshold = np.where(rows.peer, peers[0], bots[0])
     margin = np.where(rows.peer, peers[1], bots[1])
+    lower = np.where(rows.peer, fresh[1], fresh[0])
     capped = threshold if closed_bar is None else np.where(rows.peer, threshold, np.minimum(threshold, closed_bar))
     pc = 1.0 - p
-    hit = pc < np.where(rows.closed, threshold, threshold - margin)
-    hit_capped = pc < np.where(rows.closed, capped, capped - margin)
+
+    def below(bar: np.ndarray) -> np.ndarray:
+        return pc < np.where(rows.closed, bar, bar - margin)
+
+    hit = {  # by (fresh, capped)
+        (f, c): below((capped if c else threshold) - (lower if f else 0.0))
+        for f in (False, True)
+        for c in (False, True)
+    }
     by_candidate: dict[tuple[int, int], list[int]] = {}
     for r, key in enumerate(zip(rows.item.tolist(), rows.seq.tolist(), strict=True)):
         by_candidate.setdefault(key, []).append(r)
     hyps = []
     for k, it in enumerate(items):
         d = it.dialogue
-        h, ends = [0] * len(d.texts), TaskEnds()
+        h, ends, users = [0] * len(d.texts), TaskEnds(), 0  # users: in the episode, before this turn
         for seq, (role, text) in enumerate(zip(d.roles, d.texts, strict=True)):
             turn = TurnInfo.of(seq, role, text, None)
             rs = by_candidate.get((k, seq))
             if rs is not None and skip_closings and not rows.peer[rs[0]] and closes_conversation(turn):
                 rs = None
-            boundary = seq == 0 or (rs is not None and bool((hit_capped if ends.gates else hit)[rs].any()))
-            if boundary and seq:
-                h[seq - 1] = 1
+            boundary = seq == 0 or (rs is not None and bool(hit[users == 1, ends.gates][rs].any()))
+            if boundary:
+                users = 0
+                if seq:
+                    h[seq - 1] = 1
             if role == "user":
                 ends = ends.after(turn, boundary)
+                users += 1
         h[-1] = 0
         hyps.append(h)
     return hyps
 
 
 def scores_by_kind(
-    items: Sequence[Labelled], rows: Rows, p: np.ndarray, bots: Bar, peers: Bar, closed_bar: float | None = None
+    items: Sequence[Labelled],
+    rows: Rows,
+    p: np.ndarray,
+    bots: Pair,
+    peers: Pair,
+    closed_bar: float | None = None,
+    fresh: Pair = (0.0, 0.0),
 ) -> dict:
-    """Scores per kind of dialogue; without the closed-thread bar unless given (as pairs are chosen)."""
-    hyps = decide(items, rows, p, bots, peers, closed_bar)
+    """Scores per kind of dialogue; without the closed-thread bar unless given, without fresh margins
+    unless given (the bots', the peers')."""
+    hyps = decide(items, rows, p, bots, peers, closed_bar, fresh)
     out: dict[str, Scores] = {}
     for kind in sorted({it.kind for it in items}):
         ks = [k for k, it in enumerate(items) if it.kind == kind]
@@ -460,8 +493,12 @@ def train(
     # reads whom it talks to was sent to the fewest splits (docs/benchmarks.md, "One bag that knows
     # whom it reads").
     grid = {tm: scores_by_kind(items, rows, oof, tm, peers, CLOSED_BAR) for tm in pairs}
-    threshold, margin = _best(pairs, lambda tm: _mean_score(grid[tm], BOT_KINDS))
-    without_bar = scores_by_kind(items, rows, oof, (threshold, margin), peers)
+    bots = _best(pairs, lambda tm: _mean_score(grid[tm], BOT_KINDS))
+    by_peer_fresh = {f: scores_by_kind(items, rows, oof, bots, peers, CLOSED_BAR, (0.0, f)) for f in FRESH_MARGINS}
+    peer_fresh = _least(FRESH_MARGINS, lambda f: _mean_score(by_peer_fresh[f], PEER_KINDS))
+    by_fresh = {f: scores_by_kind(items, rows, oof, bots, peers, CLOSED_BAR, (f, peer_fresh)) for f in FRESH_MARGINS}
+    fresh = _least(FRESH_MARGINS, lambda f: _mean_score(by_fresh[f], BOT_KINDS))
+    without_bar = scores_by_kind(items, rows, oof, bots, peers, None, (fresh, peer_fresh))
     mlps = fit_bag(rows.x, rows.y, weights, seed, bag)
     summary = {
         "seed": seed,
@@ -470,19 +507,26 @@ def train(
         "rows": len(rows.y),
         "cross_validated": {
             kind: {"pk": round(s.pk, 4), "wd": round(s.wd, 4), "f1": round(s.f1, 4), "score": round(s.score, 4)}
-            for kind, s in grid[(threshold, margin)].items()
+            for kind, s in by_fresh[fresh].items()
         },
     }
-    return Trained(BoundaryScorer(mlps, threshold, margin, *peers), summary, without_bar)
+    return Trained(BoundaryScorer(mlps, *bots, *peers, fresh, peer_fresh), summary, without_bar)
 
 
 def _mean_score(scores: dict[str, Scores], kinds: Sequence[str]) -> float:
     return float(np.mean([scores[k].score for k in kinds if k in scores]))
 
 
-def _best(pairs: Sequence[Bar], objective: Callable[[Bar], float]) -> Bar:
+def _best(pairs: Sequence[Pair], objective: Callable[[Pair], float]) -> Pair:
     """The pair with the best objective; ties go to the higher threshold, then the smaller margin."""
     return max(pairs, key=lambda tm: (objective(tm), tm[0], -tm[1]))
+
+
+def _least(margins: Sequence[float], objective: Callable[[float], float]) -> float:
+    """The smallest margin whose objective is within `FLAT` of the best."""
+    scores = {m: objective(m) for m in margins}
+    top = max(scores.values())
+    return min(m for m, score in scores.items() if score >= top - FLAT)
 
 
 def labelled(dialogues: Sequence[Dialogue], cache: EmbeddingCache, kind: str) -> list[Labelled]:
@@ -526,7 +570,8 @@ def run(
     say(
         f"wrote {out} ({out.stat().st_size:,} bytes): shift_threshold {trained.scorer.threshold}, "
         f"early margin {trained.scorer.early_margin} (with an assistant in view); "
-        f"{trained.scorer.peer_threshold} and {trained.scorer.peer_margin} among people"
+        f"{trained.scorer.peer_threshold} and {trained.scorer.peer_margin} among people; fresh margin "
+        f"{trained.scorer.fresh_margin} and {trained.scorer.peer_fresh_margin} among people"
     )
     for kind, s in trained.summary["cross_validated"].items():
         say(f"  cross-validated {kind}: Pk {s['pk']} · WD {s['wd']} · F1 {s['f1']} · Score {s['score']}")

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -281,6 +281,16 @@ def among_people(left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> bool:
     return not any(t.role == "assistant" for t in (*left, *window))
 
 
+class Bar(NamedTuple):
+    """When the segmenter declares a shift: P(topic continues) below `threshold` once the window
+    has closed, below it by `early_margin` before; and `fresh_margin` lower still while the episode
+    holds a single user turn before the candidate."""
+
+    threshold: float
+    early_margin: float
+    fresh_margin: float = 0.0
+
+
 @dataclass(frozen=True)
 class BoundaryScorer:
     # A bag of networks trained alike from different seeds: one network's decisions hung on its
@@ -292,19 +302,25 @@ class BoundaryScorer:
     # trained on document-grounded sub-questions splits; people chatting shift topics otherwise.
     peer_threshold: float | None = None  # None: as `threshold`
     peer_margin: float | None = None  # None: as `early_margin`
+    # How much surer a shift must be while the episode holds one user turn: among people a topic
+    # of a single turn is rare (TIAGE train: 12% of such turns open one, against 24% after more).
+    # Chosen by the trainer's cross-validation for each kind; 0 in weights trained before it.
+    fresh_margin: float = 0.0
+    peer_fresh_margin: float = 0.0
 
     def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float:
         stage = stage_of(window)
         return float(bag_probability(self.mlps, model_input(stage, features(left, window))[None, :])[0])
 
-    def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> tuple[float, float]:
-        """(threshold, early margin) for this candidate: the peers' pair when no assistant is in view."""
+    def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> Bar:
+        """The bar for this candidate: the peers' when no assistant is in view."""
         if among_people(left, window):
-            return (
+            return Bar(
                 self.threshold if self.peer_threshold is None else self.peer_threshold,
                 self.early_margin if self.peer_margin is None else self.peer_margin,
+                self.peer_fresh_margin,
             )
-        return self.threshold, self.early_margin
+        return Bar(self.threshold, self.early_margin, self.fresh_margin)
 
     def to_json(self, trained: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -314,6 +330,8 @@ class BoundaryScorer:
             "early_margin": self.early_margin,
             "peer_threshold": self.peer_threshold,
             "peer_margin": self.peer_margin,
+            "fresh_margin": self.fresh_margin,
+            "peer_fresh_margin": self.peer_fresh_margin,
             "mlps": [m.to_json() for m in self.mlps],
             "trained": trained,
         }
@@ -330,6 +348,8 @@ class BoundaryScorer:
             float(data["early_margin"]),
             None if peer_threshold is None else float(peer_threshold),
             None if peer_margin is None else float(peer_margin),
+            float(data.get("fresh_margin", 0.0)),
+            float(data.get("peer_fresh_margin", 0.0)),
         )
 
 

@@ -10,9 +10,11 @@ A new episode starts
   closes the window. A shift is declared when the probability that the topic continues falls
   below `shift_threshold`; before the window closes it must fall below it by the scorer's early
   margin. Threshold and margin are the scorer's: one pair where an assistant is in view (a bot's
-  conversation), another where none is (people chatting). A closed window that stayed above it is
-  no boundary. So every decision is made within two user turns of the boundary, never later; a
-  boundary decided late lies at an earlier message, and the messages after it move to the new episode.
+  conversation), another where none is (people chatting). While the episode holds a single user
+  turn before the candidate, the threshold is lower by the scorer's fresh margin: a topic of one
+  turn is rare among people. A closed window that stayed above it is no boundary. So every
+  decision is made within two user turns of the boundary, never later; a boundary decided late
+  lies at an earlier message, and the messages after it move to the new episode.
   In a conversation with a bot whose user has already ended a task with a thanks ("Thanks, that's
   all"), a shift with no such closing since the last boundary needs P(topic continues) below
   `closed_thread_bar` (0.4) as well: that user closes tasks, so a turn that follows no closing is
@@ -44,6 +46,7 @@ import numpy as np
 
 from chatmem.memory.boundary_scorer import (
     LEFT_CONTEXT,
+    Bar,
     TurnInfo,
     among_people,
     closes_conversation,
@@ -84,8 +87,8 @@ ASSIST_TEXT_CHARS = 1000  # of each turn's text kept for the assist: enough to t
 
 
 class Scorer(Protocol):
-    def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> tuple[float, float]:
-        """(threshold, early margin) for this candidate and window."""
+    def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> Bar:
+        """When a shift is declared for this candidate and window."""
         ...
 
     def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float: ...
@@ -179,6 +182,7 @@ class SegmenterState:
     recent: list[TurnInfo] = field(default_factory=list)  # left context, then the open window
     window: int = 0  # the last `window` turns of `recent` are the open window (0: none)
     ends: TaskEnds = TaskEnds()  # over the turns before the open window's candidate
+    users: int = 0  # user turns in the current episode, the newest turn included
 
     @property
     def pending_since(self) -> int | None:
@@ -204,6 +208,7 @@ class SegmenterState:
             ],
             "window": self.window,
             "ends": [self.ends.seen, self.ends.since_boundary],
+            "users": self.users,
         }
 
     @classmethod
@@ -233,6 +238,8 @@ class SegmenterState:
             int(data.get("window", 0)),
             # a state kept before these flags reads as a thread with no closing seen yet
             TaskEnds(*(bool(b) for b in data.get("ends", (False, False)))),
+            # a state kept before the count: at most as many user turns as turns
+            int(data.get("users", data.get("turns", 0))),
         )
 
 
@@ -276,15 +283,17 @@ def _bar(
     left: Sequence[TurnInfo],
     window: Sequence[TurnInfo],
     ends: TaskEnds,
+    fresh: bool,
 ) -> tuple[float, float]:
-    """The scorer's (threshold, early margin) for this window; a per-thread threshold replaces its
-    own; the closed-thread bar caps it where it applies."""
-    threshold, margin = judge.bar(left, window)
+    """The (threshold, early margin) for this window: the scorer's threshold, or a per-thread one;
+    capped by the closed-thread bar where it applies; lowered by the fresh margin while the episode
+    holds a single user turn before the candidate (`fresh`)."""
+    threshold, margin, fresh_margin = judge.bar(left, window)
     if cfg.shift_threshold is not None:
         threshold = cfg.shift_threshold
     if ends.gates and cfg.closed_thread_bar is not None and not among_people(left, window):
         threshold = min(threshold, cfg.closed_thread_bar)
-    return threshold, margin
+    return threshold - (fresh_margin if fresh else 0.0), margin
 
 
 def _closing_stays(cfg: SegmenterConfig, left: Sequence[TurnInfo], turn: TurnInfo) -> bool:
@@ -307,8 +316,9 @@ def feed(
     if assist is not None:
         info = replace(info, text=turn.text[:ASSIST_TEXT_CHARS])
     at = turn.at.isoformat()
+    user = int(turn.role == "user")
     if state.turns == 0:
-        return SegmenterState(at, 1, [info], 0, state.ends.after(info, True)), []
+        return SegmenterState(at, 1, [info], 0, state.ends.after(info, True), user), []
     gap = state.last_at is not None and (
         (turn.at - datetime.fromisoformat(state.last_at)).total_seconds() > cfg.time_gap_hours * 3600
     )
@@ -324,9 +334,9 @@ def feed(
     if hard:
         # A window still open is dropped: the episode restarts here (its candidate still counts).
         ends = state.ends.after(state.recent[-state.window], False) if state.window else state.ends
-        return SegmenterState(at, 1, [info], 0, ends.after(info, True)), [Boundary(turn.seq, hard)]
+        return SegmenterState(at, 1, [info], 0, ends.after(info, True), user), [Boundary(turn.seq, hard)]
 
-    recent, window, turns = [*state.recent, info], state.window, state.turns + 1
+    recent, window, turns, users = [*state.recent, info], state.window, state.turns + 1, state.users + user
     bounds: list[Boundary] = []
     ends = state.ends
     if window:
@@ -335,12 +345,13 @@ def feed(
         final = closes or window >= MAX_WINDOW
         left, open_window = recent[:-window][-LEFT_CONTEXT:], recent[-window:]
         p = judge.boundary_probability(left, open_window)
-        threshold, margin = _bar(judge, cfg, left, open_window, ends)
+        in_window = sum(t.role == "user" for t in open_window)
+        threshold, margin = _bar(judge, cfg, left, open_window, ends, users - in_window == 1)
         cut = threshold - (0.0 if closes else margin)
         if _shifts(1.0 - p, cut, final, threshold, left, open_window, assist):
             bounds.append(Boundary(recent[-window].seq, "shift"))
             ends = ends.after(open_window[0], True)
-            turns, window = window, 0
+            turns, window, users = window, 0, in_window
         elif final:
             ends = ends.after(open_window[0], False)
             window = 0
@@ -350,15 +361,15 @@ def feed(
         if info.vector is not None and any(t.vector is not None for t in left) and not _closing_stays(cfg, left, info):
             window, opened = 1, True
             p = judge.boundary_probability(left, [info])
-            threshold, margin = _bar(judge, cfg, left, [info], ends)
+            threshold, margin = _bar(judge, cfg, left, [info], ends, users - 1 == 1)
             if _shifts(1.0 - p, threshold - margin, False, threshold, left, [info], assist):
                 bounds.append(Boundary(info.seq, "shift"))
                 ends = ends.after(info, True)
-                turns, window = 1, 0
+                turns, window, users = 1, 0, 1
     if turn.role == "user" and not opened:
         # a user turn that is no candidate (no vector, shifts off) counts at once
         ends = ends.after(info, False)
-    return SegmenterState(at, turns, recent[-(window + LEFT_CONTEXT) :], window, ends), bounds
+    return SegmenterState(at, turns, recent[-(window + LEFT_CONTEXT) :], window, ends, users), bounds
 
 
 def segment(

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from chatmem.memory.boundary_llm import Cooldown, KeepingLease, LLMBoundaryAssist
-from chatmem.memory.boundary_scorer import TurnInfo, stage_of
+from chatmem.memory.boundary_scorer import Bar, TurnInfo, stage_of
 from chatmem.memory.episodes import SummaryPolicy, plan_batch
 from chatmem.memory.ports import LLMRefused, TransientError
 from chatmem.memory.prompts import TopicShift, TurnIntent
@@ -36,8 +36,8 @@ class ScriptedScorer:
     threshold = 0.75
     early_margin = 0.2
 
-    def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> tuple[float, float]:
-        return self.threshold, self.early_margin
+    def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> Bar:
+        return Bar(self.threshold, self.early_margin)
 
     def __init__(self, p_continues: dict[tuple[int, str], float] | None = None):
         self.p_continues = p_continues or {}

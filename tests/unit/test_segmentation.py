@@ -28,6 +28,7 @@ from chatmem.memory.boundary_scorer import (
     ENDS_TASK,
     FEATURES,
     LEFT_CONTEXT,
+    Bar,
     BoundaryScorer,
     TurnInfo,
     among_people,
@@ -109,8 +110,8 @@ class StubScorer:
     threshold = 0.5
     early_margin = 1.0
 
-    def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> tuple[float, float]:
-        return self.threshold, self.early_margin
+    def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> Bar:
+        return Bar(self.threshold, self.early_margin)
 
     def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float:
         lv = np.mean([t.vector for t in left if t.vector is not None], axis=0)
@@ -280,9 +281,35 @@ def test_people_chatting_and_a_bots_conversation_have_their_own_threshold():
     assert [b.seq for b in segment(with_bot, CFG, scorer=scorer)] == [2]
     infos = [TurnInfo.of(t.seq, t.role, t.text, t.vector) for t in with_bot]
     assert among_people(infos[:1], infos[2:3]) and not among_people(infos[:2], infos[2:3])
-    assert scorer.bar(infos[:1], infos[2:3]) == (0.5, 0.0) and scorer.bar(infos[:2], infos[2:3]) == (0.7, 0.0)
+    assert scorer.bar(infos[:1], infos[2:3]) == (0.5, 0.0, 0.0) and scorer.bar(infos[:2], infos[2:3]) == (0.7, 0.0, 0.0)
     # a per-thread shift_threshold sets both
     assert [b.seq for b in segment(people, SegmenterConfig(shift_threshold=0.65), scorer=scorer)] == [1, 2, 3]
+
+
+def test_a_topic_of_one_user_turn_needs_a_surer_shift_and_the_trainer_decides_alike():
+    # P(topic continues) is 0.6 everywhere: below the threshold of 0.7, but not below it by a
+    # fresh margin of 0.2, so no episode ends after a single user turn
+    people = conv([("user", i % 3, f"turn {i}", i) for i in range(7)])
+    with_bot = [replace(t, role="assistant") if t.seq % 2 else t for t in people]
+    for turns, kind, fresh, expected in (
+        (people, "tiage", (0.0, 0.2), [2, 4, 6]),
+        (people, "tiage", (0.2, 0.0), [1, 2, 3, 4, 5, 6]),  # the bots' margin: no assistant in view
+        (with_bot, "conversations", (0.2, 0.0), [4]),  # U0 A1 | U2 is fresh; U0 A1 U2 A3 | U4 is not
+        (with_bot, "conversations", (0.0, 0.0), [2, 4, 6]),
+    ):
+        scorer = SameProbability((), 0.7, 0.0, 0.7, 0.0, *fresh)
+        assert [b.seq for b in segment(turns, CFG, scorer=scorer)] == expected
+        state, streamed = SegmenterState(), []  # the count of the episode's user turns survives storage
+        for turn in turns:
+            state, bounds = feed(state, turn, CFG, scorer)
+            streamed += [b.seq for b in bounds]
+            state = SegmenterState.from_json(json.loads(json.dumps(state.to_json())))
+        assert streamed == expected
+        d = Dialogue(kind, [t.role for t in turns], [t.text for t in turns], [0] * len(turns))
+        items = [Labelled(d, [t.vector for t in turns], kind, 0)]
+        rows = read_rows(items)
+        hyp = decide(items, rows, np.full(len(rows.y), 0.4), (0.7, 0.0), (0.7, 0.0), fresh=fresh)[0]
+        assert [i + 1 for i, e in enumerate(hyp) if e] == expected
 
 
 TASKS = [  # a bot's user who ends a task with a thanks, then asks for the next one
@@ -398,7 +425,12 @@ def test_the_trainer_decides_as_the_segmenter_with_the_closed_thread_bar():
     rows = read_rows(items)
     s = shipped_scorer()
     hyps = decide(
-        items, rows, bag_probability(s.mlps, rows.x), (s.threshold, s.early_margin), (s.peer_threshold, s.peer_margin)
+        items,
+        rows,
+        bag_probability(s.mlps, rows.x),
+        (s.threshold, s.early_margin),
+        (s.peer_threshold, s.peer_margin),
+        fresh=(s.fresh_margin, s.peer_fresh_margin),
     )
     assert [[i + 1 for i, e in enumerate(h) if e] for h in hyps] == expected
     assert expected != without  # the bar decided something here
@@ -406,10 +438,10 @@ def test_the_trainer_decides_as_the_segmenter_with_the_closed_thread_bar():
 
 def test_weights_without_a_peers_pair_use_the_one_pair_for_every_conversation():
     shipped = shipped_scorer().to_json({})
-    del shipped["peer_threshold"], shipped["peer_margin"]
+    del shipped["peer_threshold"], shipped["peer_margin"], shipped["fresh_margin"], shipped["peer_fresh_margin"]
     old = BoundaryScorer.from_json(shipped)
     info = TurnInfo.of(1, "user", "hi", None)
-    assert old.peer_threshold is None and old.bar([], [info]) == (old.threshold, old.early_margin)
+    assert old.peer_threshold is None and old.bar([], [info]) == (old.threshold, old.early_margin, 0.0)
     again = BoundaryScorer.from_json(shipped_scorer().to_json({}))
     assert again.to_json({}) == shipped_scorer().to_json({})
 
@@ -500,22 +532,36 @@ def test_the_trainer_decides_with_the_peoples_pair_where_no_assistant_is_in_view
 def test_the_bots_pair_is_chosen_as_the_workers_decide_with_the_closed_thread_bar(monkeypatch: pytest.MonkeyPatch):
     import chatmem.bench.train_segmenter as trainer
 
-    seen: list[tuple[tuple[float, float], float | None, float]] = []
+    seen: list[tuple[tuple[float, float], float | None, tuple[float, float], dict]] = []
     score = trainer.scores_by_kind
 
-    def recording(items, rows, p, bots, peers, closed_bar=None):  # type: ignore[no-untyped-def]
-        out = score(items, rows, p, bots, peers, closed_bar)
-        if closed_bar is not None:
-            seen.append((bots, closed_bar, float(np.mean([out[k].score for k in trainer.BOT_KINDS if k in out]))))
+    def recording(items, rows, p, bots, peers, closed_bar=None, fresh=(0.0, 0.0)):  # type: ignore[no-untyped-def]
+        out = score(items, rows, p, bots, peers, closed_bar, fresh)
+        seen.append((bots, closed_bar, fresh, out))
         return out
+
+    def mean(out: dict, kinds: Sequence[str]) -> float:
+        return float(np.mean([out[k].score for k in kinds if k in out]))
 
     monkeypatch.setattr(trainer, "scores_by_kind", recording)
     tiage, superseg = _tiny_corpus()
     scorer = train(_labelled(tiage, "tiage"), _labelled(superseg, "superseg"), bag=1).scorer
-    with_bar = {bots: mean for bots, bar, mean in seen if bar == trainer.CLOSED_BAR}  # the peers' grid has none
+    # the peers' grid has no bar; fresh margins are scored after the pairs
+    with_bar = {bots: mean(out, trainer.BOT_KINDS) for bots, bar, fresh, out in seen if bar and fresh == (0.0, 0.0)}
     pairs = [(t, m) for t in trainer.THRESHOLDS for m in trainer.MARGINS if t - m > 0]
     assert sorted(with_bar) == sorted(pairs)  # every pair scored with the bar on
     assert with_bar[(scorer.threshold, scorer.early_margin)] == max(with_bar.values())
+    # each fresh margin: the smallest within FLAT of the best, with the bar on, the people's first
+    chosen = (scorer.threshold, scorer.early_margin)
+    peers = {f[1]: mean(out, trainer.PEER_KINDS) for bots, bar, f, out in seen if bar and bots == chosen and f[0] == 0}
+    bots = {
+        f[0]: mean(out, trainer.BOT_KINDS)
+        for b, bar, f, out in seen
+        if bar and b == chosen and f[1] == scorer.peer_fresh_margin
+    }
+    for grid, margin in ((peers, scorer.peer_fresh_margin), (bots, scorer.fresh_margin)):
+        assert sorted(grid) == sorted(trainer.FRESH_MARGINS)
+        assert margin == min(f for f, v in grid.items() if v >= max(grid.values()) - trainer.FLAT)
 
 
 def test_the_scorer_is_the_mean_of_a_bag_of_networks_from_different_seeds():
