@@ -305,6 +305,9 @@ def test_a_topic_of_one_user_turn_needs_a_surer_shift_and_the_trainer_decides_al
             streamed += [b.seq for b in bounds]
             state = SegmenterState.from_json(json.loads(json.dumps(state.to_json())))
         assert streamed == expected
+        old = state.to_json()  # kept before the count: `turns` stands in, never fewer than the users
+        del old["users"]
+        assert SegmenterState.from_json(old).users == state.turns >= state.users
         d = Dialogue(kind, [t.role for t in turns], [t.text for t in turns], [0] * len(turns))
         items = [Labelled(d, [t.vector for t in turns], kind, 0)]
         rows = read_rows(items)
