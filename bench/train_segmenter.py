@@ -363,7 +363,7 @@ def decide(
     bots: Pair,
     peers: Pair,
     closed_bar: float | None = CLOSED_BAR,
-    fresh: Pair = (0.0, 0.0),
+    fresh: tuple[float, float] = (0.0, 0.0),  # margins: the bots', the peers'
 ) -> list[list[int]]:
     """What the segmenter decides from these probabilities: a candidate is a boundary when its
     closed window, or any earlier stage by the margin, falls below the threshold (the peers' pair
@@ -420,7 +420,7 @@ def scores_by_kind(
     bots: Pair,
     peers: Pair,
     closed_bar: float | None = None,
-    fresh: Pair = (0.0, 0.0),
+    fresh: tuple[float, float] = (0.0, 0.0),  # margins: the bots', the peers'
 ) -> dict:
     """Scores per kind of dialogue; without the closed-thread bar unless given, without fresh margins
     unless given (the bots', the peers')."""
