@@ -238,7 +238,8 @@ class SegmenterState:
             int(data.get("window", 0)),
             # a state kept before these flags reads as a thread with no closing seen yet
             TaskEnds(*(bool(b) for b in data.get("ends", (False, False)))),
-            # a state kept before the count: at most as many user turns as turns
+            # a state kept before the count: exact where every turn is a user's, as among people;
+            # with a bot it can overcount, where the fresh margin is 0
             int(data.get("users", data.get("turns", 0))),
         )
 
