@@ -36,6 +36,9 @@ TOKENIZER_FILE = MODELS_DIR / f"{MINILM}.tokenizer.json"
 # (bench/train_query.py, written by `chatmem bench train-ranker`). Its vectors live in the space
 # of the model above: it embeds queries only, never anything that is stored.
 QUERY_ONNX_FILE = MODELS_DIR / f"{MINILM}.recall-query.onnx"
+# The segmenter's pair model among people: all-MiniLM-L6-v2 fine-tuned to tell a topic shift from
+# the turns before a candidate and the candidate (bench/train_pair.py, `chatmem bench train-pair`).
+PAIR_ONNX_FILE = MODELS_DIR / f"{MINILM}.boundary-pair.onnx"
 BACKENDS = ("onnx", "torch")
 TORCH_EXTRA_HINT = "pip install 'chatmem[torch]'"
 _load_lock = threading.Lock()

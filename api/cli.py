@@ -655,10 +655,12 @@ def bench_topicseg(
     ),
 ) -> None:
     """Topic segmentation with the workers' segmenter: Pk, WD, F1 and Score."""
+    from chatmem.adapters.boundary_pair import with_pair_model
     from chatmem.adapters.embedders import minilm_embedder
+    from chatmem.bench.topicseg import load as load_dialogues
     from chatmem.bench.topicseg import run
     from chatmem.memory.boundary_llm import Cooldown, LLMBoundaryAssist
-    from chatmem.memory.boundary_scorer import BoundaryScorer
+    from chatmem.memory.boundary_scorer import BoundaryScorer, shipped_scorer
     from chatmem.memory.segmentation import SegmenterConfig
 
     settings = cli_settings()
@@ -672,17 +674,35 @@ def bench_topicseg(
         except (ValueError, KeyError, TypeError) as e:
             console.print(f"[red]{weights} is not a segmenter weights file: {e}[/red]")
             raise typer.Exit(2) from e
+        candidate = with_pair_model(candidate, settings.segment_pair_model)
+    learned = with_pair_model(shipped_scorer(), settings.segment_pair_model)
     config = None if closed_thread_bar is None else SegmenterConfig(closed_thread_bar=closed_thread_bar)
     embedder = minilm_embedder(settings.embedding_backend)
     if not llm_assist:
-        _print_topicseg(data.name, run(data, out, embedder, baseline, candidate=candidate, candidate_config=config))
+        seconds: dict[str, float] = {}
+        scores = run(
+            data,
+            out,
+            embedder,
+            baseline,
+            candidate=candidate,
+            candidate_config=config,
+            learned=learned,
+            seconds=seconds,
+        )
+        _print_topicseg(data.name, scores)
+        messages = sum(len(d.texts) for d in load_dialogues(data))
+        console.print(
+            f"{data.name}: segment step, ms a message (vectors computed before): "
+            + ", ".join(f"{k} {1000 * v / max(messages, 1):.2f}" for k, v in seconds.items())
+        )
         return
     c = cli_container(settings)  # the output cache lives in the database
     try:
         llm = c.llm("bench", timeout_s=settings.segment_llm_timeout_s)
         band = settings.segment_llm_band if llm_band is None else llm_band
         assist = LLMBoundaryAssist(llm, band, Cooldown())
-        _print_topicseg(data.name, run(data, out, embedder, baseline, assist, candidate, config))
+        _print_topicseg(data.name, run(data, out, embedder, baseline, assist, candidate, config, learned))
     finally:
         c.close()
     n = assist.counts
@@ -704,7 +724,7 @@ def _print_topicseg(name: str, scores: dict) -> None:
             f"{name} ({segmenter}): Pk {s.pk:.3f} · WD {s.wd:.3f} · F1 {s.f1:.3f} · "
             f"Score {s.interval().text('dialogues')}"
         )
-    for a, b in (("learned+llm", "learned"), ("candidate", "learned"), ("learned", "rules")):
+    for a, b in (("learned+llm", "learned"), ("candidate", "learned"), ("learned", "bag"), ("learned", "rules")):
         if a in scores and b in scores and scores[a].dialogues:
             diff = paired(scores[a].dialogues, scores[b].dialogues)
             console.print(f"{name}: {a} − {b}, Score {diff.text('dialogues, paired', sign=True)}")
@@ -722,6 +742,26 @@ def bench_train_segmenter(
 
     settings = cli_settings()
     run(data, cache, out, minilm_embedder(settings.embedding_backend), console.print)
+
+
+@bench_app.command("train-pair")
+def bench_train_pair(
+    data: Path = typer.Option(..., exists=True, file_okay=False, help="folder with TIAGE's anno_train.json"),
+    cache: Path = typer.Option(Path(".chatmem/segmenter"), help="where the out-of-fold logits are written"),
+    out: Path = typer.Option(None, help="ONNX file written (default: the one shipped in chatmem.adapters)"),
+    epochs: int = typer.Option(3, min=1, help="passes over the candidates"),
+    limit: int = typer.Option(None, min=2, help="only the first N dialogues (a quick check)"),
+) -> None:
+    """Fine-tune the segmenter's pair model among people (fixed seed; needs the `export` extra: torch),
+    write its ONNX file and its out-of-fold logits for `train-segmenter`."""
+    from chatmem.adapters.embedders import torch_available
+    from chatmem.bench.train_pair import run
+
+    cli_settings()
+    if not torch_available():
+        console.print("[red]fine-tuning the pair model needs torch: pip install -e '.\\[export]'[/red]")
+        raise typer.Exit(2)
+    run(data, cache, console.print, out, epochs=epochs, limit=limit)
 
 
 @bench_app.command("recall-latency")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -102,9 +103,9 @@ def predict(
     scorer: Scorer | None = None,
     config: SegmenterConfig | None = None,
 ) -> list[int]:
-    """`learned`: the workers' segmenter with its defaults; `learned+llm`: the same with `assist`;
-    `candidate`: the same with `scorer` (other weights) and `config` (other settings); `rules`:
-    the baseline."""
+    """`learned`: the workers' segmenter with `scorer` (None: the shipped bag alone) and its
+    default settings; `learned+llm`: the same with `assist`; `candidate`: the same with `config`
+    (other settings); `rules`: the baseline."""
     t0 = datetime(2024, 1, 1, tzinfo=UTC)
     turns = [
         SegTurn(i, role, text, t0 + timedelta(seconds=i), vectors[i])
@@ -113,11 +114,10 @@ def predict(
     if segmenter == "rules":
         bounds = topicseg_rules.segment(turns, topicseg_rules.RulesConfig())
     else:
-        candidate = segmenter == "candidate"
         bounds = segment(
             turns,
-            (config if candidate and config is not None else SegmenterConfig()),
-            scorer=scorer if candidate else None,
+            config if segmenter == "candidate" and config is not None else SegmenterConfig(),
+            scorer=scorer,
             assist=assist if segmenter == "learned+llm" else None,
         )
     ends = [0] * len(turns)
@@ -210,26 +210,42 @@ def run(
     assist: BoundaryAssist | None = None,
     candidate: Scorer | None = None,
     candidate_config: SegmenterConfig | None = None,
+    learned: Scorer | None = None,
+    seconds: dict[str, float] | None = None,
 ) -> dict[str, Scores]:
-    """Scores of the learned segmenter (its predictions go to `out`), with `assist` also of the
-    learned segmenter with it (then its predictions go to `out`), with `candidate` or
-    `candidate_config` also of the segmenter with those weights or settings, and with `baseline` of
-    the rule-based one, all on the same vectors and dialogues, so any two compare pairwise."""
+    """Scores of the learned segmenter with the workers' scorer `learned` (its predictions go to
+    `out`), with `assist` also of the learned segmenter with it (then its predictions go to `out`),
+    with `candidate` or `candidate_config` also of the segmenter with those weights or settings,
+    when `learned` reads the words (the pair model) also of the bag alone (`bag`, the segmenter
+    before the pair model), and with `baseline` of the rule-based one, all on the same vectors and
+    dialogues, so any two compare pairwise. `seconds`, if given, gets each segmenter's time over all
+    dialogues, the vectors being computed before: the segment step's own cost."""
     dialogues = load(data)
     vectors = embed_all(dialogues, embedder)
     scores: dict[str, Scores] = {}
     first = "learned+llm" if assist is not None else "learned"
+    scorer_of: dict[str, Scorer | None] = {
+        "learned+llm": learned,
+        "candidate": candidate or learned,
+        "learned": learned,
+        "bag": None,
+        "rules": None,
+    }
     segmenters = [
         *(["learned+llm"] if assist is not None else []),
         *(["candidate"] if candidate is not None or candidate_config is not None else []),
         "learned",
+        *(["bag"] if getattr(learned, "reads_text", False) else []),
         *(["rules"] if baseline else []),
     ]
     for segmenter in segmenters:
+        started = time.perf_counter()
         hyps = [
-            predict(d, v, segmenter, assist, candidate, candidate_config)
+            predict(d, v, segmenter, assist, scorer_of[segmenter], candidate_config)
             for d, v in zip(dialogues, vectors, strict=True)
         ]
+        if seconds is not None:
+            seconds[segmenter] = time.perf_counter() - started
         if out is not None and segmenter == first:
             with open(out, "w") as fh:
                 for d, h in zip(dialogues, hyps, strict=True):

@@ -55,6 +55,7 @@ import numpy as np
 
 from chatmem.bench import booking_dialogues, incar_dialogues
 from chatmem.bench.topicseg import Dialogue, Scores, evaluate, load
+from chatmem.memory.boundary_pair import PairStack
 from chatmem.memory.boundary_scorer import (
     FEATURES,
     STAGES,
@@ -84,6 +85,8 @@ L2 = 1e-3
 SYNTHETIC_PER_FOLD = 300
 SYNTHETIC_WEIGHT = 0.5  # per row, against 1 for natural dialogues: chosen by cross-validation (ties 0.25)
 CLOSED_BAR = SegmenterConfig().closed_thread_bar
+STACK_L2 = 1.0  # the stacker's six weights: a light pull towards 0
+PAIR_FILE = "pair_model.json"  # written by `chatmem bench train-pair` (bench/train_pair.py) in the cache folder
 THRESHOLDS = (0.55, 0.6, 0.65, 0.7, 0.75, 0.8)  # on P(topic continues)
 MARGINS = (0.0, 0.1, 0.2)
 FRESH_MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2)
@@ -432,6 +435,79 @@ def scores_by_kind(
     return out
 
 
+def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = STACK_L2) -> np.ndarray:
+    """Logistic regression by Newton's method (a handful of weights), L2 on all but the last
+    column (the constant)."""
+    w = np.zeros(x.shape[1])
+    penalty = np.full(x.shape[1], l2)
+    penalty[-1] = 0.0
+    for _ in range(100):
+        p = 1.0 / (1.0 + np.exp(-np.clip(x @ w, -30, 30)))
+        grad = x.T @ (p - y) + penalty * w
+        hess = (x * (p * (1 - p))[:, None]).T @ x + np.diag(penalty) + 1e-9 * np.eye(x.shape[1])
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-9:
+            break
+    return w
+
+
+def stack_inputs(p_bag: np.ndarray, z: np.ndarray, closed: np.ndarray) -> np.ndarray:
+    """The stacker's inputs, as memory/boundary_pair.py `stacked_logit` reads them."""
+    p = np.clip(p_bag, 1e-6, 1 - 1e-6)
+    bag = np.log(p / (1 - p))
+    c = closed.astype(np.float64)
+    return np.column_stack([bag, z, c * bag, c * z, c, np.ones_like(bag)])
+
+
+def fit_pair(
+    items: Sequence[Labelled],
+    rows: Rows,
+    oof: np.ndarray,
+    folds: np.ndarray,
+    pair: dict[str, Any],
+    bots: Pair,
+    peers: Pair,
+    fresh: float,
+) -> tuple[PairStack, dict[str, Any]]:
+    """The stacker over the bag's and the pair model's out-of-fold figures on TIAGE's rows, and the
+    peers' bar for it, chosen as the bag's is: the pair by cross-validated TIAGE Score, then the
+    least fresh margin within FLAT of the best. The stacker's own figures are out of fold too."""
+    use = rows.peer & np.array([items[k].kind in PEER_KINDS for k in rows.item])
+    z = np.zeros(len(rows.y))
+    for r in np.flatnonzero(use):
+        did, seq = items[rows.item[r]].dialogue.id, str(rows.seq[r])
+        if seq not in pair["oof"].get(did, {}):
+            raise ValueError(f"the pair model's logits lack candidate {seq} of {did}: rerun `chatmem bench train-pair`")
+        z[r] = pair["oof"][did][seq]
+    x = stack_inputs(oof, z, rows.closed)
+    stacked = oof.copy()
+    for fold in range(FOLDS):
+        fit_rows, held = use & (folds != fold), use & (folds == fold)
+        if fit_rows.any() and held.any():
+            stacked[held] = 1.0 / (1.0 + np.exp(-(x[held] @ fit_logistic(x[fit_rows], rows.y[fit_rows]))))
+    pairs = [(t, m) for t in THRESHOLDS for m in MARGINS if t - m > 0]
+    by_pair = {tm: scores_by_kind(items, rows, stacked, bots, tm) for tm in pairs}
+    chosen = _best(pairs, lambda tm: _mean_score(by_pair[tm], PEER_KINDS))
+    by_fresh = {f: scores_by_kind(items, rows, stacked, bots, chosen, CLOSED_BAR, (fresh, f)) for f in FRESH_MARGINS}
+    chosen_fresh = _least(FRESH_MARGINS, lambda f: _mean_score(by_fresh[f], PEER_KINDS))
+    weights = fit_logistic(x[use], rows.y[use])
+    stack = PairStack(
+        np.asarray(pair["head"], dtype=np.float64),
+        float(pair["bias"]),
+        tuple(round(float(w), 6) for w in weights),
+        *chosen,
+        chosen_fresh,
+        str(pair["model_sha256"]),
+    )
+    summary = {
+        kind: {"pk": round(sc.pk, 4), "wd": round(sc.wd, 4), "f1": round(sc.f1, 4), "score": round(sc.score, 4)}
+        for kind, sc in by_fresh[chosen_fresh].items()
+        if kind in PEER_KINDS
+    }
+    return stack, {"pair_model": pair.get("trained", {}), "cross_validated": summary}
+
+
 @dataclass(frozen=True)
 class Trained:
     scorer: BoundaryScorer
@@ -445,6 +521,7 @@ def train(
     seed: int = SEED,
     bag: int = BAG,
     closings: Closings | None = None,
+    pair: dict[str, Any] | None = None,
 ) -> Trained:
     rng = random.Random(seed)
     base = [*tiage, *superseg]
@@ -500,6 +577,7 @@ def train(
     fresh = _least(FRESH_MARGINS, lambda f: _mean_score(by_fresh[f], BOT_KINDS))
     without_bar = scores_by_kind(items, rows, oof, bots, peers, None, (fresh, peer_fresh))
     mlps = fit_bag(rows.x, rows.y, weights, seed, bag)
+    stack, pair_summary = (None, None) if pair is None else fit_pair(items, rows, oof, folds, pair, bots, peers, fresh)
     summary = {
         "seed": seed,
         "bag": bag,
@@ -509,8 +587,9 @@ def train(
             kind: {"pk": round(s.pk, 4), "wd": round(s.wd, 4), "f1": round(s.f1, 4), "score": round(s.score, 4)}
             for kind, s in by_fresh[fresh].items()
         },
+        **({"pair": pair_summary} if pair_summary is not None else {}),
     }
-    return Trained(BoundaryScorer(mlps, *bots, *peers, fresh, peer_fresh), summary, without_bar)
+    return Trained(BoundaryScorer(mlps, *bots, *peers, fresh, peer_fresh, stack), summary, without_bar)
 
 
 def _mean_score(scores: dict[str, Scores], kinds: Sequence[str]) -> float:
@@ -565,7 +644,11 @@ def run(
     tune = [d for d in superseg_all if is_tune(d.id)]
     say(f"training on {len(tiage)} TIAGE and {len(superseg)} SuperDialseg dialogues (+ synthetic)")
     closings = closings_of(cache.embed)
-    trained = train(tiage, superseg, seed, closings=closings)
+    pair_file = cache_dir / PAIR_FILE
+    pair = json.loads(pair_file.read_text()) if pair_file.exists() else None
+    if pair is None:
+        say(f"no {pair_file}: the bag alone, with no pair model among people (`chatmem bench train-pair` writes it)")
+    trained = train(tiage, superseg, seed, closings=closings, pair=pair)
     out.write_text(json.dumps(trained.scorer.to_json(trained.summary), separators=(",", ":")) + "\n")
     say(
         f"wrote {out} ({out.stat().st_size:,} bytes): shift_threshold {trained.scorer.threshold}, "
@@ -575,6 +658,14 @@ def run(
     )
     for kind, s in trained.summary["cross_validated"].items():
         say(f"  cross-validated {kind}: Pk {s['pk']} · WD {s['wd']} · F1 {s['f1']} · Score {s['score']}")
+    stack = trained.scorer.pair
+    if stack is not None:
+        say(
+            f"  with the pair model among people: threshold {stack.threshold}, early margin {stack.early_margin}, "
+            f"fresh margin {stack.fresh_margin}, stacker {list(stack.stack)}"
+        )
+        for kind, s in trained.summary["pair"]["cross_validated"].items():
+            say(f"  cross-validated {kind} with it: Pk {s['pk']} · WD {s['wd']} · F1 {s['f1']} · Score {s['score']}")
     say(
         "  the same without the closed-thread bar: "
         + ", ".join(f"{kind} {s.score:.4f}" for kind, s in trained.without_closed_bar.items())

@@ -57,6 +57,7 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.adapters.summaries_pg import PostgresSummaryStore
     from chatmem.memory.attachments import AttachmentJob
     from chatmem.memory.boundary_llm import AssistFactory, Cooldown
+    from chatmem.memory.boundary_scorer import BoundaryScorer
     from chatmem.memory.episodes import Job, SummaryPolicy
     from chatmem.memory.jobs import Jobs
     from chatmem.memory.offline_llm import OfflineLLM
@@ -358,6 +359,15 @@ class Container:
         return SegmenterConfig(time_gap_hours=self.settings.time_gap_hours)
 
     @cached_property
+    def boundary_scorer(self) -> BoundaryScorer:
+        """The shipped scorer; among people with the pair model stacked on the bag unless
+        `segment_pair_model` is off (memory/boundary_scorer.py)."""
+        from chatmem.adapters.boundary_pair import with_pair_model
+        from chatmem.memory.boundary_scorer import shipped_scorer
+
+        return with_pair_model(shipped_scorer(), self.settings.segment_pair_model)
+
+    @cached_property
     def summary_policy(self) -> SummaryPolicy:
         from chatmem.memory.episodes import SummaryPolicy
 
@@ -380,6 +390,7 @@ class Container:
             enqueue_attachment=lambda event_id, position: enqueue_attachment(app, event_id, position),
             assist=self.boundary_assist(),
             renew_lease=self.thread_log.renew_lease,
+            scorer=self.boundary_scorer,
         )
 
     # --- attachments ---------------------------------------------------------------------------
@@ -707,6 +718,7 @@ class Container:
             batch_size=s.apply_batch_size,
             after_switch=lambda generation: jobs.retire_rebuilt(thread_id, generation),
             assist=self.boundary_assist(refresh=llm.refresh),
+            scorer=self.boundary_scorer,
             **kw,
         )
 
@@ -745,6 +757,7 @@ class Container:
             batch_size=s.apply_batch_size,
             switch=False,
             assist=self.boundary_assist(refresh=llm.refresh),
+            scorer=self.boundary_scorer,
         )
         try:
             live_facts, live_ledger = check.facts(thread_id, live)
@@ -872,6 +885,7 @@ class Container:
                         batch_size=s.apply_batch_size,
                         switch=False,
                         assist=assist,
+                        scorer=self.boundary_scorer,
                     )
                 )
                 done += built[-1].events

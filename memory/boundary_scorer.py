@@ -21,14 +21,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from chatmem.memory.boundary_pair import PairStack, candidate_text, context_text
 from chatmem.memory.mlp import Mlp
+from chatmem.memory.ports import PairEncoder
 
 WEIGHTS_FILE = "segmenter_weights.json"
 STAGES: tuple[str, ...] = ("open", "reply", "closed")
@@ -307,13 +309,44 @@ class BoundaryScorer:
     # Chosen by the trainer's cross-validation for each kind; 0 in weights trained before it.
     fresh_margin: float = 0.0
     peer_fresh_margin: float = 0.0
+    # Among people, the pair model stacked with the bag (memory/boundary_pair.py), with its own bar.
+    # It needs the encoder, which the composition root attaches (`with_encoder`): without one the
+    # bag decides alone, with the bar above, exactly as before the pair model.
+    pair: PairStack | None = None
+    encoder: PairEncoder | None = None
+
+    def with_encoder(self, encoder: PairEncoder | None) -> BoundaryScorer:
+        return replace(self, encoder=encoder)
+
+    @property
+    def reads_text(self) -> bool:
+        """The segmenter must keep the turns' words in its state for this scorer."""
+        return self.pair is not None and self.encoder is not None
+
+    def _paired(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> bool:
+        """The pair model reads this candidate: people talking, and the words at hand (a state kept
+        before the words were reads as the bag alone until those turns leave it)."""
+        return (
+            self.reads_text
+            and among_people(left, window)
+            and window[0].text is not None
+            and all(t.text is not None for t in left)
+        )
 
     def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float:
         stage = stage_of(window)
-        return float(bag_probability(self.mlps, model_input(stage, features(left, window))[None, :])[0])
+        p = float(bag_probability(self.mlps, model_input(stage, features(left, window))[None, :])[0])
+        if not self._paired(left, window):
+            return p
+        assert self.pair is not None and self.encoder is not None
+        pooled = self.encoder.pooled(context_text([t.text or "" for t in left]), candidate_text(window[0].text or ""))
+        return self.pair.probability(p, self.pair.logit(pooled), stage == "closed")
 
     def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> Bar:
         """The bar for this candidate: the peers' when no assistant is in view."""
+        if self._paired(left, window):
+            assert self.pair is not None
+            return Bar(self.pair.threshold, self.pair.early_margin, self.pair.fresh_margin)
         if among_people(left, window):
             return Bar(
                 self.threshold if self.peer_threshold is None else self.peer_threshold,
@@ -333,6 +366,7 @@ class BoundaryScorer:
             "fresh_margin": self.fresh_margin,
             "peer_fresh_margin": self.peer_fresh_margin,
             "mlps": [m.to_json() for m in self.mlps],
+            **({"pair": self.pair.to_json()} if self.pair is not None else {}),
             "trained": trained,
         }
 
@@ -350,6 +384,7 @@ class BoundaryScorer:
             None if peer_margin is None else float(peer_margin),
             float(data.get("fresh_margin", 0.0)),
             float(data.get("peer_fresh_margin", 0.0)),
+            PairStack.from_json(data["pair"]) if data.get("pair") else None,
         )
 
 

@@ -15,7 +15,15 @@ import numpy as np
 from chatmem.memory.attachments.surrogates import RefState, attachment_lines
 from chatmem.memory.dates import annotate, date_note
 from chatmem.memory.prompts import named_text
-from chatmem.memory.segmentation import BoundaryAssist, SegmenterConfig, SegmenterState, SegTurn, TaskEnds, feed
+from chatmem.memory.segmentation import (
+    BoundaryAssist,
+    Scorer,
+    SegmenterConfig,
+    SegmenterState,
+    SegTurn,
+    TaskEnds,
+    feed,
+)
 from chatmem.schemas.events import ERASED
 from chatmem.schemas.records import LoggedEvent
 
@@ -190,11 +198,17 @@ class _Builder:
     """Mutable state while planning one batch."""
 
     def __init__(
-        self, ctx: ThreadContext, seg_cfg: SegmenterConfig, policy: SummaryPolicy, assist: BoundaryAssist | None
+        self,
+        ctx: ThreadContext,
+        seg_cfg: SegmenterConfig,
+        policy: SummaryPolicy,
+        assist: BoundaryAssist | None,
+        scorer: Scorer | None,
     ):
         self.ctx = ctx
         self.seg_cfg = seg_cfg
         self.assist = assist
+        self.scorer = scorer
         self.policy = policy
         self.plan = Plan()
         self.state = ctx.seg_state
@@ -238,7 +252,7 @@ class _Builder:
         text = message_text(p)
         seq = self.message_count + 1
         turn = SegTurn(seq, p.get("role", "user"), text, ev.occurred_at, vector)
-        self.state, bounds = feed(self.state, turn, self.seg_cfg, assist=self.assist)
+        self.state, bounds = feed(self.state, turn, self.seg_cfg, self.scorer, self.assist)
         self.message_count = seq
         if self.episode is None:
             self.open(seq, "first" if self.episode_count == 0 else "command", ev.occurred_at)
@@ -341,12 +355,14 @@ def plan_batch(
     seg_cfg: SegmenterConfig,
     policy: SummaryPolicy,
     assist: BoundaryAssist | None = None,
+    scorer: Scorer | None = None,
 ) -> Plan:
     """Plan the effects of `events` (in publish order). Stops after a memory_off: the events
     after it stay in the log until a memory_on arrives. `assist`: a model's opinion on the
     segmenter's unsure decisions (memory/boundary_llm.py); it may call out, so planning runs
-    outside any transaction, as embedding does."""
-    b = _Builder(ctx, seg_cfg.with_overrides(ctx.config), policy.with_overrides(ctx.config), assist)
+    outside any transaction, as embedding does. `scorer`: the boundary scorer (None: the shipped
+    bag alone; the composition root gives it the pair model)."""
+    b = _Builder(ctx, seg_cfg.with_overrides(ctx.config), policy.with_overrides(ctx.config), assist, scorer)
     for ev in events:
         b.plan.consumed.append(ev)
         if is_erased(ev.payload):

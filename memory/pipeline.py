@@ -13,7 +13,7 @@ from typing import Protocol
 from chatmem.memory.boundary_llm import AssistFactory, for_batch
 from chatmem.memory.episodes import Job, Plan, SummaryPolicy, ThreadContext, plan_batch, texts_to_embed
 from chatmem.memory.ports import Embedder, concrete
-from chatmem.memory.segmentation import SegmenterConfig
+from chatmem.memory.segmentation import Scorer, SegmenterConfig
 from chatmem.schemas.records import LoggedEvent, ThreadLease
 
 EnqueueJob = Callable[[str, int, Job], None]
@@ -49,6 +49,7 @@ class ThreadProcessor:
         enqueue_attachment: Callable[[str, int], None] | None = None,
         assist: AssistFactory | None = None,
         renew_lease: Callable[[ThreadLease], None] | None = None,
+        scorer: Scorer | None = None,
     ):  # noqa: ANN001
         self.projections = projections
         self.embedder = embedder
@@ -60,6 +61,7 @@ class ThreadProcessor:
         self.enqueue_attachment = enqueue_attachment
         self.assist = assist  # None (the default): the offline segmenter alone
         self.renew_lease = renew_lease
+        self.scorer = scorer  # None: the shipped bag alone, without the pair model
 
     def prefetch(self, batches: Sequence[Sequence[LoggedEvent]]) -> int:
         """Embed the texts of several threads' batches in one call, so that each thread's
@@ -80,7 +82,7 @@ class ThreadProcessor:
         renew_lease = self.renew_lease
         renew = None if renew_lease is None else lambda: renew_lease(lease)
         assist = for_batch(self.assist, lease.thread_id, renew, lease.lease_s)
-        plan = plan_batch(ctx, batch, vectors, self.seg_cfg, self.policy, assist)
+        plan = plan_batch(ctx, batch, vectors, self.seg_cfg, self.policy, assist, self.scorer)
         plan.embed_model = embedder.model
         new_lease = self.projections.apply(plan, lease=lease, advance=self.advance)
         for ack in plan.commands:

@@ -120,6 +120,13 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
+class PairEncoder(Protocol):
+    """The segmenter's pair model (memory/boundary_pair.py): the mean of its token embeddings over
+    the pair (the turns before a candidate, the candidate); the scorer applies the trained head."""
+
+    def pooled(self, context: str, candidate: str) -> np.ndarray: ...
+
+
 def concrete(embedder: Embedder) -> Embedder:
     """The one embedder to use for a batch: an embedder that switches models (a re-embedding)
     names the one in use now, so the vectors and the model recorded with them agree."""

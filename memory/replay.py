@@ -15,7 +15,7 @@ from chatmem.memory.boundary_llm import AssistFactory, for_batch
 from chatmem.memory.episodes import Job, SummaryPolicy, ThreadContext, plan_batch
 from chatmem.memory.pipeline import embed_batch
 from chatmem.memory.ports import Embedder, LeaseLost, ThreadLog, concrete
-from chatmem.memory.segmentation import SegmenterConfig, SegmenterState
+from chatmem.memory.segmentation import Scorer, SegmenterConfig, SegmenterState
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +60,11 @@ def replay_thread(
     on_progress: Callable[[int], None] | None = None,
     switch: bool = True,
     assist: AssistFactory | None = None,
+    scorer: Scorer | None = None,
 ) -> ReplayResult:
     """`switch=False` builds the generation and leaves the active one in place (`replay --check`
     compares the two, then drops the scratch one). `assist` must be what live processing used
-    (memory/boundary_llm.py): its cached answers then place the same boundaries."""
+    (memory/boundary_llm.py): its cached answers then place the same boundaries; `scorer` too."""
     started = time.monotonic()
     embedder = concrete(embedder)  # one model for the whole rebuild
     lease = None
@@ -86,7 +87,7 @@ def replay_thread(
             if not ctx.memory_on:
                 # As live: paused until a memory_on, which the live cursor has passed if we are here.
                 ctx = replace(ctx, memory_on=True)
-            plan = plan_batch(ctx, batch, embed_batch(embedder, batch), seg_cfg, policy, seg_assist)
+            plan = plan_batch(ctx, batch, embed_batch(embedder, batch), seg_cfg, policy, seg_assist, scorer)
             plan.embed_model = embedder.model
             projections.apply(plan, lease=None, advance=None)
             for job in plan.jobs:  # inline and in order: the same summaries and facts as live

@@ -29,6 +29,11 @@ and the probability that the topic continues lies strictly within `band` of the 
 no answer the scorer's decision stands. It is asked only at the moments the segmenter decides
 anyway, so the two-user-turn bound holds; a rejected early shift leaves the window open.
 
+Among people, the scorer may stack a pair model that reads the words of the turns before the
+candidate and of the candidate (memory/boundary_pair.py) with the bag; with it the state keeps the
+first TEXT_CHARS characters of each turn it holds that is not an assistant's, and with the assist
+of every turn it holds.
+
 The state is small and JSON-serialisable (the last few turns' vectors and cues), so the worker
 keeps it per thread between batches; the same function runs in the workers, in `chatmem bench
 topicseg` and in the trainer (bench/train_segmenter.py), which reads the features through it.
@@ -44,6 +49,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from chatmem.memory.boundary_pair import TEXT_CHARS  # of each turn, kept for the assist and the pair model
 from chatmem.memory.boundary_scorer import (
     LEFT_CONTEXT,
     Bar,
@@ -83,7 +89,6 @@ DEFAULT_MARKERS: tuple[str, ...] = (
 )
 
 MAX_WINDOW = 8  # turns in a window without a second user turn: then it closes undecided (bounds the state)
-ASSIST_TEXT_CHARS = 1000  # of each turn's text kept for the assist: enough to tell the topic, keeps the state small
 
 
 class Scorer(Protocol):
@@ -314,8 +319,9 @@ def feed(
     after replies or at the next user turn lies at the earlier candidate turn)."""
     judge: Scorer = scorer or shipped_scorer()
     info = TurnInfo.of(turn.seq, turn.role, turn.text, turn.vector)
-    if assist is not None:
-        info = replace(info, text=turn.text[:ASSIST_TEXT_CHARS])
+    # The pair model reads only windows with no assistant in view: an assistant's words are never kept for it.
+    if assist is not None or (getattr(judge, "reads_text", False) and turn.role != "assistant"):
+        info = replace(info, text=turn.text[:TEXT_CHARS])
     at = turn.at.isoformat()
     user = int(turn.role == "user")
     if state.turns == 0:

@@ -191,6 +191,12 @@ class Settings(BaseSettings):
         default_factory=dict,
         description='LLM calls per minute per queue, as JSON, e.g. {"summarize": 60}; missing or 0: no limit.',
     )
+    segment_pair_model: bool = Field(
+        True,
+        description="Among people (no assistant in view), stack the segmenter's pair model, a fine-tuned "
+        "all-MiniLM-L6-v2 that reads the words of the turns before a candidate and of the candidate, with the "
+        "bag of MLPs; off: the bag alone (no words kept in the segmenter's state unless the LLM assist is on).",
+    )
     segment_llm_assist: bool = Field(
         False,
         description="Let the LLM (llm_api_key set) confirm or reject the topic-shift decisions the segmenter's "

@@ -10,13 +10,13 @@ from datetime import timedelta
 import pytest
 
 from chatmem.memory.boundary_llm import Cooldown, KeepingLease, LLMBoundaryAssist
+from chatmem.memory.boundary_pair import TEXT_CHARS
 from chatmem.memory.boundary_scorer import Bar, TurnInfo, stage_of
 from chatmem.memory.episodes import SummaryPolicy, plan_batch
 from chatmem.memory.ports import LLMRefused, TransientError
 from chatmem.memory.prompts import TopicShift, TurnIntent
 from chatmem.memory.replay import replay_thread
 from chatmem.memory.segmentation import (
-    ASSIST_TEXT_CHARS,
     Boundary,
     SegmenterConfig,
     SegmenterState,
@@ -242,8 +242,8 @@ def test_off_the_state_keeps_no_text_and_on_it_keeps_a_bounded_amount():
         off, _ = feed(off, t, CFG)
         on, _ = feed(on, t, CFG, assist=Assist())
     assert all("t" not in r for r in off.to_json()["recent"])
-    assert all(len(r["t"]) == ASSIST_TEXT_CHARS for r in on.to_json()["recent"])
-    assert SegmenterState.from_json(on.to_json()).recent[0].text == long[0].text[:ASSIST_TEXT_CHARS]
+    assert all(len(r["t"]) == TEXT_CHARS for r in on.to_json()["recent"])
+    assert SegmenterState.from_json(on.to_json()).recent[0].text == long[0].text[:TEXT_CHARS]
 
 
 def test_turns_kept_before_the_assist_was_switched_on_are_left_to_the_scorer():
