@@ -45,6 +45,7 @@ bench: install
 
 # Retrains the segmenter's boundary scorer (memory/segmenter_weights.json, fixed seed) on the
 # development splits; embeddings are cached under .chatmem/segmenter, so a retrain embeds nothing.
+# The pair model's fine-tuning takes about 40 minutes on two cores.
 TOPICSEG_DATA ?= ../shared/eval/topicseg
 LOCOMO_DATA ?= ../shared/eval/locomo/locomo_dev.json
 .PHONY: train-ranker
@@ -55,7 +56,11 @@ train-ranker: install
 	$(CHATMEM) bench train-ranker --data $(LOCOMO_DATA)
 
 .PHONY: train-segmenter
+# First the pair model among people (torch: the `export` extra, installed here only; the workers run
+# the ONNX file), whose out-of-fold logits the scorer's stacker is fitted on.
 train-segmenter: install
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,export]'
+	$(CHATMEM) bench train-pair --data $(TOPICSEG_DATA)
 	$(CHATMEM) bench train-segmenter --data $(TOPICSEG_DATA)
 
 TYPECHECK := $(VENV)/typecheck
