@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chatmem.bench.train_segmenter import PAIR_FILE, fit_logistic, read_rows, run, stack_inputs, train, write_defdts
+from chatmem.bench.train_segmenter import PAIR_FILE, fit_logistic, read_rows, run, stack_inputs, train
 from chatmem.memory.boundary_pair import (
     CLS_ID,
     CONTEXT_TURNS,
@@ -28,7 +28,7 @@ from chatmem.memory.boundary_pair import (
 from chatmem.memory.boundary_scorer import BoundaryScorer, TurnInfo, shipped_scorer
 from chatmem.memory.segmentation import SegmenterConfig, SegmenterState, SegTurn, feed, segment
 from tests.fakes import FakeEmbedder
-from tests.unit.test_segmentation import T0, TOPICS, _labelled, _tiny_corpus
+from tests.unit.test_segmentation import T0, TOPICS, _labelled, _tiny_corpus, write_tiny_data
 
 CFG = SegmenterConfig()
 
@@ -209,12 +209,8 @@ def test_the_newton_fit_finds_the_logistic_weights():
 
 
 def test_the_training_script_writes_the_pair_section_the_segmenter_loads(tmp_path: Path):
-    tiage, superseg = _tiny_corpus()
     data = tmp_path / "data"
-    data.mkdir()
-    labels = {d.id: [[t, "-1" if i == 0 else str(d.ends_segment[i - 1])] for i, t in enumerate(d.texts)] for d in tiage}
-    (data / "anno_train.json").write_text(json.dumps(labels))
-    write_defdts(data / "superseg_validation.defdts.jsonl", superseg)
+    tiage, _ = write_tiny_data(data)
     cache = tmp_path / "cache"
     cache.mkdir()
     t_items = _labelled(tiage, "tiage")

@@ -606,13 +606,19 @@ def test_whole_conversations_are_one_segment_and_mostly_end_with_a_closing_excha
     assert trained.summary["dialogues"]["conversations"] > 0
 
 
-def test_training_script_writes_weights_the_segmenter_loads(tmp_path: Path):
+def write_tiny_data(data: Path) -> tuple[list[Dialogue], list[Dialogue]]:
+    """The tiny corpus as the trainer reads it: TIAGE's JSON and SuperDialseg's Def-DTS lines."""
     tiage, superseg = _tiny_corpus()
-    data = tmp_path / "data"
     data.mkdir()
     labels = {d.id: [[t, "-1" if i == 0 else str(d.ends_segment[i - 1])] for i, t in enumerate(d.texts)] for d in tiage}
     (data / "anno_train.json").write_text(json.dumps(labels))
     write_defdts(data / "superseg_validation.defdts.jsonl", superseg)
+    return tiage, superseg
+
+
+def test_training_script_writes_weights_the_segmenter_loads(tmp_path: Path):
+    data = tmp_path / "data"
+    tiage, _ = write_tiny_data(data)
     out = tmp_path / "weights.json"
     embedder = FakeEmbedder(dim=16)
     run(data, tmp_path / "cache", out, embedder, lambda _: None)
