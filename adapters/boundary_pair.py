@@ -40,8 +40,7 @@ class OnnxPairEncoder:
                 self._seen.move_to_end(key)
                 return self._seen[key]
         ids, types = pair_ids(word_pieces(context), word_pieces(candidate))
-        _, session = self._runner._load()
-        (hidden,) = session.run(
+        (hidden,) = self._runner.session().run(
             ["last_hidden_state"],
             {
                 "input_ids": np.asarray([ids], dtype=np.int64),

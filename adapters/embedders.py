@@ -170,6 +170,11 @@ class OnnxMiniLMEmbedder:
                 _models[key] = (tokenizer, session)
             return _models[key]
 
+    def session(self) -> Any:
+        """The ONNX Runtime session, loaded once per process (the segmenter's pair model feeds its own
+        inputs to one, adapters/boundary_pair.py)."""
+        return self._load()[1]
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
