@@ -149,6 +149,7 @@ def worker(
         {Queue.SEGMENT, Queue.SUMMARIZE, Queue.FACTS, Queue.ATTACHMENTS} & set(qs)
     )
     c.celery.conf.chatmem_preload_mem0 = Queue.FACTS in qs
+    c.celery.conf.chatmem_preload_segmenter = Queue.SEGMENT in qs
     c.celery.conf.chatmem_preload_ocr = Queue.ATTACHMENTS in qs
     if settings.log_format == "json":
         _celery_says_json()

@@ -5,6 +5,7 @@ Fine-tuning and export run where the `export` extra is installed."""
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -18,6 +19,7 @@ from chatmem.bootstrap import Container
 from chatmem.memory.boundary_pair import context_text
 from chatmem.memory.boundary_scorer import TurnInfo, shipped_scorer
 from chatmem.memory.segmentation import SegmenterConfig, SegmenterState, SegTurn, feed, segment
+from chatmem.workers import tasks
 
 pytestmark = pytest.mark.integration
 
@@ -105,6 +107,25 @@ def test_the_workers_segment_with_the_pair_model_unless_switched_off(settings_fa
         scorer = c.processor.scorer
         assert scorer is c.boundary_scorer and scorer is not None and scorer.reads_text == on
     finally:
+        c.close()
+
+
+@pytest.mark.parametrize("queue", ["segment", "summarize"])
+def test_a_segment_pool_process_loads_the_pair_model_when_it_starts(settings_factory, monkeypatch, queue):
+    asked: list[tuple[str, str]] = []
+    real = OnnxPairEncoder.pooled
+    monkeypatch.setattr(OnnxPairEncoder, "pooled", lambda self, a, b: asked.append((a, b)) or real(self, a, b))
+    s = settings_factory()
+    c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
+    app = c.celery
+    app.conf.chatmem_preload_model = True
+    app.conf.chatmem_preload_segmenter = queue == "segment"
+    app.set_current()
+    try:
+        tasks._preload_model()
+        assert asked == ([("warm up", "warm up")] if queue == "segment" else [])
+    finally:
+        tasks._wirings.pop(os.getpid()).close()
         c.close()
 
 
