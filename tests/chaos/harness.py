@@ -37,6 +37,11 @@ CHAOS_SETTINGS = {
     "chunk_summary_every": 50,
     # A final summary lost with a killed summarize worker is queued again within seconds.
     "sweeper_finals_after_s": 3,
+    # The loads are people talking, where the segmenter's pair model reads every turn: on 2 cores
+    # it would set each case's length (about 13 s per 1,000 messages) without touching what the
+    # matrix checks. The case that kills a segment pool process runs with it, so a replacement
+    # process loads it too.
+    "segment_pair_model": False,
 }
 
 # What `chatmem up` runs, less the attachment worker and the API (no attachments, no reads here)

@@ -37,8 +37,11 @@ def _kill(stack: Stack, target: str) -> None:
 def test_kill9_mid_flow(target, chaos_settings, chaos_container, tmp_path):
     started = time.monotonic()
     case = f"kill-{target}"
-    load = Load(chaos_settings, conversation(case, N, THREADS), SECONDS)
-    with Stack(chaos_settings, tmp_path / "stack.log") as stack:
+    s = chaos_settings
+    if target == "segment-pool-child":  # the replacement process loads every model the segmenter has
+        s = s.model_copy(update={"segment_pair_model": True})
+    load = Load(s, conversation(case, N, THREADS), SECONDS)
+    with Stack(s, tmp_path / "stack.log") as stack:
         stack.wait_ready()
         load.start()
         load.reached(0.4)
