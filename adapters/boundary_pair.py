@@ -1,6 +1,6 @@
 """The segmenter's pair model on ONNX Runtime (the `PairEncoder` port): the shipped fine-tuned
 all-MiniLM-L6-v2 file (bench/train_pair.py) over `[CLS] context [SEP] candidate [SEP]` as
-memory/boundary_pair.py builds it, mean-pooled; the scorer applies the trained head.
+memory/boundary_pair.py builds it, mean-pooled, and the trained head from the segmenter's weights.
 
 The segmenter asks about a candidate when it arrives and again when its window closes, with the
 same words: the last few answers are kept, so the second ask costs nothing."""
@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -17,21 +18,33 @@ from typing import Any
 import numpy as np
 
 from chatmem.adapters.embedders import PAIR_ONNX_FILE, TOKENIZER_FILE, OnnxMiniLMEmbedder
-from chatmem.memory.boundary_pair import pair_ids
+from chatmem.memory.boundary_pair import PairStack, pair_ids
 from chatmem.memory.boundary_scorer import BoundaryScorer
+from chatmem.memory.ports import PairEncoder
 
 REMEMBERED = 64  # pairs: a worker's threads each have one window open at a time
 
 
 class OnnxPairEncoder:
-    def __init__(self, model_file: Path | None = None, threads: int | None = None) -> None:
+    def __init__(
+        self, model_file: Path | None = None, threads: int | None = None, head: PairStack | None = None
+    ) -> None:
         self.model_file = Path(model_file) if model_file is not None else PAIR_ONNX_FILE
+        self.head = head  # the trained head `logit` applies (the segmenter's weights)
         self._runner = OnnxMiniLMEmbedder(threads=threads, model_file=self.model_file)
         self._lock = threading.Lock()
         self._seen: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
 
     def sha256(self) -> str:
         return _digest(str(self.model_file))
+
+    def logit(self, context: str, candidate: str) -> float:
+        if self.head is None:
+            raise ValueError("no head: build the encoder with the segmenter weights' `pair` section")
+        return self.head.logit(self.pooled(context, candidate))
+
+    def for_thread(self, thread_id: str) -> OnnxPairEncoder:  # noqa: ARG002 - nothing is kept by thread
+        return self
 
     def pooled(self, context: str, candidate: str) -> np.ndarray:
         key = (context, candidate)
@@ -56,18 +69,21 @@ class OnnxPairEncoder:
         return vector
 
 
-def with_pair_model(scorer: BoundaryScorer, on: bool = True) -> BoundaryScorer:
+def with_pair_model(
+    scorer: BoundaryScorer, on: bool = True, cache: Callable[[OnnxPairEncoder], PairEncoder] | None = None
+) -> BoundaryScorer:
     """`scorer` with the shipped pair model attached where its weights have a stacker for it (and
-    `on`: `segment_pair_model`); otherwise as it is, the bag alone."""
+    `on`: `segment_pair_model`); otherwise as it is, the bag alone. `cache` wraps the model (the
+    composition root keeps its answers in Postgres, adapters/pair_cache_pg.py)."""
     if not on or scorer.pair is None:
         return scorer
-    encoder = OnnxPairEncoder()
+    encoder = OnnxPairEncoder(head=scorer.pair)
     if encoder.sha256() != scorer.pair.model_sha256:
         raise RuntimeError(
             f"{encoder.model_file}: not the pair model the segmenter's weights were trained with; "
             "retrain with `make train-segmenter`, or set CHATMEM_SEGMENT_PAIR_MODEL=false"
         )
-    return scorer.with_encoder(encoder)
+    return scorer.with_encoder(cache(encoder) if cache is not None else encoder)
 
 
 def word_pieces(text: str) -> list[int]:

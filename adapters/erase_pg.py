@@ -212,6 +212,10 @@ class PostgresErasure:
             removed["embedding_cache"] = conn.execute(
                 "DELETE FROM embedding_cache WHERE text_hash = ANY(%s)", (list(plan.text_hashes),)
             ).rowcount
+            # A pair model answer reads several turns, no single message's: a thread's go together.
+            removed["pair_cache"] = conn.execute(
+                "DELETE FROM pair_cache WHERE thread_id = ANY(%s)", (plan.threads,)
+            ).rowcount
             removed["llm_cache"] = conn.execute(
                 "DELETE FROM llm_cache WHERE thread_id = ANY(%s) OR input_hash = ANY(%s)",
                 (plan.threads, list(plan.llm_inputs)),

@@ -184,7 +184,7 @@ def per_thread_doorbells(c, events: list[MessageEvent]) -> tuple[float, dict[str
     were grouped): the same messages as new threads, with the embedding and LLM caches emptied
     so that neither run finds the other's work."""
     with c.pool.connection() as conn:
-        conn.execute("TRUNCATE embedding_cache, llm_cache")
+        conn.execute("TRUNCATE embedding_cache, llm_cache, pair_cache")
     solo = [e.model_copy(update={"event_id": f"solo-{e.event_id}", "thread_id": f"solo-{e.thread_id}"}) for e in events]
     live_s, cpu, _ = live_phase(c, solo, {f"{ENV_PREFIX}DOORBELL_GROUP_SIZE": "1"})
     return live_s, cpu

@@ -363,9 +363,13 @@ class Container:
         """The shipped scorer; among people with the pair model stacked on the bag unless
         `segment_pair_model` is off (memory/boundary_scorer.py)."""
         from chatmem.adapters.boundary_pair import with_pair_model
+        from chatmem.adapters.pair_cache_pg import CachedPairEncoder
         from chatmem.memory.boundary_scorer import shipped_scorer
 
-        return with_pair_model(shipped_scorer(), self.settings.segment_pair_model)
+        pool = self.pool
+        return with_pair_model(
+            shipped_scorer(), self.settings.segment_pair_model, cache=lambda model: CachedPairEncoder(model, pool)
+        )
 
     @cached_property
     def summary_policy(self) -> SummaryPolicy:

@@ -318,6 +318,10 @@ class BoundaryScorer:
     def with_encoder(self, encoder: PairEncoder | None) -> BoundaryScorer:
         return replace(self, encoder=encoder)
 
+    def for_thread(self, thread_id: str) -> BoundaryScorer:
+        """This scorer for one thread's turns: the pair model's answers are kept under it."""
+        return self if self.encoder is None else replace(self, encoder=self.encoder.for_thread(thread_id))
+
     @property
     def reads_text(self) -> bool:
         """The segmenter must keep the turns' words in its state for this scorer."""
@@ -339,8 +343,8 @@ class BoundaryScorer:
         if not self._paired(left, window):
             return p
         assert self.pair is not None and self.encoder is not None
-        pooled = self.encoder.pooled(context_text([t.text or "" for t in left]), candidate_text(window[0].text or ""))
-        return self.pair.probability(p, self.pair.logit(pooled), stage == "closed")
+        z = self.encoder.logit(context_text([t.text or "" for t in left]), candidate_text(window[0].text or ""))
+        return self.pair.probability(p, z, stage == "closed")
 
     def bar(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> Bar:
         """The bar for this candidate: the peers' when no assistant is in view."""

@@ -13,7 +13,7 @@ from typing import Protocol
 from chatmem.memory.boundary_llm import AssistFactory, for_batch
 from chatmem.memory.episodes import Job, Plan, SummaryPolicy, ThreadContext, plan_batch, texts_to_embed
 from chatmem.memory.ports import Embedder, concrete
-from chatmem.memory.segmentation import Scorer, SegmenterConfig
+from chatmem.memory.segmentation import Scorer, SegmenterConfig, thread_scorer
 from chatmem.schemas.records import LoggedEvent, ThreadLease
 
 EnqueueJob = Callable[[str, int, Job], None]
@@ -82,7 +82,8 @@ class ThreadProcessor:
         renew_lease = self.renew_lease
         renew = None if renew_lease is None else lambda: renew_lease(lease)
         assist = for_batch(self.assist, lease.thread_id, renew, lease.lease_s)
-        plan = plan_batch(ctx, batch, vectors, self.seg_cfg, self.policy, assist, self.scorer)
+        scorer = thread_scorer(self.scorer, lease.thread_id)
+        plan = plan_batch(ctx, batch, vectors, self.seg_cfg, self.policy, assist, scorer)
         plan.embed_model = embedder.model
         new_lease = self.projections.apply(plan, lease=lease, advance=self.advance)
         for ack in plan.commands:

@@ -121,10 +121,14 @@ class Embedder(Protocol):
 
 
 class PairEncoder(Protocol):
-    """The segmenter's pair model (memory/boundary_pair.py): the mean of its token embeddings over
-    the pair (the turns before a candidate, the candidate); the scorer applies the trained head."""
+    """The segmenter's pair model (memory/boundary_pair.py): its logit of a topic shift at the
+    candidate, given the turns before it, its trained head applied."""
 
-    def pooled(self, context: str, candidate: str) -> np.ndarray: ...
+    def logit(self, context: str, candidate: str) -> float: ...
+
+    def for_thread(self, thread_id: str) -> PairEncoder:
+        """The same model, its answers kept under this thread (a cache erasure can find)."""
+        ...
 
 
 def concrete(embedder: Embedder) -> Embedder:

@@ -15,7 +15,7 @@ from chatmem.memory.boundary_llm import AssistFactory, for_batch
 from chatmem.memory.episodes import Job, SummaryPolicy, ThreadContext, plan_batch
 from chatmem.memory.pipeline import embed_batch
 from chatmem.memory.ports import Embedder, LeaseLost, ThreadLog, concrete
-from chatmem.memory.segmentation import Scorer, SegmenterConfig, SegmenterState
+from chatmem.memory.segmentation import Scorer, SegmenterConfig, SegmenterState, thread_scorer
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,7 @@ def replay_thread(
         generation = projections.next_generation(thread_id)
         held = lease
         seg_assist = for_batch(assist, thread_id, lambda: threads.renew_lease(held), lease_s)
+        seg_scorer = thread_scorer(scorer, thread_id)
         ctx = ThreadContext(thread_id, generation, True, {}, SegmenterState(), None, 0, 0)
         pos, applied = 0, 0
         while True:
@@ -87,7 +88,7 @@ def replay_thread(
             if not ctx.memory_on:
                 # As live: paused until a memory_on, which the live cursor has passed if we are here.
                 ctx = replace(ctx, memory_on=True)
-            plan = plan_batch(ctx, batch, embed_batch(embedder, batch), seg_cfg, policy, seg_assist, scorer)
+            plan = plan_batch(ctx, batch, embed_batch(embedder, batch), seg_cfg, policy, seg_assist, seg_scorer)
             plan.embed_model = embedder.model
             projections.apply(plan, lease=None, advance=None)
             for job in plan.jobs:  # inline and in order: the same summaries and facts as live

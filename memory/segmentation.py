@@ -99,6 +99,13 @@ class Scorer(Protocol):
     def boundary_probability(self, left: Sequence[TurnInfo], window: Sequence[TurnInfo]) -> float: ...
 
 
+def thread_scorer(scorer: Scorer | None, thread_id: str) -> Scorer | None:
+    """`scorer` for one thread's turns: a scorer whose model answers are cached keeps them under
+    the thread (memory/boundary_scorer.py, `for_thread`), so an erasure finds them."""
+    bind = getattr(scorer, "for_thread", None)
+    return bind(thread_id) if bind is not None else scorer
+
+
 class BoundaryAssist(Protocol):
     """A second opinion on decisions the scorer is unsure of (memory/boundary_llm.py)."""
 

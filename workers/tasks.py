@@ -93,7 +93,7 @@ def _preload_model(**_: object) -> None:
         c.embedder.inner.embed(["warm up"])
         encoder = c.boundary_scorer.encoder if conf.get("chatmem_preload_segmenter") else None
         if encoder is not None:
-            encoder.pooled("warm up", "warm up")  # the pair model's file: most of a second to load
+            encoder.logit("warm up", "warm up")  # the pair model's file: most of a second to load
         if conf.get("chatmem_preload_mem0"):
             c.mem0  # noqa: B018 - importing and configuring mem0 takes seconds: not on the first fact
         if conf.get("chatmem_preload_ocr"):

@@ -126,6 +126,8 @@ def test_erasing_a_user_removes_their_token_everywhere_and_keeps_the_other_user(
     plan = PostgresErasure(container.pool, container.event_keys).plan(user_id="alice")
     assert summary_variant in plan.text_hashes
     cached = "SELECT count(*) FROM embedding_cache WHERE text_hash = %s"
+    # Two people in g1: the segmenter's pair model read their turns and kept its answers there.
+    assert scalar(container, "SELECT count(*) FROM pair_cache WHERE thread_id = 'g1'") >= 1
 
     out = cli(s, "erase", "--user", "alice", "--yes", "--json")
     assert out.returncode == 0, out.stdout + out.stderr
@@ -134,6 +136,7 @@ def test_erasing_a_user_removes_their_token_everywhere_and_keeps_the_other_user(
     # The late entry, plus any of hers the consumer's periodic trim had not dropped yet (timing).
     assert removed["stream_entries"] >= 1 and removed["spooled_events"] == 1 and removed["dead_letters"] == 1
     assert removed["facts"] >= 1 and removed["mem0_memories"] >= 1 and removed["blobs"] == 1
+    assert removed["pair_cache"] >= 1
     out = cli(s, "replay", "--all")
     assert out.returncode == 0, out.stdout + out.stderr
     assert cli(s, "gc").returncode == 0

@@ -14,6 +14,7 @@ import pytest
 from chatmem.adapters import boundary_pair
 from chatmem.adapters.boundary_pair import OnnxPairEncoder, with_pair_model, word_pieces
 from chatmem.adapters.embedders import PAIR_ONNX_FILE, QUERY_ONNX_FILE, OnnxMiniLMEmbedder, torch_available
+from chatmem.adapters.pair_cache_pg import CachedPairEncoder
 from chatmem.adapters.services import ServiceUrls
 from chatmem.bootstrap import Container
 from chatmem.memory.boundary_pair import context_text
@@ -127,6 +128,36 @@ def test_a_segment_pool_process_loads_the_pair_model_when_it_starts(settings_fac
     finally:
         tasks._wirings.pop(os.getpid()).close()
         c.close()
+
+
+class OtherMachine(OnnxPairEncoder):
+    """The same model answering otherwise, as on another CPU or ONNX Runtime, by far more."""
+
+    def logit(self, context: str, candidate: str) -> float:
+        self.asked = getattr(self, "asked", 0) + 1
+        return super().logit(context, candidate) + 6.0
+
+
+def test_a_rebuild_reads_the_pair_models_answers_kept_for_its_thread(container, turns):
+    scorer = container.boundary_scorer
+    live = segment(turns, SegmenterConfig(), scorer=scorer.for_thread("t-live"))
+    kept = "SELECT count(*) FROM pair_cache WHERE thread_id = %s"
+    with container.pool.connection() as conn:
+        assert conn.execute(kept, ("t-live",)).fetchone()[0] == len(turns) - 1  # every turn after the first
+    other = OtherMachine(head=scorer.pair)
+    elsewhere = scorer.with_encoder(CachedPairEncoder(other, container.pool))
+    assert segment(turns, SegmenterConfig(), scorer=elsewhere.for_thread("t-live")) == live
+    assert getattr(other, "asked", 0) == 0  # every answer came from the cache
+    # With nothing kept (here: the thread erased), the model is asked, and answers otherwise.
+    with container.pool.connection() as conn:
+        conn.execute("DELETE FROM pair_cache WHERE thread_id = %s", ("t-live",))
+    assert segment(turns, SegmenterConfig(), scorer=elsewhere.for_thread("t-live")) != live and other.asked
+    # Unbound (the worker's warm-up), the model is asked and nothing is kept.
+    with container.pool.connection() as conn:
+        before = conn.execute("SELECT count(*) FROM pair_cache").fetchone()[0]
+    scorer.encoder.logit("warm up", "warm up")
+    with container.pool.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM pair_cache").fetchone()[0] == before
 
 
 @pytest.mark.skipif(not torch_available(), reason="the optional export extra (torch) is not installed")

@@ -26,7 +26,7 @@ from chatmem.memory.boundary_pair import (
     stacked_logit,
 )
 from chatmem.memory.boundary_scorer import BoundaryScorer, TurnInfo, shipped_scorer
-from chatmem.memory.segmentation import SegmenterConfig, SegmenterState, SegTurn, feed, segment
+from chatmem.memory.segmentation import SegmenterConfig, SegmenterState, SegTurn, feed, segment, thread_scorer
 from tests.fakes import FakeEmbedder
 from tests.unit.test_segmentation import T0, TOPICS, _labelled, _tiny_corpus, write_tiny_data
 
@@ -34,17 +34,22 @@ CFG = SegmenterConfig()
 
 
 class WordOverlapPair:
-    """A fake pair model: its 'pooled' vector is (share of the candidate's words seen in the
-    context, 1); with the head below, little overlap is a shift."""
+    """A fake pair model: its logit falls with the share of the candidate's words seen in the
+    context, so little overlap is a shift."""
 
     def __init__(self) -> None:
         self.asked: list[tuple[str, str]] = []
+        self.threads: list[str] = []
 
-    def pooled(self, context: str, candidate: str) -> np.ndarray:
+    def logit(self, context: str, candidate: str) -> float:
         self.asked.append((context, candidate))
         words = set(candidate.lower().replace("?", " ").replace(".", " ").split())
         seen = set(context.lower().replace("?", " ").replace(".", " ").split())
-        return np.array([len(words & seen) / max(len(words), 1), 1.0])
+        return 3.0 - 12.0 * len(words & seen) / max(len(words), 1)
+
+    def for_thread(self, thread_id: str) -> "WordOverlapPair":
+        self.threads.append(thread_id)
+        return self
 
 
 def paired_scorer(encoder: WordOverlapPair | None = None, threshold: float = 0.5) -> BoundaryScorer:
@@ -91,6 +96,14 @@ def test_the_stacker_reads_the_bag_and_the_pair_and_a_closed_window():
     assert float(x[0] @ np.array(w)) == pytest.approx(stacked_logit(w, 0.8, 2.0, True))
 
 
+def test_a_scorer_is_bound_to_each_thread_it_reads():
+    encoder = WordOverlapPair()
+    scorer = paired_scorer(encoder)
+    assert thread_scorer(scorer, "t1").encoder is encoder and encoder.threads == ["t1"]
+    bag = shipped_scorer()
+    assert thread_scorer(bag, "t2") is bag and thread_scorer(None, "t3") is None
+
+
 def test_among_people_the_scorer_stacks_the_pair_and_uses_its_bar():
     encoder = WordOverlapPair()
     scorer = paired_scorer(encoder, threshold=0.45)
@@ -98,7 +111,7 @@ def test_among_people_the_scorer_stacks_the_pair_and_uses_its_bar():
     turns = people_chat(0)
     infos = [replace(TurnInfo.of(t.seq, t.role, t.text, t.vector), text=t.text) for t in turns]
     left, window = infos[:4], infos[4:5]
-    z = scorer.pair.logit(encoder.pooled(context_text([t.text for t in left]), window[0].text))
+    z = encoder.logit(context_text([t.text for t in left]), window[0].text)
     assert scorer.boundary_probability(left, window) == pytest.approx(1 / (1 + math.exp(-z)))
     assert encoder.asked[-1] == (context_text([t.text for t in left[-CONTEXT_TURNS:]]), window[0].text)
     assert tuple(scorer.bar(left, window)) == (0.45, 0.3, 0.0)
