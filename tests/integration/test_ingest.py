@@ -141,7 +141,8 @@ def test_upgrading_moves_the_archived_flag_from_messages_to_their_episodes(embed
                    VALUES ('t', 1, %s, %s, %s, %s, 'u', 'user', 'hello', now(), %s)""",
                 (ordinal, f"e{ordinal}", ordinal, f"t#{ordinal}", active),
             )
-    assert migrate.migrate(url) == ["0013_episode_archived"]
+    later = sorted(m.id for m in read_migrations(str(migrate.MIGRATIONS_DIR)) if m.id >= "0013")
+    assert migrate.migrate(url) == later and later[0] == "0013_episode_archived"
     with psycopg.connect(url) as conn:
         archived = conn.execute("SELECT episode_id, archived FROM episodes ORDER BY ordinal").fetchall()
         columns = {r[0] for r in conn.execute(
