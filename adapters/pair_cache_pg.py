@@ -40,9 +40,7 @@ class CachedPairEncoder:
         self.model = model_key(inner)
 
     def for_thread(self, thread_id: str) -> CachedPairEncoder:
-        bound = CachedPairEncoder.__new__(CachedPairEncoder)
-        bound.inner, bound.pool, bound.thread_id, bound.model = self.inner, self.pool, thread_id, self.model
-        return bound
+        return CachedPairEncoder(self.inner, self.pool, thread_id)
 
     def logit(self, context: str, candidate: str) -> float:
         if self.thread_id is None:
