@@ -45,7 +45,7 @@ bench: install
 
 # Retrains the segmenter's boundary scorer (memory/segmenter_weights.json, fixed seed) on the
 # development splits; embeddings are cached under .chatmem/segmenter, so a retrain embeds nothing.
-# The pair model's fine-tuning takes about 40 minutes on two cores.
+# The pair model's fine-tuning takes about an hour on two cores (62 minutes, docs/benchmarks.md).
 TOPICSEG_DATA ?= ../shared/eval/topicseg
 LOCOMO_DATA ?= ../shared/eval/locomo/locomo_dev.json
 .PHONY: train-ranker
