@@ -31,7 +31,10 @@ def model_key(encoder: OnnxPairEncoder) -> str:
 
 class CachedPairEncoder:
     """The `PairEncoder` port over the ONNX model, with its answers in `pair_cache`. Each ask is
-    its own short statement, outside any transaction of the caller's."""
+    its own short statement, outside any transaction of the caller's. The ask when a window closes
+    repeats the one when it opened and reads the row again: an answer kept in the process as well
+    would outlive an erasure's deletion of the thread's rows, and the rebuild would not write them
+    back."""
 
     def __init__(self, inner: OnnxPairEncoder, pool: ConnectionPool, thread_id: str | None = None):
         self.inner = inner
