@@ -658,7 +658,6 @@ def bench_topicseg(
     """Topic segmentation with the workers' segmenter: Pk, WD, F1 and Score."""
     from chatmem.adapters.boundary_pair import with_pair_model
     from chatmem.adapters.embedders import minilm_embedder
-    from chatmem.bench.topicseg import load as load_dialogues
     from chatmem.bench.topicseg import run
     from chatmem.memory.boundary_llm import Cooldown, LLMBoundaryAssist
     from chatmem.memory.boundary_scorer import BoundaryScorer, shipped_scorer
@@ -680,7 +679,7 @@ def bench_topicseg(
     config = None if closed_thread_bar is None else SegmenterConfig(closed_thread_bar=closed_thread_bar)
     embedder = minilm_embedder(settings.embedding_backend)
     if not llm_assist:
-        seconds: dict[str, float] = {}
+        ms: dict[str, float] = {}
         scores = run(
             data,
             out,
@@ -689,13 +688,12 @@ def bench_topicseg(
             candidate=candidate,
             candidate_config=config,
             learned=learned,
-            seconds=seconds,
+            ms_a_message=ms,
         )
         _print_topicseg(data.name, scores)
-        messages = sum(len(d.texts) for d in load_dialogues(data))
         console.print(
             f"{data.name}: segment step, ms a message (vectors computed before): "
-            + ", ".join(f"{k} {1000 * v / max(messages, 1):.2f}" for k, v in seconds.items())
+            + ", ".join(f"{k} {v:.2f}" for k, v in ms.items())
         )
         return
     c = cli_container(settings)  # the output cache lives in the database

@@ -211,15 +211,15 @@ def run(
     candidate: Scorer | None = None,
     candidate_config: SegmenterConfig | None = None,
     learned: Scorer | None = None,
-    seconds: dict[str, float] | None = None,
+    ms_a_message: dict[str, float] | None = None,
 ) -> dict[str, Scores]:
     """Scores of the learned segmenter with the workers' scorer `learned` (its predictions go to
     `out`), with `assist` also of the learned segmenter with it (then its predictions go to `out`),
     with `candidate` or `candidate_config` also of the segmenter with those weights or settings,
     when `learned` reads the words (the pair model) also of the bag alone (`bag`, the segmenter
     before the pair model), and with `baseline` of the rule-based one, all on the same vectors and
-    dialogues, so any two compare pairwise. `seconds`, if given, gets each segmenter's time over all
-    dialogues, the vectors being computed before: the segment step's own cost."""
+    dialogues, so any two compare pairwise. `ms_a_message`, if given, gets each segmenter's time a
+    message, the vectors being computed before: the segment step's own cost."""
     dialogues = load(data)
     vectors = embed_all(dialogues, embedder)
     scores: dict[str, Scores] = {}
@@ -244,8 +244,9 @@ def run(
             predict(d, v, segmenter, assist, scorer_of[segmenter], candidate_config)
             for d, v in zip(dialogues, vectors, strict=True)
         ]
-        if seconds is not None:
-            seconds[segmenter] = time.perf_counter() - started
+        if ms_a_message is not None:
+            messages = max(sum(len(d.texts) for d in dialogues), 1)
+            ms_a_message[segmenter] = 1000 * (time.perf_counter() - started) / messages
         if out is not None and segmenter == first:
             with open(out, "w") as fh:
                 for d, h in zip(dialogues, hyps, strict=True):
