@@ -7,7 +7,6 @@ same words: the last few answers are kept, so the second ask costs nothing."""
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from chatmem.adapters.embedders import PAIR_ONNX_FILE, TOKENIZER_FILE, OnnxMiniLMEmbedder
+from chatmem.adapters.embedders import PAIR_ONNX_FILE, TOKENIZER_FILE, OnnxMiniLMEmbedder, file_sha256
 from chatmem.memory.boundary_pair import PairStack, pair_ids
 from chatmem.memory.boundary_scorer import BoundaryScorer
 from chatmem.memory.ports import PairEncoder
@@ -36,7 +35,7 @@ class OnnxPairEncoder:
         self._seen: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
 
     def sha256(self) -> str:
-        return _digest(str(self.model_file))
+        return file_sha256(self.model_file)
 
     def logit(self, context: str, candidate: str) -> float:
         if self.head is None:
@@ -100,8 +99,3 @@ def _tokenizer() -> Any:
     tok.no_truncation()
     tok.no_padding()
     return tok
-
-
-@lru_cache(maxsize=2)
-def _digest(path: str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

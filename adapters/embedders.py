@@ -13,6 +13,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -219,6 +220,12 @@ def length_batches(order: np.ndarray, lengths: np.ndarray, size: int) -> list[np
     return batches
 
 
+@lru_cache(maxsize=4)
+def file_sha256(path: Path) -> str:
+    """A model file's sha256: what a trained head or a recorded reference names its file by."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def recall_query_encoder() -> OnnxMiniLMEmbedder:
     """The fine-tuned query encoder for recall's turn search (same tokenizer, same vector space,
     so it reports the same model name)."""
@@ -366,8 +373,6 @@ class QueryEmbedder:
     LRU, and never written to the shared cache (a read must not write; most queries are new)."""
 
     def __init__(self, inner: Embedder, size: int = 2048):
-        from functools import lru_cache
-
         self.inner = inner
         self.model = inner.model
         self.dim = inner.dim
