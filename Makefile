@@ -54,6 +54,7 @@ LOCOMO_DATA ?= ../shared/eval/locomo/locomo_dev.json
 train-ranker: install
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,export]'
 	$(CHATMEM) bench train-ranker --data $(LOCOMO_DATA)
+	$(CHATMEM) bench model-reference
 
 .PHONY: train-segmenter
 # First the pair model among people (torch: the `export` extra, installed here only; the workers run
@@ -62,6 +63,7 @@ train-segmenter: install
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,export]'
 	$(CHATMEM) bench train-pair --data $(TOPICSEG_DATA)
 	$(CHATMEM) bench train-segmenter --data $(TOPICSEG_DATA)
+	$(CHATMEM) bench model-reference
 
 TYPECHECK := $(VENV)/typecheck
 

@@ -292,6 +292,12 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> 
         "ok" if pg.self_check == "ok" else "[red]failed[/red]",
         pg.self_check if pg.self_check != "ok" else "",
     )
+    for m in rep.models:
+        table.add_row(
+            "model",
+            m.model,
+            f"ok (largest difference {m.deviation:.1g})" if m.problem is None else f"[red]{m.problem}[/red]",
+        )
     if pg.shared_buffers is not None and pg.vector_graph is not None:
         from chatmem.adapters.pgmemory import MIB
 
@@ -826,6 +832,17 @@ def bench_export_onnx(
     figures = run(data, out or default_output(), console.print)
     if report is not None:
         report.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+@bench_app.command("model-reference")
+def bench_model_reference() -> None:
+    """Record the shipped ONNX models' outputs on fixed probes, which `chatmem status` and the suite
+    compare each machine's with (adapters/model_check.py). Run after a model file changes."""
+    from chatmem.adapters.model_check import write_reference
+
+    cli_settings()
+    out = write_reference()
+    console.print(f"wrote {out}: the outputs of {', '.join(sorted(json.loads(out.read_text())['models']))}")
 
 
 @bench_app.command("pipeline")

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from chatmem.adapters import pgcheck, services
 from chatmem.adapters.celery_queue import queue_depths
+from chatmem.adapters.embedders import ONNX_FILE, PAIR_ONNX_FILE, QUERY_ONNX_FILE
 from chatmem.adapters.metrics import SharedState
+from chatmem.adapters.model_check import check_models
 from chatmem.adapters.sql import one, scalar
 from chatmem.bootstrap import Container
 from chatmem.producers.spool import Spool
-from chatmem.schemas.status import Lag, PostgresState, ServiceState, StatusReport, StreamState
+from chatmem.schemas.settings import Settings
+from chatmem.schemas.status import Lag, ModelState, PostgresState, ServiceState, StatusReport, StreamState
 from chatmem.workers.supervisor import read_state
 
 # Projection tables counted when present; later migrations add to this list's tables.
@@ -142,4 +145,16 @@ def report(c: Container) -> StatusReport:
         lag=largest_lag(c) if migrated else Lag(max_events=0, thread_id=None),
         migrated=migrated,
         processes=read_state(s.supervisor_state_file),
+        models=[ModelState(**vars(m)) for m in check_models(models_in_use(s))],
     )
+
+
+def models_in_use(s: Settings) -> list[str]:
+    """The shipped ONNX files this configuration runs: the embedder's and the query encoder's
+    while all-MiniLM-L6-v2 embeds on ONNX Runtime, the pair model while it is on."""
+    minilm = s.embedding_provider == "minilm"
+    return [
+        *([ONNX_FILE.name] if minilm and s.embedding_backend == "onnx" else []),
+        *([QUERY_ONNX_FILE.name] if minilm and s.recall_query_encoder else []),
+        *([PAIR_ONNX_FILE.name] if s.segment_pair_model else []),
+    ]

@@ -37,6 +37,14 @@ class PostgresState(BaseModel):
     vector_graph: int | None = None  # bytes of the messages' HNSW index, which inserts and graph searches read
 
 
+class ModelState(BaseModel):
+    """A shipped ONNX model in use, run here on fixed probes against the outputs recorded with it."""
+
+    model: str
+    deviation: float | None  # the largest difference from the recorded outputs, when it ran
+    problem: str | None  # None: it answers here as it did where it was made
+
+
 class ProcessState(BaseModel):
     """One child of `chatmem up`."""
 
@@ -56,3 +64,4 @@ class StatusReport(BaseModel):
     lag: Lag
     migrated: bool = True  # False: the schema is not there yet (`chatmem migrate`)
     processes: list[ProcessState] = []  # the children of a running `chatmem up`
+    models: list[ModelState] = []  # the shipped ONNX models this configuration runs

@@ -1,0 +1,130 @@
+"""The shipped ONNX models checked on the machine they run on: each reads fixed probes, and its
+outputs are compared with those recorded where the file was made (`models/reference.json`,
+written by `chatmem bench model-reference`).
+
+ONNX Runtime picks its kernels by the CPU's instructions (AVX-512, AVX2, NEON or none), and the
+tokenizer's rules come from the installed `tokenizers`. On another CPU the outputs differ in their
+last bits, which the tolerance allows. A wrong kernel, tokenizer release or file gives vectors far
+off, and every vector stored with them would be useless without an error anywhere. So `chatmem
+status` reports this check, and the suite runs it on every machine it runs on."""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from chatmem.adapters.embedders import (
+    MODELS_DIR,
+    ONNX_FILE,
+    PAIR_ONNX_FILE,
+    QUERY_ONNX_FILE,
+    OnnxMiniLMEmbedder,
+    file_sha256,
+)
+
+REFERENCE_FILE = MODELS_DIR / "reference.json"
+# Components of unit vectors (and of the pair model's pooled vector, which its head reads): other
+# CPUs move them by about 1e-6; a wrong tokenization or kernel by 1e-2 and more.
+TOLERANCE = 1e-3
+TEXT_PROBES = (
+    "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
+    "What did Melanie paint last month?",
+    "Привет! Как прошли выходные? 🙂 Мы ездили на дачу, было здорово.",
+    " ".join(["The booking for two nights at the hotel near the station is confirmed."] * 30),  # past 256 tokens
+)
+PAIR_PROBES = (
+    ("Do you have any pets? I have a cat named Luna. Oh nice, what breed?", "She's a Maine Coon, very fluffy."),
+    ("I just got back from Paris. How was it? Amazing food.", "By the way, did you watch the game last night?"),
+)
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    model: str  # the file's name
+    deviation: float | None  # the largest difference from the reference, when it ran
+    problem: str | None  # None when the model answers as recorded
+
+
+def _text_outputs(path: Path) -> np.ndarray:
+    return OnnxMiniLMEmbedder(model_file=path).embed(list(TEXT_PROBES))
+
+
+def _pair_outputs(path: Path) -> np.ndarray:
+    from chatmem.adapters.boundary_pair import OnnxPairEncoder
+
+    encoder = OnnxPairEncoder(model_file=path)
+    return np.stack([encoder.pooled(context, candidate) for context, candidate in PAIR_PROBES])
+
+
+MODELS: dict[str, tuple[Path, Callable[[Path], np.ndarray]]] = {
+    p.name: (p, run)
+    for p, run in ((ONNX_FILE, _text_outputs), (QUERY_ONNX_FILE, _text_outputs), (PAIR_ONNX_FILE, _pair_outputs))
+}
+
+
+def write_reference(out: Path = REFERENCE_FILE) -> Path:
+    """Record every shipped model's outputs on the probes, with the file's sha256 and this machine."""
+    import onnxruntime
+    import tokenizers
+
+    models = {
+        name: {"sha256": file_sha256(path), "outputs": np.round(run(path), 7).tolist()}
+        for name, (path, run) in MODELS.items()
+    }
+    out.write_text(
+        json.dumps(
+            {
+                "written": datetime.now(UTC).date().isoformat(),
+                "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+                "onnxruntime": onnxruntime.__version__,
+                "tokenizers": tokenizers.__version__,
+                "models": models,
+            },
+            separators=(",", ":"),
+        )
+        + "\n"
+    )
+    return out
+
+
+def check_models(names: Sequence[str] | None = None, reference: Path = REFERENCE_FILE) -> list[ModelCheck]:
+    """The shipped models `names` (default: all) run on the probes here against the reference;
+    a problem in words."""
+    chosen = {n: MODELS[n] for n in (MODELS if names is None else names)}
+    if not reference.is_file():
+        return [ModelCheck(n, None, f"{reference} is missing: `chatmem bench model-reference`") for n in chosen]
+    recorded = json.loads(reference.read_text())
+    return [_check(name, path, run, recorded) for name, (path, run) in chosen.items()]
+
+
+def _check(name: str, path: Path, run: Callable[[Path], np.ndarray], recorded: dict) -> ModelCheck:
+    entry = recorded["models"].get(name)
+    if not path.is_file():
+        return ModelCheck(name, None, f"{path} is missing from the package")
+    if entry is None or entry["sha256"] != file_sha256(path):
+        return ModelCheck(
+            name, None, "the reference was recorded for another file: run `chatmem bench model-reference`"
+        )
+    try:
+        deviation = float(np.abs(run(path) - np.asarray(entry["outputs"])).max())
+    except Exception as error:  # noqa: BLE001 - the report says why the model could not run
+        return ModelCheck(name, None, f"it does not run here: {type(error).__name__}: {error}")
+    if deviation <= TOLERANCE:
+        return ModelCheck(name, deviation, None)
+    import onnxruntime
+    import tokenizers
+
+    return ModelCheck(
+        name,
+        deviation,
+        f"its outputs differ from those recorded by {deviation:.3g} (at most {TOLERANCE} is other CPUs' rounding), "
+        f"with ONNX Runtime {onnxruntime.__version__} and tokenizers {tokenizers.__version__} here against "
+        f"{recorded.get('onnxruntime')} and {recorded.get('tokenizers')} there: vectors written here would not "
+        "match those written elsewhere (docs/platforms.md)",
+    )

@@ -1,0 +1,79 @@
+"""The shipped ONNX models answer on this machine as they answered where they were made
+(adapters/model_check.py). The suite runs on every machine it is installed on, so the first test
+is the check itself: another CPU's kernels, another ONNX Runtime or tokenizers release, or a file
+that does not match its recorded outputs fails it. The others show what the check says when a
+model answers otherwise, and that `chatmem status` reports the models a configuration runs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from chatmem.adapters.embedders import ONNX_FILE, PAIR_ONNX_FILE, QUERY_ONNX_FILE
+from chatmem.adapters.model_check import MODELS, REFERENCE_FILE, TOLERANCE, check_models, write_reference
+from tests.conftest import status_json
+
+pytestmark = pytest.mark.integration
+
+
+def _recorded() -> dict:
+    return json.loads(REFERENCE_FILE.read_text())
+
+
+def test_every_shipped_model_answers_here_as_recorded():
+    checks = check_models()
+    assert [c.model for c in checks] == [ONNX_FILE.name, QUERY_ONNX_FILE.name, PAIR_ONNX_FILE.name] == list(MODELS)
+    assert [c.problem for c in checks] == [None, None, None]
+    assert all(c.deviation is not None and c.deviation <= TOLERANCE for c in checks)
+
+
+def test_a_model_that_answers_otherwise_is_named_with_how_far_off_it_is(tmp_path):
+    recorded = _recorded()
+    outputs = np.asarray(recorded["models"][ONNX_FILE.name]["outputs"])
+    outputs[1, 7] += 0.05  # what a wrong kernel or tokenization does to a vector, and more
+    recorded["models"][ONNX_FILE.name]["outputs"] = outputs.tolist()
+    reference = tmp_path / "reference.json"
+    reference.write_text(json.dumps(recorded))
+
+    off, fine = check_models([ONNX_FILE.name, PAIR_ONNX_FILE.name], reference)
+    assert off.model == ONNX_FILE.name and off.deviation == pytest.approx(0.05, abs=1e-4)
+    assert off.problem is not None and "differ from those recorded by 0.05" in off.problem
+    assert "ONNX Runtime" in off.problem and "tokenizers" in off.problem
+    assert fine.model == PAIR_ONNX_FILE.name and fine.problem is None
+
+
+def test_a_reference_recorded_for_another_file_says_how_to_record_it(tmp_path):
+    recorded = _recorded()
+    recorded["models"][QUERY_ONNX_FILE.name]["sha256"] = "0" * 64  # as after a retrain
+    reference = tmp_path / "reference.json"
+    reference.write_text(json.dumps(recorded))
+
+    (check,) = check_models([QUERY_ONNX_FILE.name], reference)
+    assert check.deviation is None and check.problem is not None
+    assert "chatmem bench model-reference" in check.problem
+    (missing,) = check_models([QUERY_ONNX_FILE.name], tmp_path / "nowhere.json")
+    assert missing.problem is not None and "chatmem bench model-reference" in missing.problem
+
+
+def test_a_reference_written_here_reads_back_within_its_rounding(tmp_path):
+    reference = write_reference(tmp_path / "reference.json")
+    assert {name: m["sha256"] for name, m in json.loads(reference.read_text())["models"].items()} == {
+        name: m["sha256"] for name, m in _recorded()["models"].items()
+    }
+    checks = check_models(reference=reference)
+    assert all(c.problem is None and c.deviation is not None and c.deviation <= 1e-7 for c in checks)
+
+
+def test_status_reports_the_models_the_configuration_runs(settings_factory):
+    shown = status_json(settings_factory())["models"]
+    assert [(m["model"], m["problem"]) for m in shown] == [
+        (ONNX_FILE.name, None),
+        (QUERY_ONNX_FILE.name, None),
+        (PAIR_ONNX_FILE.name, None),
+    ]
+    only_pair = status_json(settings_factory(embedding_provider="hashing", embedding_dim=384))["models"]
+    assert [m["model"] for m in only_pair] == [PAIR_ONNX_FILE.name]
+    none = status_json(settings_factory(embedding_provider="hashing", embedding_dim=384, segment_pair_model=False))
+    assert none["models"] == []
