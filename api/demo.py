@@ -181,7 +181,11 @@ def run_demo(settings: Settings, console: Console, timeout: float) -> int:
             _answer(c, console, "demo-alice", "alice", IMAGE_QUESTION)
             rep = report(c)
             console.print(f"status: {rep.counts} · queues {rep.queues} · largest lag {rep.lag.max_events}")
-            return 0
+            off = [m for m in rep.models if m.problem is not None]
+            for m in off:
+                console.print(f"[red]model {m.model}: {escape(m.problem or '')}[/red]")
+            console.print(f"models: {len(rep.models) - len(off)} of {len(rep.models)} answer here as recorded")
+            return 1 if off else 0
         finally:
             supervisor.stop()
             c.close()
