@@ -16,10 +16,20 @@ from chatmem.producers.importers import publish_jsonl
 from chatmem.producers.publisher import Publisher
 from chatmem.schemas.events import Attachment, MessageEvent, parse_event
 from chatmem.schemas.settings import Settings
+from chatmem.schemas.status import ModelState
 from chatmem.status import report
 from chatmem.workers.supervisor import Supervisor
 
 SAMPLE = Path(__file__).resolve().parent.parent / "producers" / "samples" / "demo_conversation.jsonl"
+
+
+def _print_models(console: Console, models: list[ModelState]) -> int:
+    """The model check's line; 1 (the demo fails) when a model answers otherwise here."""
+    off = [m for m in models if m.problem is not None]
+    for m in off:
+        console.print(f"[red]model {m.model}: {escape(m.problem or '')}[/red]")
+    console.print(f"models: {len(models) - len(off)} of {len(models)} answer here as recorded")
+    return 1 if off else 0
 
 
 def _wait_processed(c: Container, event_ids: list[str], thread_ids: list[str], timeout: float) -> bool:
@@ -181,11 +191,7 @@ def run_demo(settings: Settings, console: Console, timeout: float) -> int:
             _answer(c, console, "demo-alice", "alice", IMAGE_QUESTION)
             rep = report(c)
             console.print(f"status: {rep.counts} · queues {rep.queues} · largest lag {rep.lag.max_events}")
-            off = [m for m in rep.models if m.problem is not None]
-            for m in off:
-                console.print(f"[red]model {m.model}: {escape(m.problem or '')}[/red]")
-            console.print(f"models: {len(rep.models) - len(off)} of {len(rep.models)} answer here as recorded")
-            return 1 if off else 0
+            return _print_models(console, rep.models)
         finally:
             supervisor.stop()
             c.close()
