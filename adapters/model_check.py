@@ -107,24 +107,27 @@ def _check(name: str, path: Path, run: Callable[[Path], np.ndarray], recorded: d
     entry = recorded["models"].get(name)
     if not path.is_file():
         return ModelCheck(name, None, f"{path} is missing from the package")
-    if entry is None or entry["sha256"] != file_sha256(path):
-        return ModelCheck(
-            name, None, "the reference was recorded for another file: run `chatmem bench model-reference`"
-        )
+    again = "the reference was recorded for another file: run `chatmem bench model-reference`"
+    if entry is None:
+        return ModelCheck(name, None, again)
     try:
         deviation = float(np.abs(run(path) - np.asarray(entry["outputs"])).max())
     except Exception as error:  # noqa: BLE001 - the report says why the model could not run
         return ModelCheck(name, None, f"it does not run here: {type(error).__name__}: {error}")
     if deviation <= TOLERANCE:
         return ModelCheck(name, deviation, None)
+    # Only now the file's digest (a second on a slow disk for the three files): a retrained file
+    # answers otherwise too, and then it is the reference that is out of date, not the machine.
+    if entry["sha256"] != file_sha256(path):
+        return ModelCheck(name, deviation, again)
     import onnxruntime
     import tokenizers
 
     return ModelCheck(
         name,
         deviation,
-        f"its outputs differ from those recorded by {deviation:.3g} (at most {TOLERANCE} is other CPUs' rounding), "
-        f"with ONNX Runtime {onnxruntime.__version__} and tokenizers {tokenizers.__version__} here against "
-        f"{recorded.get('onnxruntime')} and {recorded.get('tokenizers')} there: vectors written here would not "
-        "match those written elsewhere (docs/platforms.md)",
+        f"its outputs differ from those recorded by {deviation:.3g} (the check allows {TOLERANCE}; other kernels "
+        f"move them by about 1e-7), with ONNX Runtime {onnxruntime.__version__} and tokenizers "
+        f"{tokenizers.__version__} here against {recorded.get('onnxruntime')} and {recorded.get('tokenizers')} "
+        "where it was recorded: vectors written here would not match those written elsewhere (docs/platforms.md)",
     )

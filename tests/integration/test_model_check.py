@@ -46,13 +46,19 @@ def test_a_model_that_answers_otherwise_is_named_with_how_far_off_it_is(tmp_path
 
 def test_a_reference_recorded_for_another_file_says_how_to_record_it(tmp_path):
     recorded = _recorded()
-    recorded["models"][QUERY_ONNX_FILE.name]["sha256"] = "0" * 64  # as after a retrain
+    entry = recorded["models"][QUERY_ONNX_FILE.name]
+    entry["sha256"] = "0" * 64  # as after a retrain: another file, which answers otherwise
+    entry["outputs"] = (np.asarray(entry["outputs"]) * 0.9).tolist()
     reference = tmp_path / "reference.json"
     reference.write_text(json.dumps(recorded))
 
     (check,) = check_models([QUERY_ONNX_FILE.name], reference)
-    assert check.deviation is None and check.problem is not None
-    assert "chatmem bench model-reference" in check.problem
+    assert check.problem is not None and "chatmem bench model-reference" in check.problem
+    assert "differ" not in check.problem  # the reference is out of date, not the machine
+    entry["outputs"] = _recorded()["models"][QUERY_ONNX_FILE.name]["outputs"]
+    reference.write_text(json.dumps(recorded))
+    (same,) = check_models([QUERY_ONNX_FILE.name], reference)
+    assert same.problem is None  # a file that answers as recorded passes whatever its digest
     (missing,) = check_models([QUERY_ONNX_FILE.name], tmp_path / "nowhere.json")
     assert missing.problem is not None and "chatmem bench model-reference" in missing.problem
 
