@@ -11,7 +11,6 @@ status` reports this check, and the suite runs it on every machine it runs on.""
 from __future__ import annotations
 
 import json
-import platform
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,10 +26,11 @@ from chatmem.adapters.embedders import (
     OnnxMiniLMEmbedder,
     file_sha256,
 )
+from chatmem.adapters.pgcheck import cpu_report
 
 REFERENCE_FILE = MODELS_DIR / "reference.json"
-# Components of unit vectors (and of the pair model's pooled vector, which its head reads): other
-# CPUs move them by about 1e-6; a wrong tokenization or kernel by 1e-2 and more.
+# On any component of the outputs (unit vectors; the pair model's pooled vector, which its head
+# reads). Other kernels moved one by at most 2e-7 here, a tokenizer cutting at 128 tokens by 0.05.
 TOLERANCE = 1e-3
 TEXT_PROBES = (
     "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
@@ -74,14 +74,14 @@ def write_reference(out: Path = REFERENCE_FILE) -> Path:
     import tokenizers
 
     models = {
-        name: {"sha256": file_sha256(path), "outputs": np.round(run(path), 7).tolist()}
+        name: {"sha256": file_sha256(path), "outputs": np.round(run(path).astype(np.float64), 7).tolist()}
         for name, (path, run) in MODELS.items()
     }
     out.write_text(
         json.dumps(
             {
                 "written": datetime.now(UTC).date().isoformat(),
-                "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+                "machine": cpu_report().describe(),
                 "onnxruntime": onnxruntime.__version__,
                 "tokenizers": tokenizers.__version__,
                 "models": models,
