@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chatmem.adapters.boundary_pair import OnnxPairEncoder
 from chatmem.adapters.embedders import (
     MODELS_DIR,
     ONNX_FILE,
@@ -56,8 +57,6 @@ def _text_outputs(path: Path) -> np.ndarray:
 
 
 def _pair_outputs(path: Path) -> np.ndarray:
-    from chatmem.adapters.boundary_pair import OnnxPairEncoder
-
     encoder = OnnxPairEncoder(model_file=path)
     return np.stack([encoder.pooled(context, candidate) for context, candidate in PAIR_PROBES])
 
