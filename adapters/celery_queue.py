@@ -73,6 +73,25 @@ def create_celery(settings: Settings, broker_url: str, include: Sequence[str] = 
     return app
 
 
+# A pool process on its way out waits until the main process has read its last result: billiard
+# polls 300 times at 0.1 s. At a warm shutdown the main process has already stopped reading, so a
+# task that ended just then held the whole stop for 30 s, and `chatmem up` killed the worker at
+# 20 s (the fault matrix caught it on 2-3 stops of 15). While a worker runs, the main process reads
+# a result within milliseconds; a result left unread at a stop leaves its task unacknowledged, to
+# be delivered again, and every task is idempotent. So 3 s.
+POOL_EXIT_WAIT_POLLS = 30
+_POOL_EXIT_WAIT = "GUARANTEE_MESSAGE_CONSUMPTION_RETRY_LIMIT"  # billiard.pool's (billiard pinned)
+
+
+def bound_pool_exit_wait(polls: int = POOL_EXIT_WAIT_POLLS) -> None:
+    """Shorten the wait of billiard's exiting pool processes; call before the pool forks."""
+    import billiard.pool
+
+    if not hasattr(billiard.pool, _POOL_EXIT_WAIT):
+        raise RuntimeError(f"billiard.pool has no {_POOL_EXIT_WAIT}: check the pinned billiard release")
+    setattr(billiard.pool, _POOL_EXIT_WAIT, polls)
+
+
 # On the Redis broker a lower number is served first; live doorbells keep the default (0), so a
 # worker takes every waiting live doorbell before the next bulk one.
 BULK_PRIORITY = 9

@@ -134,6 +134,7 @@ def worker(
     concurrency: int = typer.Option(2, min=1, help="worker processes"),
 ) -> None:
     """Run a Celery worker for the given queues."""
+    from chatmem.adapters.celery_queue import bound_pool_exit_wait
     from chatmem.schemas.queues import Queue, parse_queues, prefetch_for
 
     settings = cli_settings()
@@ -153,6 +154,7 @@ def worker(
     c.celery.conf.chatmem_preload_ocr = Queue.ATTACHMENTS in qs
     if settings.log_format == "json":
         _celery_says_json()
+    bound_pool_exit_wait()  # or a warm stop can wait 30 s on a pool process
     if qs == [Queue.ATTACHMENTS] and settings.attachment_worker_nice:
         # Below the message path in CPU priority: on a shared machine, OCR takes what is left.
         os.nice(settings.attachment_worker_nice)

@@ -1,9 +1,10 @@
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
-from chatmem.adapters.celery_queue import TASK_QUEUES, create_celery
+from chatmem.adapters.celery_queue import POOL_EXIT_WAIT_POLLS, TASK_QUEUES, bound_pool_exit_wait, create_celery
 from chatmem.schemas.queues import LONGEST_TIME_LIMIT_S, PROFILES, Queue, parse_queues, prefetch_for
 from chatmem.schemas.settings import Settings
 
@@ -42,3 +43,23 @@ def test_parse_queues_and_prefetch():
         parse_queues("segment,nope")
     assert prefetch_for([Queue.SEGMENT]) > 1
     assert prefetch_for([Queue.SEGMENT, Queue.SUMMARIZE]) == 1
+
+
+def test_an_exiting_pool_process_waits_at_most_3_s_for_its_last_result_to_be_read(monkeypatch):
+    """billiard's own wait, run as a pool process runs it when its last result is never read (the
+    main process stopped reading at a warm shutdown): it gives up after our bound."""
+    import billiard.pool
+
+    monkeypatch.setattr(billiard.pool, "GUARANTEE_MESSAGE_CONSUMPTION_RETRY_LIMIT", 300)  # billiard's default
+    bound_pool_exit_wait()
+    polls = []
+    monkeypatch.setattr(billiard.pool.time, "sleep", polls.append)
+    unread = SimpleNamespace(on_ready_counter=SimpleNamespace(value=4))  # 4 of 5 results read
+    assert billiard.pool.Worker._ensure_messages_consumed(unread, completed=5) is False
+    assert len(polls) == POOL_EXIT_WAIT_POLLS and sum(polls) == pytest.approx(3.0)
+    read = SimpleNamespace(on_ready_counter=SimpleNamespace(value=5))
+    assert billiard.pool.Worker._ensure_messages_consumed(read, completed=5) is True
+
+    monkeypatch.delattr(billiard.pool, "GUARANTEE_MESSAGE_CONSUMPTION_RETRY_LIMIT")
+    with pytest.raises(RuntimeError, match="pinned billiard"):
+        bound_pool_exit_wait()
