@@ -6,17 +6,25 @@ ONNX Runtime picks its kernels by the CPU's instructions (AVX-512, AVX2, NEON or
 tokenizer's rules come from the installed `tokenizers`. On another CPU the outputs differ in their
 last bits, which the tolerance allows. A wrong kernel, tokenizer release or file gives vectors far
 off, and every vector stored with them would be useless without an error anywhere. So `chatmem
-status` reports this check, and the suite runs it on every machine it runs on."""
+status` reports this check, and the suite runs it on every machine it runs on.
+
+A check that passed is kept in the user's cache folder under a key of everything its outcome
+depends on (the files' sizes and times, the releases, the CPU and its features), so an operator who
+polls `chatmem status` pays the second of running the models once per machine and release."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import platform
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import platformdirs
 
 from chatmem.adapters.boundary_pair import OnnxPairEncoder
 from chatmem.adapters.embedders import (
@@ -30,6 +38,7 @@ from chatmem.adapters.embedders import (
 from chatmem.adapters.pgcheck import cpu_report
 
 REFERENCE_FILE = MODELS_DIR / "reference.json"
+CACHE_FILE = platformdirs.user_cache_path("chatmem") / "model-check.json"
 # On any component of the outputs (unit vectors; the pair model's pooled vector, which its head
 # reads). Other kernels moved one by at most 2e-7 here, a tokenizer cutting at 128 tokens by 0.05.
 TOLERANCE = 1e-3
@@ -92,14 +101,68 @@ def write_reference(out: Path = REFERENCE_FILE) -> Path:
     return out
 
 
-def check_models(names: Sequence[str] | None = None, reference: Path = REFERENCE_FILE) -> list[ModelCheck]:
+def check_models(
+    names: Sequence[str] | None = None, reference: Path = REFERENCE_FILE, cache: Path | None = None
+) -> list[ModelCheck]:
     """The shipped models `names` (default: all) run on the probes here against the reference;
-    a problem in words."""
+    a problem in words. With `cache`, a check that passed here before under the same key is not
+    run again."""
     chosen = {n: MODELS[n] for n in (MODELS if names is None else names)}
     if not reference.is_file():
         return [ModelCheck(n, None, f"{reference} is missing: `chatmem bench model-reference`") for n in chosen]
+    key = _cache_key([path for path, _ in chosen.values()], reference) if cache is not None else ""
+    if cache is not None and (kept := _read_cache(cache, key)) is not None:
+        return kept
     recorded = json.loads(reference.read_text())
-    return [_check(name, path, run, recorded) for name, (path, run) in chosen.items()]
+    checks = [_check(name, path, run, recorded) for name, (path, run) in chosen.items()]
+    if cache is not None and all(c.problem is None for c in checks):
+        _write_cache(cache, key, checks)  # only a pass: a problem is looked at again each time
+    return checks
+
+
+def _cache_key(files: list[Path], reference: Path) -> str:
+    """What the outcome depends on. A file's size and time stand for its bytes: reading them would
+    cost as much as the check."""
+    import archspec.cpu
+    import onnxruntime
+    import tokenizers
+
+    host = archspec.cpu.host()  # ONNX Runtime picks its kernels by these features
+    parts = {
+        "files": [[str(f), *((st.st_size, st.st_mtime_ns) if (st := _stat(f)) else ())] for f in [*files, reference]],
+        "cpu": [platform.machine(), host.name, sorted(host.features)],
+        "releases": [onnxruntime.__version__, tokenizers.__version__, np.__version__, platform.python_version()],
+        "tolerance": TOLERANCE,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _stat(path: Path):  # noqa: ANN202
+    try:
+        return path.stat()
+    except OSError:
+        return None
+
+
+def _read_cache(cache: Path, key: str) -> list[ModelCheck] | None:
+    try:
+        kept = json.loads(cache.read_text())
+        if kept.get("key") != key:
+            return None
+        return [ModelCheck(c["model"], c["deviation"], None) for c in kept["checks"]]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # none yet, or not ours: the check runs
+
+
+def _write_cache(cache: Path, key: str, checks: list[ModelCheck]) -> None:
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        kept = [{"model": c.model, "deviation": c.deviation} for c in checks]
+        tmp.write_text(json.dumps({"key": key, "checks": kept}))
+        tmp.replace(cache)  # atomic: two `chatmem status` at once never read half a file
+    except OSError:
+        pass  # a read-only home: the check runs each time, as without a cache
 
 
 def _check(name: str, path: Path, run: Callable[[Path], np.ndarray], recorded: dict) -> ModelCheck:

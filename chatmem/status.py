@@ -6,7 +6,7 @@ from chatmem.adapters import pgcheck, services
 from chatmem.adapters.celery_queue import queue_depths
 from chatmem.adapters.embedders import ONNX_FILE, PAIR_ONNX_FILE, QUERY_ONNX_FILE
 from chatmem.adapters.metrics import SharedState
-from chatmem.adapters.model_check import check_models
+from chatmem.adapters.model_check import CACHE_FILE, check_models
 from chatmem.adapters.sql import one, scalar
 from chatmem.bootstrap import Container
 from chatmem.producers.spool import Spool
@@ -145,7 +145,7 @@ def report(c: Container) -> StatusReport:
         lag=largest_lag(c) if migrated else Lag(max_events=0, thread_id=None),
         migrated=migrated,
         processes=read_state(s.supervisor_state_file),
-        models=[ModelState(**vars(m)) for m in check_models(models_in_use(s))],
+        models=[ModelState(**vars(m)) for m in check_models(models_in_use(s), cache=CACHE_FILE)],
     )
 
 

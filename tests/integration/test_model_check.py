@@ -2,13 +2,16 @@
 (adapters/model_check.py). The suite runs on every machine it is installed on, so the first test
 is the check itself: another CPU's kernels, another ONNX Runtime or tokenizers release, or a file
 that does not match its recorded outputs fails it. The others show what the check says when a
-model answers otherwise, and that `chatmem status` reports the models a configuration runs."""
+model answers otherwise, that a pass is kept under a key of what it depends on, and that `chatmem
+status` reports the models a configuration runs."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
+import onnxruntime
 import pytest
 
 from chatmem.adapters.embedders import ONNX_FILE, PAIR_ONNX_FILE, QUERY_ONNX_FILE
@@ -70,6 +73,44 @@ def test_a_reference_written_here_reads_back_within_its_rounding(tmp_path):
     }
     checks = check_models(reference=reference)
     assert all(c.problem is None and c.deviation is not None and c.deviation <= 1e-7 for c in checks)
+
+
+def test_a_pass_is_kept_and_anything_it_depends_on_runs_the_models_again(tmp_path, monkeypatch):
+    reference, cache = tmp_path / "reference.json", tmp_path / "cache" / "model-check.json"
+    reference.write_text(REFERENCE_FILE.read_text())
+    runs: list[str] = []
+    for name, (path, run) in list(MODELS.items()):
+        monkeypatch.setitem(MODELS, name, (path, lambda p, run=run: runs.append(p.name) or run(p)))
+    names = [ONNX_FILE.name, PAIR_ONNX_FILE.name]
+
+    first = check_models(names, reference, cache)
+    assert runs == names and [c.problem for c in first] == [None, None] and cache.is_file()
+    assert check_models(names, reference, cache) == first and runs == names  # kept: nothing ran
+    check_models([ONNX_FILE.name], reference, cache)  # another set of files: another key
+    assert runs == [*names, ONNX_FILE.name]
+
+    check_models(names, reference, cache)
+    runs.clear()
+    os.utime(reference, ns=(0, 0))  # a reference recorded again
+    check_models(names, reference, cache)
+    assert runs == names
+    runs.clear()
+    monkeypatch.setattr(onnxruntime, "__version__", "0.0.0")  # another ONNX Runtime release
+    check_models(names, reference, cache)
+    assert runs == names
+
+    # A problem is never kept: the next look runs the models again and says it again.
+    recorded = _recorded()
+    entry = recorded["models"][ONNX_FILE.name]
+    entry["outputs"] = (np.asarray(entry["outputs"]) + 0.01).tolist()
+    reference.write_text(json.dumps(recorded))
+    runs.clear()
+    assert check_models(names, reference, cache)[0].problem is not None
+    assert check_models(names, reference, cache)[0].problem is not None and runs == names * 2
+    cache.write_text("{not json")  # damaged: the check runs
+    runs.clear()
+    reference.write_text(REFERENCE_FILE.read_text())
+    assert [c.problem for c in check_models(names, reference, cache)] == [None, None] and runs == names
 
 
 def test_status_reports_the_models_the_configuration_runs(settings_factory):
