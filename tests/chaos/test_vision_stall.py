@@ -43,7 +43,9 @@ def test_vision_endpoint_stalls_while_images_arrive(settings_factory, embedded, 
             vision_base_url=url,
             vision_api_key="k",
             llm_timeout_s=0.5,  # vision waits 1.5x: 0.75 s a try, against a 20 s stall
-            attachment_max_retries=2,
+            # One retry shows the backoff; each try is three requests (the client's own two
+            # retries), about 3.7 s against the stall, and the five images queue on one process.
+            attachment_max_retries=1,
             attachment_retry_backoff_s=0.5,
         )
         c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))  # type: ignore[arg-type]
