@@ -110,24 +110,27 @@ def check_models(
     chosen = {n: MODELS[n] for n in (MODELS if names is None else names)}
     if not reference.is_file():
         return [ModelCheck(n, None, f"{reference} is missing: `chatmem bench model-reference`") for n in chosen]
-    key = _cache_key([path for path, _ in chosen.values()], reference) if cache is not None else ""
-    if cache is not None and (kept := _read_cache(cache, key)) is not None:
+    key = _cache_key([path for path, _ in chosen.values()], reference) if cache is not None else None
+    if cache is not None and key is not None and (kept := _read_cache(cache, key)) is not None:
         return kept
     recorded = json.loads(reference.read_text())
     checks = [_check(name, path, run, recorded) for name, (path, run) in chosen.items()]
-    if cache is not None and all(c.problem is None for c in checks):
+    if cache is not None and key is not None and all(c.problem is None for c in checks):
         _write_cache(cache, key, checks)  # only a pass: a problem is looked at again each time
     return checks
 
 
-def _cache_key(files: list[Path], reference: Path) -> str:
-    """What the outcome depends on. A file's size and time stand for its bytes: reading them would
-    cost as much as the check."""
+def _cache_key(files: list[Path], reference: Path) -> str | None:
+    """What the outcome depends on; None when the CPU cannot be told (then nothing is kept). A
+    file's size and time stand for its bytes: reading them would cost as much as the check."""
     import archspec.cpu
     import onnxruntime
     import tokenizers
 
-    host = archspec.cpu.host()  # ONNX Runtime picks its kernels by these features
+    try:
+        host = archspec.cpu.host()  # ONNX Runtime picks its kernels by these features
+    except Exception:  # noqa: BLE001 - a CPU archspec cannot read: no cache, the check runs
+        return None
     parts = {
         "files": [[str(f), *((st.st_size, st.st_mtime_ns) if (st := _stat(f)) else ())] for f in [*files, reference]],
         "cpu": [platform.machine(), host.name, sorted(host.features)],

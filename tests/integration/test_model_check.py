@@ -107,6 +107,18 @@ def test_a_pass_is_kept_and_anything_it_depends_on_runs_the_models_again(tmp_pat
     runs.clear()
     assert check_models(names, reference, cache)[0].problem is not None
     assert check_models(names, reference, cache)[0].problem is not None and runs == names * 2
+    import archspec.cpu
+
+    def unreadable() -> None:
+        raise ValueError("no such CPU")
+
+    runs.clear()
+    reference.write_text(REFERENCE_FILE.read_text())
+    with monkeypatch.context() as m:
+        m.setattr(archspec.cpu, "host", unreadable)  # a CPU that cannot be told: nothing is kept
+        check_models(names, reference, cache)
+        check_models(names, reference, cache)
+    assert runs == names * 2
     cache.write_text("{not json")  # damaged: the check runs
     runs.clear()
     reference.write_text(REFERENCE_FILE.read_text())
