@@ -140,7 +140,7 @@ def _cache_key(files: list[Path], reference: Path) -> str | None:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def _stat(path: Path):  # noqa: ANN202
+def _stat(path: Path) -> os.stat_result | None:
     try:
         return path.stat()
     except OSError:
