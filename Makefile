@@ -26,7 +26,7 @@ install: $(STAMP)
 run: install
 	$(CHATMEM) demo
 
-# `make test` runs everything, the whole fault matrix included (14-16 minutes on two cores, by the machine);
+# `make test` runs everything, the whole fault matrix included (15-18 minutes on two cores, by the machine);
 # `make chaos` runs only the matrix.
 test: install
 	$(PY) -m pytest -q -p no:cacheprovider
