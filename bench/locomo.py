@@ -95,7 +95,9 @@ def processed(
     a line saying what the pipeline did (or that a kept database was reused)."""
     corpus = [s for s in json.loads(Path(data).read_text()) if samples is None or s["sample_id"] in samples]
     events = list(locomo_events(data, samples))
-    n_messages = sum(1 for e in events if e.type == "message")
+    # A turn id a file repeats makes one event id, stored once: counting events would wait for a
+    # message that never comes, until the settle limit (15 minutes) fails the run.
+    n_messages = len({e.event_id for e in events if e.type == "message"})
     with kept(settings, keep) if keep else scratch(settings) as c:
         settle_s: float | None = None
         if not (keep and _settled(c, n_messages)):

@@ -44,7 +44,11 @@ SAMPLE = [
 ]
 
 
-def write_sample(folder: Path) -> Path:
+def write_sample(folder: Path, repeated_turn: bool = False) -> Path:
+    """The sample as a file; `repeated_turn` adds a turn whose id an earlier turn already has."""
+    sample = json.loads(json.dumps(SAMPLE))
+    if repeated_turn:
+        sample[0]["conversation"]["session_2"].append({"speaker": "Maya", "dia_id": "D2:3", "text": "Good luck!"})
     path = folder / "locomo_sample.json"
-    path.write_text(json.dumps(SAMPLE))
+    path.write_text(json.dumps(sample))
     return path
