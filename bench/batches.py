@@ -4,8 +4,6 @@ model call (a bigger batch) would make the segment worker cheaper per message.""
 
 from __future__ import annotations
 
-import os
-import platform
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from chatmem.adapters.embedders import OnnxMiniLMEmbedder
+from chatmem.bench.host import machine
 from chatmem.bench.pipeline import real_dialogues
 from chatmem.memory.episodes import embed_text
 
@@ -34,10 +33,7 @@ def run(console: Console, dialogues: Path, *, texts: int = 480, threads: tuple[i
                 embedder.embed(sample[i : i + bs])
             wall, cpu = time.perf_counter() - t0, sum(me.cpu_times()[:2]) - cpu0
             figures[(n, bs)] = (len(sample) / wall, 1000 * cpu / len(sample))
-    table = Table(
-        title=f"chatmem bench batches · {platform.processor() or platform.machine()} · {os.cpu_count()} cores · "
-        f"{datetime.now(UTC):%Y-%m-%d}"
-    )
+    table = Table(title=f"chatmem bench batches · {machine()} · {datetime.now(UTC):%Y-%m-%d}")
     table.add_column("texts per call", justify="right")
     for n in threads:
         table.add_column(f"{n} thread{'s' if n > 1 else ''}: texts/s", justify="right")

@@ -10,8 +10,6 @@ drift of the machine falls on all of them."""
 
 from __future__ import annotations
 
-import os
-import platform
 import shutil
 import statistics
 import tempfile
@@ -30,6 +28,7 @@ from chatmem.adapters import pgmemory
 from chatmem.adapters.services import EmbeddedPostgres
 from chatmem.adapters.sql import scalar
 from chatmem.bench.hnsw import DIM, build, load
+from chatmem.bench.host import machine
 from chatmem.schemas.settings import Settings
 
 BUILD_MEMORY = "2GB"
@@ -145,7 +144,7 @@ def _table(
 ) -> None:
     table = Table(
         title=f"chatmem bench buffers · {n:,} vectors ({DIM} dims), graph {size / 2**20:,.0f} MiB · Postgres {server}, "
-        f"pgvector {version} · {platform.machine()} · {os.cpu_count()} cores · "
+        f"pgvector {version} · {machine()} · "
         f"{pgmemory.machine_memory().total / pgmemory.GIB:.1f} GiB · {datetime.now(UTC):%Y-%m-%d}"
     )
     for col in ("shared_buffers", "insert ms/vector p50", "min–max", "× first", "search ms p50", "p95", "× first"):

@@ -9,7 +9,6 @@ final summary per episode, a few facts per user. Queries are embedded by the rea
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from datetime import UTC, datetime, timedelta
@@ -21,6 +20,7 @@ from rich.table import Table
 from chatmem.adapters import migrate
 from chatmem.adapters.projections import MESSAGE_COLUMNS, MESSAGE_TYPES
 from chatmem.bench.facts import _pct, statements
+from chatmem.bench.host import machine
 from chatmem.bench.ingest import scratch
 from chatmem.bench.pipeline import TOPICS
 from chatmem.memory.fact_jobs import store_fact
@@ -249,7 +249,7 @@ def run(
 
     table = Table(
         title=f"chatmem bench context · {n_msg:,} messages, {n_threads:,} threads, {n_users:,} users, "
-        f"{n_mem:,} mem0 memories · {os.cpu_count()} cores · {datetime.now(UTC):%Y-%m-%d}"
+        f"{n_mem:,} mem0 memories · {machine()} · {datetime.now(UTC):%Y-%m-%d}"
     )
     for col in ("call", "p50 ms", "p95 ms", "target p95"):
         table.add_column(col)

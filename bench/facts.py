@@ -8,7 +8,6 @@ fact path itself (Postgres, mem0, pgvector) rather than the model; the model's o
 
 from __future__ import annotations
 
-import os
 import random
 import statistics
 import time
@@ -18,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from chatmem.adapters.mem0_store import COLLECTION
+from chatmem.bench.host import machine
 from chatmem.bench.ingest import scratch
 from chatmem.memory.fact_jobs import store_fact
 from chatmem.memory.facts import extract
@@ -111,7 +111,7 @@ def run(
                 if i < 50 and hits:
                     overlap.append(len({h["id"] for h in hits} & {r[0] for r in rows}) / len(hits))
 
-    table = Table(title=f"chatmem bench facts · {os.cpu_count()} cores · {datetime.now(UTC):%Y-%m-%d}")
+    table = Table(title=f"chatmem bench facts · {machine()} · {datetime.now(UTC):%Y-%m-%d}")
     for col in ("measure", "mem0 search", "direct pgvector query", "ratio"):
         table.add_column(col)
     table.add_row(

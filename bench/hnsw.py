@@ -9,7 +9,6 @@ unit length and searched by cosine, as the messages' index is."""
 from __future__ import annotations
 
 import os
-import platform
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from rich.table import Table
 
 from chatmem.adapters import services
 from chatmem.adapters.sql import scalar
+from chatmem.bench.host import machine
 from chatmem.bench.ingest import _with_db
 from chatmem.schemas.settings import Settings
 
@@ -102,7 +102,7 @@ def run(
         server = scalar(conn, "SHOW server_version")
     table = Table(
         title=f"chatmem bench hnsw · {n:,} {kind} vectors ({DIM} dims) · Postgres {server}, pgvector {version} · "
-        f"{platform.machine()} · {os.cpu_count()} cores · {datetime.now(UTC):%Y-%m-%d}"
+        f"{machine()} · {datetime.now(UTC):%Y-%m-%d}"
     )
     for col in ("maintenance_work_mem", "parallel workers", "build s", "vectors/s", "index MiB"):
         table.add_column(col, justify="right")

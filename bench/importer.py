@@ -13,7 +13,6 @@ Runs in the scratch database and Redis db of `bench ingest`, removed at the end.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import random
 import subprocess
@@ -28,6 +27,7 @@ from PIL import Image
 from rich.console import Console
 from rich.table import Table
 
+from chatmem.bench.host import machine
 from chatmem.bench.ingest import scratch
 from chatmem.producers.import_telegram import TelegramOptions, telegram_items
 from chatmem.producers.publisher import Publisher
@@ -179,7 +179,7 @@ def run(settings: Settings, console: Console, *, n_messages: int = 200_000) -> d
         "import_exit_status": float(status),
     }
     table = Table(
-        title=f"chatmem bench import · {os.cpu_count()} cores · {datetime.now(UTC):%Y-%m-%d}",
+        title=f"chatmem bench import · {machine()} · {datetime.now(UTC):%Y-%m-%d}",
         caption=f"{platform.platform()} · {platform.machine()} · Python {platform.python_version()}",
     )
     for col in ("measure", "messages/s", "time", "note"):

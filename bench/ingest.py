@@ -25,6 +25,7 @@ from rich.table import Table
 
 from chatmem.adapters import migrate, services
 from chatmem.adapters.sql import one, scalar
+from chatmem.bench.host import machine
 from chatmem.bootstrap import Container
 from chatmem.producers.publisher import Publisher
 from chatmem.schemas.events import MessageEvent
@@ -240,7 +241,7 @@ def run(settings: Settings, console: Console, *, n_events: int = 100_000, n_thre
         "ingest_clear_per_s": clear_rate,
         "stored": stored,
     }
-    table = Table(title=f"chatmem bench ingest · {os.cpu_count()} cores · {datetime.now(UTC):%Y-%m-%d}")
+    table = Table(title=f"chatmem bench ingest · {machine()} · {datetime.now(UTC):%Y-%m-%d}")
     for col in ("measure", "ours", "raw limit (same run)", "ratio", "target"):
         table.add_column(col)
     per_event_xadd_us = 1e6 / xadd_rate

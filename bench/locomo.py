@@ -13,7 +13,6 @@ after changing what the pipeline writes."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from chatmem.adapters import migrate, services
+from chatmem.bench.host import machine
 from chatmem.bench.ingest import scratch
 from chatmem.bench.pipeline import pipeline_processes, wait_until_settled
 from chatmem.bench.stats import bootstrap
@@ -198,7 +198,7 @@ def _report(console: Console, data: Path, corpus: list[dict], scores: Scores, ra
     table = Table(
         title=f"chatmem bench locomo · {data.name} · {len(corpus)} conversations, {overall['n']} questions · "
         f"{ranker} ranker · "
-        f"{os.cpu_count()} cores · {datetime.now(UTC):%Y-%m-%d}"
+        f"{machine()} · {datetime.now(UTC):%Y-%m-%d}"
     )
     for col in ("retriever / category", "questions", *measures):
         table.add_column(col)

@@ -25,6 +25,7 @@ from chatmem.adapters.celery_queue import queue_depths
 from chatmem.adapters.embedders import BACKENDS, minilm_embedder, torch_available
 from chatmem.adapters.procs import process_name
 from chatmem.bench.cpu import CpuMeter, listening_pid, postmaster_of
+from chatmem.bench.host import machine
 from chatmem.bench.ingest import scratch
 from chatmem.producers.importers import locomo_events
 from chatmem.producers.publisher import Publisher
@@ -303,7 +304,7 @@ def run(
         solo_rate = len(events) / solo_s
         large = _large_table_phase(c, console, preload, n_messages, n_threads) if preload else None
 
-    table = Table(title=f"chatmem bench pipeline · {os.cpu_count()} cores · {datetime.now(UTC):%Y-%m-%d}")
+    table = Table(title=f"chatmem bench pipeline · {machine()} · {datetime.now(UTC):%Y-%m-%d}")
     for col in ("measure", "rate", "compared with (same run)", "ratio", "target"):
         table.add_column(col)
     for name, rate in raw_rates.items():

@@ -7,8 +7,6 @@ on the read's connection or with the turn search started beside the summary and 
 from __future__ import annotations
 
 import dataclasses
-import os
-import platform
 import time
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
@@ -18,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from chatmem.bench.host import machine
 from chatmem.bench.locomo import QUESTION_CATEGORIES, processed
 from chatmem.memory.ports import Embedder, concrete
 from chatmem.memory.recall import Recall
@@ -74,7 +73,7 @@ def run(
                         latencies[name].append(time.perf_counter() - t0)
     table = Table(
         title=f"chatmem bench recall-latency · {data.name} · {len(questions)} questions × {rounds} rounds · "
-        f"{platform.machine()} · {os.cpu_count()} cores · {datetime.now(UTC):%Y-%m-%d}"
+        f"{machine()} · {datetime.now(UTC):%Y-%m-%d}"
     )
     for col in ("query vector", "recall p50", "p95", "p50 vs encoder off"):
         table.add_column(col)

@@ -8,8 +8,6 @@ Runs in a scratch database and Redis db (see bench/ingest.py)."""
 from __future__ import annotations
 
 import io
-import os
-import platform
 import random
 import signal
 import statistics
@@ -23,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from chatmem.adapters.celery_queue import queue_depths
+from chatmem.bench.host import machine
 from chatmem.bench.ingest import scratch
 from chatmem.bench.pipeline import TOPICS
 from chatmem.bootstrap import Container
@@ -200,10 +199,9 @@ def run(
 def _print(
     console: Console, results: list[Sample], restarts: dict[str, int], minutes: float, rate: float, threads: int
 ) -> None:
-    machine = platform.processor() or platform.machine()
     console.print(
-        f"[bold]chatmem bench soak[/bold] · {datetime.now(UTC):%Y-%m-%d %H:%M} UTC · {machine}"
-        f" · {os.cpu_count()} cores · {minutes:g} min at {rate:g} msg/s over {threads} threads"
+        f"[bold]chatmem bench soak[/bold] · {datetime.now(UTC):%Y-%m-%d %H:%M} UTC · {machine()}"
+        f" · {minutes:g} min at {rate:g} msg/s over {threads} threads"
         " (every 10th message edited, every 50th with an image; recall + build_context every second)"
     )
     if not results:

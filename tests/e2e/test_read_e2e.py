@@ -94,6 +94,7 @@ def test_the_recall_latency_bench_compares_the_query_vectors_and_the_parallel_tu
 
     from rich.console import Console
 
+    from chatmem.bench.host import machine
     from chatmem.bench.recall_latency import run
 
     printed = io.StringIO()
@@ -102,3 +103,5 @@ def test_the_recall_latency_bench_compares_the_query_vectors_and_the_parallel_tu
     out = run(container.settings, Console(file=printed, width=200), sample, rounds=1)
     assert len(out) == 3 and all(0 < p50 <= p95 for p50, p95 in out.values())
     assert "beside the others (shipped)" in printed.getvalue() and "p50 vs encoder off" in printed.getvalue()
+    # The figures name the machine they were taken on (the title wraps to the table's width).
+    assert " ".join(machine().split()) in " ".join(printed.getvalue().split())

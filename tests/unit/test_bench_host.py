@@ -1,0 +1,36 @@
+"""The machine every bench prints beside its figures (bench/host.py)."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+import archspec.cpu
+import pytest
+
+from chatmem.bench.host import brand, machine
+
+
+def test_the_brand_is_the_kernels_model_name(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14 96-Core Processor\n")
+    assert brand(info) == "AMD EPYC 9R14 96-Core Processor"
+    info.write_text("processor\t: 0\nmodel name\t: \n")
+    assert brand(info) is None
+    assert brand(tmp_path / "missing") is None
+
+
+def test_the_machine_names_the_cpu_level_and_the_cores():
+    host = archspec.cpu.host()
+    shown = machine()
+    assert f"{host.name} ({platform.machine()}" in shown and shown.endswith(f" · {os.cpu_count()} cores")
+    assert (", AVX-512)" in shown) == ("avx512f" in host.features)
+
+
+def test_a_cpu_archspec_cannot_read_still_gets_the_architecture(monkeypatch: pytest.MonkeyPatch):
+    def unreadable():
+        raise ValueError("unknown CPU")
+
+    monkeypatch.setattr(archspec.cpu, "host", unreadable)
+    shown = machine()
+    assert shown.endswith(f"{platform.machine()} · {os.cpu_count()} cores") and "(" not in shown
