@@ -48,6 +48,7 @@ class CpuReport:
     arch: str
     name: str  # microarchitecture as archspec names it, e.g. "zen3", "haswell"
     missing: frozenset[str]  # features the embedded pgvector needs that this CPU lacks
+    avx512: bool = False  # pgvector picks its AVX-512 functions at run time; benches print it
 
     def describe(self) -> str:
         return f"{self.name} ({self.arch})"
@@ -60,7 +61,8 @@ def cpu_report() -> CpuReport:
     import archspec.cpu
 
     host = archspec.cpu.host()
-    return CpuReport("x86_64", host.name, frozenset(EMBEDDED_X86_FEATURES - set(host.features)))
+    features = set(host.features)
+    return CpuReport("x86_64", host.name, frozenset(EMBEDDED_X86_FEATURES - features), "avx512f" in features)
 
 
 def check_cpu_for_embedded(report: CpuReport | None = None) -> None:

@@ -6,8 +6,9 @@ figure needs the CPU's level and vector width as well as the core count.
 from __future__ import annotations
 
 import os
-import platform
 from pathlib import Path
+
+from chatmem.adapters.pgcheck import cpu_report
 
 
 def brand(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
@@ -18,20 +19,14 @@ def brand(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
             if key.strip() == "model name" and value.strip():
                 return value.strip()
     except OSError:
-        pass  # not Linux: the architecture and archspec's name still say what ran
+        pass  # not Linux: the CPU's name and architecture still say what ran
     return None
 
 
 def machine() -> str:
-    """E.g. "AMD EPYC · zen3 (x86_64) · 2 cores"; archspec's name for the CPU, and AVX-512 when
-    it has it; the architecture alone where archspec cannot read the CPU."""
-    arch = platform.machine() or "unknown"
+    """E.g. "AMD EPYC · zen3 (x86_64) · 2 cores": the kernel's model name, the CPU as the start-up
+    check reads it (`pgcheck.cpu_report`), AVX-512 when it has it, and the cores."""
     head = f"{name} · " if (name := brand()) else ""
-    try:
-        import archspec.cpu
-
-        host = archspec.cpu.host()
-    except Exception:  # noqa: BLE001 - a CPU archspec cannot read still gets its figures printed
-        return f"{head}{arch} · {os.cpu_count()} cores"
-    wide = ", AVX-512" if "avx512f" in host.features else ""
-    return f"{head}{host.name} ({arch}{wide}) · {os.cpu_count()} cores"
+    cpu = cpu_report()
+    wide = ", AVX-512" if cpu.avx512 else ""
+    return f"{head}{cpu.name} ({cpu.arch}{wide}) · {os.cpu_count()} cores"

@@ -180,7 +180,7 @@ def run(settings: Settings, console: Console, *, n_messages: int = 200_000) -> d
     }
     table = Table(
         title=f"chatmem bench import · {machine()} · {datetime.now(UTC):%Y-%m-%d}",
-        caption=f"{platform.platform()} · {platform.machine()} · Python {platform.python_version()}",
+        caption=f"{platform.platform()} · Python {platform.python_version()}",
     )
     for col in ("measure", "messages/s", "time", "note"):
         table.add_column(col)
