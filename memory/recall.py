@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from functools import lru_cache
 from importlib import resources
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
@@ -54,8 +54,10 @@ class TermStats:
     df: tuple[int, ...]  # per query lexeme
 
 
-@dataclass(frozen=True, slots=True)
-class TurnCandidate:
+# The three kinds of candidate are immutable records built by the hundred a recall (a pool of up
+# to 200 per list): as named tuples they cost a third of what frozen dataclasses did to build
+# (docs/benchmarks.md, "Recall's Python on the critical path").
+class TurnCandidate(NamedTuple):
     thread_id: str
     seq: int
     episode_id: str
@@ -81,8 +83,7 @@ class Hops:
     events: tuple[str, ...] = ()  # the turns matching facts were drawn from
 
 
-@dataclass(frozen=True, slots=True)
-class SummaryCandidate:
+class SummaryCandidate(NamedTuple):
     summary_id: int
     thread_id: str
     episode_id: str | None
@@ -110,8 +111,7 @@ class FoundFact:
     citation: Citation
 
 
-@dataclass(frozen=True, slots=True)
-class ArtifactCandidate:
+class ArtifactCandidate(NamedTuple):
     """A text derived from an attachment, with the message (in a readable thread) that sent it."""
 
     text_id: int

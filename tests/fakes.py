@@ -1274,7 +1274,7 @@ class FakeRecallStore:
         mine = [(s, v) for s, v in self.summaries if s.thread_id in threads]
         texts = [s.text for s, _ in mine]
         pool = self._pool(mine, texts, [v for _, v in mine], lexemes, qvec, limit)
-        found = [replace(mine[i][0], sim=sim, tf=self._tf(mine[i][0].text, lexemes)) for i, sim in pool]
+        found = [mine[i][0]._replace(sim=sim, tf=self._tf(mine[i][0].text, lexemes)) for i, sim in pool]
         return found, self._stats(texts, lexemes)
 
     def summary_sources(self, summary: SummaryCandidate) -> list[str]:
