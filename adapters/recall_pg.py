@@ -491,16 +491,15 @@ def _turn_columns(d: int) -> str:
 
 
 def _turns(rows: Sequence[tuple[Any, ...]], lexemes: Sequence[str]) -> list[TurnCandidate]:
-    return [_candidate(TurnCandidate, r, 10, lexemes, bool(r[13])) for r in rows]
+    return [_candidate(TurnCandidate, r, 10, lexemes, author_named=bool(r[13])) for r in rows]
 
 
-def _candidate(make: Callable[..., C], r: tuple[Any, ...], fields: int, lexemes: Sequence[str], *extra: Any) -> C:
+def _candidate(make: Callable[..., C], r: tuple[Any, ...], fields: int, lexemes: Sequence[str], **extra: Any) -> C:
     """A candidate from its row: `fields` columns as they are, then its vector similarity, its
     text vector's query lexemes (`_TERM_FREQUENCIES`; NULL when the row did not match the text
-    query) and text length, then `extra` (the fields after `length`). Positional: hundreds are
-    built a recall, and keywords cost a third more."""
+    query) and text length."""
     sim, matched, length = r[fields : fields + 3]
-    return make(*r[:fields], float(sim), term_counts(matched, lexemes), int(length), *extra)
+    return make(*r[:fields], sim=float(sim), tf=term_counts(matched, lexemes), length=int(length), **extra)
 
 
 def term_counts(vector_text: str | None, lexemes: Sequence[str]) -> tuple[int, ...]:
