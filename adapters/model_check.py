@@ -4,9 +4,10 @@ written by `chatmem bench model-reference`).
 
 ONNX Runtime picks its kernels by the CPU's instructions (AVX-512, AVX2, NEON or none), and the
 tokenizer's rules come from the installed `tokenizers`. On another CPU the outputs differ in their
-last bits, which the tolerance allows. A wrong kernel, tokenizer release or file gives vectors far
-off, and every vector stored with them would be useless without an error anywhere. So `chatmem
-status` reports this check, and the suite runs it on every machine it runs on.
+last bits (the int8 query encoder's by up to a few thousandths), which the tolerance allows. A
+wrong kernel, tokenizer release or file gives vectors far off, and every vector stored with them
+would be useless without an error anywhere. So `chatmem status` reports this check, and the suite
+runs it on every machine it runs on.
 
 A check that passed is kept in the user's cache folder under a key of everything its outcome
 depends on (the files' sizes and times, the releases, the CPU and its features), so an operator who
@@ -42,6 +43,11 @@ CACHE_FILE = platformdirs.user_cache_path("chatmem") / "model-check.json"
 # On any component of the outputs (unit vectors; the pair model's pooled vector, which its head
 # reads). Other kernels moved one by at most 2e-7 here, a tokenizer cutting at 128 tokens by 0.05.
 TOLERANCE = 1e-3
+# The query encoder runs in int8, its activations quantised at run time: where other kernels round
+# one the other way, the error carries on. Emulated AVX2 and SSE4.2 CPUs moved a component by 2e-3
+# and 4e-3; a tokenizer cutting at 128 tokens moves it by 0.05, the fp32 encoder in its place by 0.02.
+# Its vectors are never stored, so such a drift only reorders near ties in one search.
+TOLERANCES = {QUERY_ONNX_FILE.name: 1e-2}
 TEXT_PROBES = (
     "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
     "What did Melanie paint last month?",
@@ -135,7 +141,7 @@ def _cache_key(files: list[Path], reference: Path) -> str | None:
         "files": [[str(f), *((st.st_size, st.st_mtime_ns) if (st := _stat(f)) else ())] for f in [*files, reference]],
         "cpu": [platform.machine(), host.name, sorted(host.features)],
         "releases": [onnxruntime.__version__, tokenizers.__version__, np.__version__, platform.python_version()],
-        "tolerance": TOLERANCE,
+        "tolerance": [TOLERANCE, TOLERANCES],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -179,7 +185,9 @@ def _check(name: str, path: Path, run: Callable[[Path], np.ndarray], recorded: d
         deviation = float(np.abs(run(path) - np.asarray(entry["outputs"])).max())
     except Exception as error:  # noqa: BLE001 - the report says why the model could not run
         return ModelCheck(name, None, f"it does not run here: {type(error).__name__}: {error}")
-    if deviation <= TOLERANCE:
+    allowed = TOLERANCES.get(name, TOLERANCE)
+    usual = "a few thousandths" if name in TOLERANCES else "about 1e-7"
+    if deviation <= allowed:
         return ModelCheck(name, deviation, None)
     # Only now the file's digest (a second on a slow disk for the three files): a retrained file
     # answers otherwise too, and then it is the reference that is out of date, not the machine.
@@ -191,8 +199,8 @@ def _check(name: str, path: Path, run: Callable[[Path], np.ndarray], recorded: d
     return ModelCheck(
         name,
         deviation,
-        f"its outputs differ from those recorded by {deviation:.3g} (the check allows {TOLERANCE}; other kernels "
-        f"move them by about 1e-7), with ONNX Runtime {onnxruntime.__version__} and tokenizers "
+        f"its outputs differ from those recorded by {deviation:.3g} (the check allows {allowed}; other kernels "
+        f"move them by {usual}), with ONNX Runtime {onnxruntime.__version__} and tokenizers "
         f"{tokenizers.__version__} here against {recorded.get('onnxruntime')} and {recorded.get('tokenizers')} "
         "where it was recorded: vectors written here would not match those written elsewhere (docs/platforms.md)",
     )

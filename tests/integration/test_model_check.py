@@ -15,7 +15,14 @@ import onnxruntime
 import pytest
 
 from chatmem.adapters.embedders import ONNX_FILE, PAIR_ONNX_FILE, QUERY_ONNX_FILE
-from chatmem.adapters.model_check import MODELS, REFERENCE_FILE, TOLERANCE, check_models, write_reference
+from chatmem.adapters.model_check import (
+    MODELS,
+    REFERENCE_FILE,
+    TOLERANCE,
+    TOLERANCES,
+    check_models,
+    write_reference,
+)
 from tests.conftest import status_json
 
 pytestmark = pytest.mark.integration
@@ -29,7 +36,7 @@ def test_every_shipped_model_answers_here_as_recorded():
     checks = check_models()
     assert [c.model for c in checks] == [ONNX_FILE.name, QUERY_ONNX_FILE.name, PAIR_ONNX_FILE.name] == list(MODELS)
     assert [c.problem for c in checks] == [None, None, None]
-    assert all(c.deviation is not None and c.deviation <= TOLERANCE for c in checks)
+    assert all(c.deviation is not None and c.deviation <= TOLERANCES.get(c.model, TOLERANCE) for c in checks)
 
 
 def test_a_model_that_answers_otherwise_is_named_with_how_far_off_it_is(tmp_path):
@@ -47,11 +54,33 @@ def test_a_model_that_answers_otherwise_is_named_with_how_far_off_it_is(tmp_path
     assert fine.model == PAIR_ONNX_FILE.name and fine.problem is None
 
 
+def test_the_int8_query_encoder_may_drift_by_thousandths_and_the_fp16_models_may_not(tmp_path):
+    # Run-time quantisation of its activations rounds otherwise on other kernels (4e-3 seen on an
+    # emulated SSE4.2 CPU); the fp16-stored models compute in fp32 and move by 1e-7.
+    recorded = _recorded()
+    for name in (ONNX_FILE.name, QUERY_ONNX_FILE.name):
+        outputs = np.asarray(recorded["models"][name]["outputs"])
+        outputs[3, 11] += 0.005
+        recorded["models"][name]["outputs"] = outputs.tolist()
+    reference = tmp_path / "reference.json"
+    reference.write_text(json.dumps(recorded))
+
+    model, query = check_models([ONNX_FILE.name, QUERY_ONNX_FILE.name], reference)
+    assert query.problem is None and query.deviation == pytest.approx(0.005, abs=1e-4)
+    assert model.problem is not None and "allows 0.001" in model.problem
+    outputs = np.asarray(recorded["models"][QUERY_ONNX_FILE.name]["outputs"])
+    outputs[3, 11] += 0.02  # what a tokenizer cutting at 128 tokens, or the fp16 file, does to it
+    recorded["models"][QUERY_ONNX_FILE.name]["outputs"] = outputs.tolist()
+    reference.write_text(json.dumps(recorded))
+    (query,) = check_models([QUERY_ONNX_FILE.name], reference)
+    assert query.problem is not None and "allows 0.01" in query.problem and "thousandths" in query.problem
+
+
 def test_a_reference_recorded_for_another_file_says_how_to_record_it(tmp_path):
     recorded = _recorded()
     entry = recorded["models"][QUERY_ONNX_FILE.name]
     entry["sha256"] = "0" * 64  # as after a retrain: another file, which answers otherwise
-    entry["outputs"] = (np.asarray(entry["outputs"]) * 0.9).tolist()
+    entry["outputs"] = (np.asarray(entry["outputs"]) * 0.5).tolist()
     reference = tmp_path / "reference.json"
     reference.write_text(json.dumps(recorded))
 
