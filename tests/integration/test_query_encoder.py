@@ -48,7 +48,9 @@ def encoder() -> OnnxMiniLMEmbedder:
 
 
 def test_the_encoder_ships_in_the_package_and_loads_like_the_model(encoder):
-    assert QUERY_ONNX_FILE.is_file() and QUERY_ONNX_FILE.stat().st_size < 60_000_000
+    # int8 weights: half the model's fp16-stored file, one thread (a query is too short for two)
+    assert QUERY_ONNX_FILE.is_file() and QUERY_ONNX_FILE.stat().st_size < ONNX_FILE.stat().st_size * 0.55
+    assert encoder.threads == 1
     _, session = encoder._load()
     assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask", "token_type_ids"]
     assert (encoder.model, encoder.dim, encoder.tokenizer_file) == ("all-MiniLM-L6-v2", 384, TOKENIZER_FILE)
@@ -94,8 +96,14 @@ def test_fine_tuning_moves_questions_to_their_evidence_and_exports_a_file_the_re
         for q, i in [("Which pet did she get?", 0), ("What does the sister do?", 1)]
     ]
     before = [float(turns[q.relevant][0] @ base.embed([q.text])[0]) for q in items]
-    out = tmp_path / "query.onnx"
-    train_query.export(train_query.fine_tune(items, epochs=3), out)
-    tuned = OnnxMiniLMEmbedder(model_file=out, tokenizer_file=TOKENIZER_FILE)
-    after = [float(turns[q.relevant][0] @ tuned.embed([q.text])[0]) for q in items]
-    assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
+    bert = train_query.fine_tune(items, epochs=3)
+    out, out8 = tmp_path / "query.onnx", tmp_path / "query-int8.onnx"
+    train_query.export(bert, out)
+    train_query.export(bert, out8, int8=True)  # the shipped form
+    assert out8.stat().st_size < out.stat().st_size * 0.55
+    tuned, tuned8 = (OnnxMiniLMEmbedder(model_file=f, tokenizer_file=TOKENIZER_FILE) for f in (out, out8))
+    for model in (tuned, tuned8):
+        after = [float(turns[q.relevant][0] @ model.embed([q.text])[0]) for q in items]
+        assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
+    texts = [q for q, _ in QUESTIONS] + TURNS
+    assert np.sum(tuned.embed(texts) * tuned8.embed(texts), axis=1).min() > 0.97  # int8's rounding only
