@@ -4,7 +4,7 @@ written by `chatmem bench model-reference`).
 
 ONNX Runtime picks its kernels by the CPU's instructions (AVX-512, AVX2, NEON or none), and the
 tokenizer's rules come from the installed `tokenizers`. On another CPU the outputs differ in their
-last bits (the int8 query encoder's by up to a few thousandths), which the tolerance allows. A
+last bits (the int8 query encoder's by up to a few hundredths), which the tolerance allows. A
 wrong kernel, tokenizer release or file gives vectors far off, and every vector stored with them
 would be useless without an error anywhere. So `chatmem status` reports this check, and the suite
 runs it on every machine it runs on.
@@ -43,11 +43,12 @@ CACHE_FILE = platformdirs.user_cache_path("chatmem") / "model-check.json"
 # On any component of the outputs (unit vectors; the pair model's pooled vector, which its head
 # reads). Other kernels moved one by at most 2e-7 here, a tokenizer cutting at 128 tokens by 0.05.
 TOLERANCE = 1e-3
-# The query encoder runs in int8, its activations quantised at run time: where other kernels round
-# one the other way, the error carries on. Emulated AVX2 and SSE4.2 CPUs moved a component by 2e-3
-# and 4e-3; a tokenizer cutting at 128 tokens moves it by 0.05, the fp32 encoder in its place by 0.02.
-# Its vectors are never stored, so such a drift only reorders near ties in one search.
-TOLERANCES = {QUERY_ONNX_FILE.name: 1e-2}
+# The query encoder runs in int8, its activations quantised at run time, so other kernels move it
+# further: emulated CPUs by up to 4e-3 (SSE4.2, NEON, SVE), and ARM's SME kernels, which quantise
+# them more finely, by 0.023, nearer the fp32 encoder. Int8 itself moves the fp32 encoder's vector
+# by 0.031 here at no loss of recall, and its vectors are never stored, so the bar is a broken
+# kernel (0.26 under a faulty emulator). The tokenizer, which it shares, is held to 1e-3 above.
+TOLERANCES = {QUERY_ONNX_FILE.name: 0.05}
 TEXT_PROBES = (
     "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
     "What did Melanie paint last month?",
@@ -186,7 +187,7 @@ def _check(name: str, path: Path, run: Callable[[Path], np.ndarray], recorded: d
     except Exception as error:  # noqa: BLE001 - the report says why the model could not run
         return ModelCheck(name, None, f"it does not run here: {type(error).__name__}: {error}")
     allowed = TOLERANCES.get(name, TOLERANCE)
-    usual = "a few thousandths" if name in TOLERANCES else "about 1e-7"
+    usual = "up to a few hundredths" if name in TOLERANCES else "about 1e-7"
     if deviation <= allowed:
         return ModelCheck(name, deviation, None)
     # Only now the file's digest (a second on a slow disk for the three files): a retrained file
