@@ -108,3 +108,37 @@ def test_the_attachment_feature_reads_the_lines_the_surrogates_write():
     for state in (None, RefState(0, "done", "image", "0a1b2c3d" * 8, "sand and sea"), RefState(0, "failed")):
         assert ATTACHMENT_LINE.search("look at this\n" + attachment_line(photo, state))
     assert not ATTACHMENT_LINE.search("I wrote [image] in the middle of a line")
+
+
+def test_the_trainer_ships_the_final_query_encoder_in_int8_and_learns_from_fp16_stored_ones(monkeypatch, tmp_path):
+    # The ranker's pools come from the leave-one-out encoders, stored as fp16 (held out, a ranker
+    # refitted on int8 pools lost more); the encoder that ships is written in int8. Training and
+    # export are faked: this is the trainer's wiring, which needs no torch.
+    import io
+
+    from rich.console import Console
+
+    from chatmem.bench import train_query, train_ranker
+
+    exported: list[tuple[tuple[str, ...], str, bool]] = []
+
+    def export(bert, out, int8=False):
+        exported.append((bert, out.name, int8))
+        out.write_bytes(b"onnx")
+
+    def questions(c, corpus, categories):
+        return [train_query.Question(s["sample_id"], "q?", np.zeros((1, 1)), np.ones(1, bool)) for s in corpus]
+
+    monkeypatch.setattr(train_query, "questions", questions)
+    monkeypatch.setattr(train_query, "fine_tune", lambda items, **kw: tuple(q.sample for q in items))
+    monkeypatch.setattr(train_query, "export", export)
+    monkeypatch.setattr(train_ranker, "collect", lambda c, corpus, encoder: [s["sample_id"] for s in corpus])
+
+    corpus = [{"sample_id": "a"}, {"sample_id": "b"}]
+    pools = train_ranker.encoder_pools(None, corpus, tmp_path / "query.onnx", Console(file=io.StringIO()))
+    assert exported == [
+        (("b",), "without-a.onnx", False),
+        (("a",), "without-b.onnx", False),
+        (("a", "b"), "query.onnx", True),
+    ]
+    assert pools == ["a", "b"]
