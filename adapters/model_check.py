@@ -187,7 +187,6 @@ def _check(name: str, path: Path, run: Callable[[Path], np.ndarray], recorded: d
     except Exception as error:  # noqa: BLE001 - the report says why the model could not run
         return ModelCheck(name, None, f"it does not run here: {type(error).__name__}: {error}")
     allowed = TOLERANCES.get(name, TOLERANCE)
-    usual = "up to a few hundredths" if name in TOLERANCES else "about 1e-7"
     if deviation <= allowed:
         return ModelCheck(name, deviation, None)
     # Only now the file's digest (a second on a slow disk for the three files): a retrained file
@@ -197,6 +196,7 @@ def _check(name: str, path: Path, run: Callable[[Path], np.ndarray], recorded: d
     import onnxruntime
     import tokenizers
 
+    usual = "up to a few hundredths" if name in TOLERANCES else "about 1e-7"
     return ModelCheck(
         name,
         deviation,
