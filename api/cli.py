@@ -19,6 +19,7 @@ from rich.table import Table
 from chatmem.api import cli_read
 from chatmem.api.cli_attachments import attachments_app
 from chatmem.api.common import cli_container, cli_settings, console, start_metrics
+from chatmem.serving import ready_to_serve
 
 if TYPE_CHECKING:
     from chatmem.adapters.llm import CachedLLM
@@ -361,8 +362,10 @@ def mcp(
             raise typer.Exit(2)
         with closing(cli_container(settings)) as c:
             host, port = host or settings.mcp_host, port or settings.mcp_port
+            app = mcp_server.http_app(c, host)
+            ready_to_serve(c)
             err.print(f"chatmem MCP server: http://{host}:{port}{mcp_server.MCP_PATH} (send an API key in X-API-Key)")
-            mcp_server.run_http(c, host, port)
+            mcp_server.run_http(app, host, port)
         return
     served = user or settings.mcp_user
     if not served:
@@ -777,7 +780,8 @@ def bench_recall_latency(
     keep: Path = typer.Option(None, file_okay=False, help="as for `bench locomo`: reuse a processed database"),
     rounds: int = typer.Option(3, min=1, help="passes over the questions, per way"),
 ) -> None:
-    """Recall p50/p95 with the turn search's query vector three ways, interleaved in one run."""
+    """Recall p50/p95 with the turn search's query vector three ways, and the shipped way with the
+    heap frozen as the servers freeze it, interleaved in one run."""
     from chatmem.bench.recall_latency import run
 
     run(cli_settings(), console, data, keep, rounds)

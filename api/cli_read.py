@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from chatmem.api.common import cli_container, cli_settings, console, start_metrics
+from chatmem.serving import ready_to_serve
 
 keys_app = typer.Typer(help="API keys for the HTTP API (each scoped to its users).", no_args_is_help=True)
 import_app = typer.Typer(help="Publish conversations from files as events.", no_args_is_help=True)
@@ -153,8 +154,10 @@ def api(
     settings = cli_settings()
     start_metrics(settings, serve=False)  # its /metrics is on the API's own port
     with closing(cli_container(settings)) as c:  # closed on the way out, as the ingest consumer's
+        app = create_app(c)
+        ready_to_serve(c)
         uvicorn.run(
-            create_app(c),
+            app,
             host=host or settings.api_host,
             port=port or settings.api_port,
             log_level="warning",

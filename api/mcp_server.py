@@ -544,10 +544,10 @@ def http_app(container: Container, host: str) -> ASGIApp:
     return require_api_key(server.streamable_http_app(streamable_http_path=MCP_PATH, host=host), container)
 
 
-def run_http(container: Container, host: str, port: int) -> None:
+def run_http(app: ASGIApp, host: str, port: int) -> None:
     import uvicorn
 
-    uvicorn.run(http_app(container, host), host=host, port=port, log_level="warning")
+    uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 def _lazy_publisher(container: Container) -> Callable[[], Publisher]:

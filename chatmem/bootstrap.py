@@ -76,6 +76,8 @@ log = logging.getLogger(__name__)
 TASK_MODULES = ("chatmem.workers.tasks",)
 # Rebuilds in flight per replay process (Container.replay_many).
 REPLAY_OVERLAP = 2
+# The user Container.warm_up reads as: no one's memory, so the read loads everything and finds nothing.
+WARM_UP_USER = "chatmem-warm-up"
 
 
 class _RecordingProjections:
@@ -596,6 +598,12 @@ class Container:
         from chatmem.memory.tokens import default_counter
 
         return default_counter()
+
+    def warm_up(self) -> None:
+        """Load what a first read loads (the query encoder, mem0, the token counter; about 2 s),
+        so a server's first caller does not wait for it."""
+        self.recall(WARM_UP_USER, "warm up")
+        self.token_counter.count("warm up")
 
     def build_context(self, thread_id: str, user_id: str, query: str | None = None, **kw: Any) -> ContextBundle:
         """The bundle for one turn of a bot: see memory/context.py."""

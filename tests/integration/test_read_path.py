@@ -136,3 +136,14 @@ def test_context_bundle_from_real_memory(memory):
     seqs = [i.citation.seq for n in ("recent_turns", "retrieved") for i in b.section(n).items]
     assert len(seqs) == len(set(seqs))  # nothing twice
     assert b.messages[0]["role"] == "system" and b.messages[-1]["content"].startswith("What about the new shed")
+
+
+def test_warm_up_loads_the_read_path_and_writes_nothing(memory):
+    c = memory
+    tables = ("events", "messages", "summaries", "facts", "embedding_cache", "llm_cache")
+    counts = {t: scalar(c, f"SELECT count(*) FROM {t}") for t in tables}
+    for loaded in ("recall", "mem0", "token_counter"):
+        vars(c).pop(loaded, None)
+    c.warm_up()
+    assert {"recall", "mem0", "token_counter"} <= vars(c).keys()
+    assert {t: scalar(c, f"SELECT count(*) FROM {t}") for t in tables} == counts
