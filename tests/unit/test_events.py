@@ -1,6 +1,8 @@
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from chatmem.schemas.events import InvalidEvent, MessageEvent, parse_event, validate_identifier
 from chatmem.schemas.export import write_schemas
@@ -72,3 +74,62 @@ def test_identifier_validation_refuses_wildcards_and_quotes():
 def test_committed_json_schemas_are_current():
     stale = write_schemas(check=True)
     assert stale == [], f"run `chatmem export-schemas`: stale {stale}"
+
+
+# Any JSON value in any of the wire's fields: ingest dead-letters what it cannot accept by catching
+# InvalidEvent, so every other exception a validator might raise would stall the stream instead.
+_FIELDS = [
+    "type",
+    "event_id",
+    "thread_id",
+    "user_id",
+    "text",
+    "role",
+    "occurred_at",
+    "attachments",
+    "schema_version",
+    "platform",
+    "platform_message_id",
+    "reply_to",
+    "metadata",
+    "command",
+    "args",
+]
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.dictionaries(st.sampled_from(_FIELDS), _JSON, max_size=5),
+    st.lists(st.sampled_from(_FIELDS), max_size=2),
+    st.sampled_from(["message", "message_edited", "command"]),
+)
+def test_any_field_value_parses_or_is_refused_with_a_reason(changes, dropped, kind):
+    event = {"type": kind, "event_id": "e1", "thread_id": "t1", "user_id": "u1"} | {
+        "message": {"text": "hi"},
+        "message_edited": {"text": "hi", "platform_message_id": "m1"},
+        "command": {"command": "remember", "args": {"text": "x"}},
+    }[kind]
+    event.update(changes)
+    for name in dropped:
+        event.pop(name, None)
+    raw = json.dumps(event)
+    try:
+        parsed = parse_event(raw)
+    except InvalidEvent as error:
+        assert ":" in error.reason, error.reason
+    else:
+        assert parse_event(parsed.model_dump_json()) == parsed
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=120))
+def test_any_bytes_parse_or_are_refused_with_a_reason(raw):
+    try:
+        parse_event(raw)
+    except InvalidEvent as error:
+        assert error.reason
