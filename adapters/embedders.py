@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import re
 import threading
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 from psycopg_pool import ConnectionPool
 
+from chatmem.adapters import cgroups
 from chatmem.adapters.metrics import instruments, timed
 from chatmem.memory.ports import Embedder
 
@@ -68,10 +70,15 @@ def torch_available() -> bool:
 
 
 def available_cores() -> int:
+    """The cores this process's compute threads may use: those it may run on, and no more than
+    its cgroup's CPU quota allows, rounded down. In a container limited to 2 CPUs on a 64-core
+    host, 64 threads would use up the quota early in each period and then all wait."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    quota = cgroups.cpu_limit()
+    return cores if quota is None else max(1, min(cores, math.floor(quota)))
 
 
 class MiniLMEmbedder:

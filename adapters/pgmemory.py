@@ -20,6 +20,8 @@ from pathlib import Path
 
 import psutil
 
+from chatmem.adapters import cgroups
+
 MIB = 1 << 20
 GIB = 1 << 30
 FLOOR = 128 * MIB  # Postgres's own default: never less
@@ -28,7 +30,6 @@ SHARE = 8
 CONF_FILE = "chatmem.conf"
 INCLUDE = f"include_if_exists = '{CONF_FILE}'"
 _HEADER = "# Written by chatmem at each start of the embedded server (adapters/pgmemory.py); edits are lost.\n"
-_CGROUP = Path("/sys/fs/cgroup")
 
 
 @dataclass(frozen=True)
@@ -42,48 +43,12 @@ def shared_buffers(memory: int) -> int:
     return max(FLOOR, min(CAP, memory // SHARE)) // MIB * MIB
 
 
-def machine_memory(cgroup_root: Path = _CGROUP, proc_cgroup: Path = Path("/proc/self/cgroup")) -> Memory:
+def machine_memory(cgroup_root: Path = cgroups.ROOT, proc_cgroup: Path = cgroups.PROC_CGROUP) -> Memory:
     """The memory this process may use. psutil reports the host's memory; inside a container
     limited to less, buffers sized from it would be killed by the kernel once filled."""
     total = psutil.virtual_memory().total
-    limit = cgroup_limit(cgroup_root, proc_cgroup)
+    limit = cgroups.memory_limit(cgroup_root, proc_cgroup)
     return Memory(min(total, limit), True) if limit is not None and limit < total else Memory(total, False)
-
-
-def cgroup_limit(root: Path, proc_cgroup: Path) -> int | None:
-    """The lowest memory limit on this process's cgroup and its parents (v2, or v1's memory
-    controller), or None where none is set or none can be read (macOS, Windows)."""
-    try:
-        lines = proc_cgroup.read_text().splitlines()
-    except OSError:
-        lines = []
-    folders: list[Path] = []
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if controllers == "":  # v2: "0::/path"
-            folders += _up(root, path, "memory.max")
-        elif "memory" in controllers.split(","):  # v1
-            folders += _up(root / "memory", path, "memory.limit_in_bytes")
-    # In a container the cgroup namespace shows the container's own cgroup at the root.
-    folders += [root / "memory.max", root / "memory" / "memory.limit_in_bytes"]
-    limits = [n for n in map(_limit_in, folders) if n is not None]
-    return min(limits) if limits else None
-
-
-def _up(root: Path, path: str, name: str) -> list[Path]:
-    parts = [p for p in path.strip("/").split("/") if p and p != ".."]
-    return [root.joinpath(*parts[:i], name) for i in range(len(parts), 0, -1)]
-
-
-def _limit_in(file: Path) -> int | None:
-    try:
-        text = file.read_text().strip()
-    except OSError:
-        return None
-    if not text.isdigit():
-        return None  # "max": no limit
-    value = int(text)
-    return value if value < 1 << 60 else None  # v1 writes a huge number for no limit
 
 
 def conf_text(buffers: int) -> str:
