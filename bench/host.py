@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from chatmem.adapters import cgroups
 from chatmem.adapters.pgcheck import cpu_report
 
 
@@ -23,10 +24,14 @@ def brand(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     return None
 
 
-def machine() -> str:
+def machine(quota: float | None = None) -> str:
     """E.g. "AMD EPYC · zen3 (x86_64) · 2 cores": the kernel's model name, the CPU as the start-up
-    check reads it (`pgcheck.cpu_report`), AVX-512 when it has it, and the cores."""
+    check reads it (`pgcheck.cpu_report`), AVX-512 when it has it, and the cores, with the CPU
+    quota of a container that has fewer CPUs than cores (`quota`: read from the cgroup)."""
     head = f"{name} · " if (name := brand()) else ""
     cpu = cpu_report()
     wide = ", AVX-512" if cpu.avx512 else ""
-    return f"{head}{cpu.name} ({cpu.arch}{wide}) · {os.cpu_count()} cores"
+    cores = os.cpu_count() or 1
+    quota = cgroups.cpu_limit() if quota is None else quota
+    limited = f", a CPU quota of {quota:g}" if quota is not None and quota < cores else ""
+    return f"{head}{cpu.name} ({cpu.arch}{wide}) · {cores} cores{limited}"

@@ -21,6 +21,10 @@ def test_the_brand_is_the_kernels_model_name(tmp_path):
 
 def test_the_machine_names_the_cpu_as_the_start_up_check_reads_it_and_the_cores():
     host = archspec.cpu.host()
-    shown = machine()
+    shown = machine(quota=float(os.cpu_count() or 1))
     assert f"{host.name} ({platform.machine()}" in shown and shown.endswith(f" · {os.cpu_count()} cores")
     assert (", AVX-512)" in shown) == ("avx512f" in host.features)
+
+
+def test_a_container_with_fewer_cpus_than_cores_shows_its_quota():
+    assert machine(quota=0.5).endswith(f" · {os.cpu_count()} cores, a CPU quota of 0.5")
