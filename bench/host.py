@@ -24,14 +24,14 @@ def brand(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     return None
 
 
-def machine(quota: float | None = None) -> str:
+def machine() -> str:
     """E.g. "AMD EPYC · zen3 (x86_64) · 2 cores": the kernel's model name, the CPU as the start-up
     check reads it (`pgcheck.cpu_report`), AVX-512 when it has it, and the cores, with the CPU
-    quota of a container that has fewer CPUs than cores (`quota`: read from the cgroup)."""
+    quota of a container that has fewer CPUs than cores."""
     head = f"{name} · " if (name := brand()) else ""
     cpu = cpu_report()
     wide = ", AVX-512" if cpu.avx512 else ""
     cores = os.cpu_count() or 1
-    quota = cgroups.cpu_limit() if quota is None else quota
+    quota = cgroups.cpu_limit()
     limited = f", a CPU quota of {quota:g}" if quota is not None and quota < cores else ""
     return f"{head}{cpu.name} ({cpu.arch}{wide}) · {cores} cores{limited}"
