@@ -16,14 +16,14 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import redis
 
-from chatmem.adapters import pgcheck, pgmemory
+from chatmem.adapters import pgcheck, pglocale, pgmemory
 from chatmem.adapters.procs import pid_alive
 from chatmem.adapters.sql import scalar
 from chatmem.schemas.settings import Settings
@@ -99,6 +99,7 @@ class EmbeddedPostgres:
             )
         self._stop_foreign_server(major)
         if self._running_uri(DATABASE_NAME) is None:
+            self._refuse_a_locale_this_machine_lacks()
             self.pgdata.parent.mkdir(parents=True, exist_ok=True)
             self._launch(pgs, major)
             self.launched = True
@@ -126,7 +127,10 @@ class EmbeddedPostgres:
         # The package's own start inits and starts in one step; the buffer size must be written
         # between the two, under the same lock its start holds.
         with server._lock:
-            server.ensure_pgdata_inited()
+            # A new folder gets a locale the machine has, not the shell's (adapters/pglocale.py).
+            new = self.major_version() is None
+            with pglocale.for_initdb(pglocale.choose()) if new else nullcontext():
+                server.ensure_pgdata_inited()
             pgmemory.write(self.pgdata, pgmemory.conf_text(buffers))
             try:
                 server.ensure_postgres_running()
@@ -150,6 +154,16 @@ class EmbeddedPostgres:
             memory.total / pgmemory.GIB,
             " (the container's limit)" if memory.limited else "",
         )
+
+    def _refuse_a_locale_this_machine_lacks(self) -> None:
+        name = pglocale.missing(self.pgdata)
+        if name is not None:
+            raise ServiceUnavailable(
+                f"{self.pgdata} was made with the locale {name}, which this machine does not have, and Postgres "
+                f"will not start without it. Nothing was changed. Install it here (Debian and Ubuntu: `locale-gen "
+                f"{name}`), or dump the database where it was made (`chatmem services dump FILE`) and restore it "
+                "here into a new data folder (`chatmem services restore FILE`; see docs/platforms.md)."
+            )
 
     def _stop_foreign_server(self, major: int) -> None:
         """Stop a server on this folder that runs other binaries than ours (an earlier chatmem's)."""

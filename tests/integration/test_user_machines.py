@@ -1,5 +1,6 @@
-"""The embedded services on machines unlike this one: started by a normal user, and from a
-folder whose path has a space in it.
+"""The embedded services on machines unlike this one: started by a normal user, from a folder
+whose path has a space in it, from shells whose locale the machine lacks or that knows only ASCII,
+and on a folder made with a locale this machine lacks.
 
 Most people run chatmem as themselves, not as root, often where there is no per-user runtime
 folder (a container, `su`, cron, CI) and after another account, root or a colleague, already
@@ -12,6 +13,7 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +24,8 @@ import psycopg
 import pytest
 import redis
 
-from chatmem.adapters.services import EmbeddedPostgres, EmbeddedRedis
+from chatmem.adapters import pglocale
+from chatmem.adapters.services import EmbeddedPostgres, EmbeddedRedis, ServiceUnavailable
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -117,3 +120,48 @@ def test_a_data_folder_with_a_space_in_its_path(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "postgres 0.2" in out
     assert "redis True" in out
+
+
+@pytest.mark.parametrize(
+    "shell",
+    [
+        {"LANG": "xx_NOWHERE.UTF-8"},  # an image that names a locale it never generated
+        {"LANG": "C.UTF-8", "LC_CTYPE": "UTF-8"},  # what an SSH session from macOS forwards
+        {"LC_ALL": "C"},  # a bare environment: initdb runs, but only ASCII letters are letters
+    ],
+)
+def test_a_shell_locale_the_machine_lacks_or_that_knows_only_ascii(tmp_path, monkeypatch, shell):
+    """initdb refused to run with the first two (`invalid locale settings`), and the third made a
+    database where Cyrillic text did not fold to lower case, so text search missed it."""
+    for name in ("LC_ALL", "LC_CTYPE", "LC_COLLATE", "LANG"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in shell.items():
+        monkeypatch.setenv(name, value)
+    pg = EmbeddedPostgres(tmp_path)
+    try:
+        with psycopg.connect(pg.start()) as conn:
+            ctype, folded, matched = conn.execute(
+                "SELECT datctype, lower('ПРИВЕТ Ёлка'), "
+                "to_tsvector('simple', 'Привет, мир') @@ plainto_tsquery('simple', 'привет') "
+                "FROM pg_database WHERE datname = current_database()"
+            ).fetchone()
+        assert ctype in pglocale.CANDIDATES
+        assert (folded, matched) == ("привет ёлка", True)
+        assert os.environ.get("LC_ALL") == shell.get("LC_ALL")  # the process's environment is as it was
+    finally:
+        pg.stop()
+
+
+def test_a_folder_made_where_a_locale_exists_that_this_machine_lacks(tmp_path):
+    """A folder copied from a machine with a locale this one does not have: the server refused
+    to start (`invalid value for parameter "lc_messages"`) behind a pg_ctl traceback."""
+    pg = EmbeddedPostgres(tmp_path)
+    pg.start()
+    pg.stop()
+    conf = pg.pgdata / "postgresql.conf"
+    conf.write_text(re.sub(r"^lc_messages = '[^']*'", "lc_messages = 'xx_NOWHERE.UTF-8'", conf.read_text(), flags=re.M))
+    before = conf.read_text()
+    with pytest.raises(ServiceUnavailable) as raised:
+        pg.start()
+    assert "xx_NOWHERE.UTF-8" in str(raised.value) and "chatmem services restore" in str(raised.value)
+    assert conf.read_text() == before and pg.url() is None
