@@ -32,7 +32,10 @@ _PROBE = "import locale, sys; locale.setlocale(locale.LC_ALL, sys.argv[1])"
 def available(name: str) -> bool:
     """Whether the C library loads `name`. Asked in a child process: setlocale changes the whole
     process, and other threads may be reading it."""
-    probe = subprocess.run([sys.executable, "-I", "-S", "-c", _PROBE, name], capture_output=True, check=False)
+    try:
+        probe = subprocess.run([sys.executable, "-I", "-S", "-c", _PROBE, name], capture_output=True, check=False)
+    except OSError:  # no interpreter to ask (an embedding host leaves sys.executable empty)
+        return False
     return probe.returncode == 0
 
 

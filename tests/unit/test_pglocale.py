@@ -20,9 +20,11 @@ def test_without_any_the_folder_gets_c_and_says_what_that_costs(caplog):
     assert "only ASCII letters" in caplog.text
 
 
-def test_the_c_library_is_asked():
+def test_the_c_library_is_asked(monkeypatch):
     assert pglocale.available("C")
     assert not pglocale.available("xx_NOWHERE.UTF-8")
+    monkeypatch.setattr(pglocale.sys, "executable", "")  # an embedding host: nothing to ask
+    assert not pglocale.available("C")
 
 
 @pytest.mark.parametrize("before", [None, "de_DE.UTF-8"])
