@@ -52,6 +52,10 @@ ON CONFLICT (source, entry_id) DO UPDATE
 def _configure(conn: psycopg.Connection) -> None:
     from pgvector.psycopg import register_vector
 
+    # Times come back in UTC, whatever zone the server is set to (an external server's setting, or
+    # the machine's zone that initdb copied): a message's day, and the times shown, are the same
+    # on every machine.
+    conn.execute("SET TIME ZONE 'UTC'")
     # numpy arrays <-> vector, in binary; before the first migration the type does not exist yet.
     if conn.execute("SELECT 1 FROM pg_type WHERE typname = 'vector'").fetchone():
         register_vector(conn)

@@ -18,7 +18,7 @@ import calendar
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 # English names, whatever the process locale (calendar.month_name follows it).
 _MONTH = ("January February March April May June July August September October November December").split()
@@ -219,8 +219,10 @@ _RULES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str], date], Period]], .
 
 
 def find_dates(text: str, at: datetime | date) -> list[DateMention]:
-    """The relative dates in `text`, resolved against the day `at` falls on, in text order."""
-    today = at.date() if isinstance(at, datetime) else at
+    """The relative dates in `text`, resolved against the day `at` falls on, in text order: its UTC
+    day, as recall reads the day a question names, whatever zone `at` was read in (a database
+    session's TimeZone)."""
+    today = (at.astimezone(UTC) if at.tzinfo else at).date() if isinstance(at, datetime) else at
     found: list[tuple[int, int, Period]] = []
     for pattern, resolve in _RULES:
         for m in pattern.finditer(text):

@@ -7,10 +7,15 @@ that holds short turns' vectors (long turns found beside it)."""
 import time
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
+from psycopg import sql
 
+from chatmem.adapters.services import ServiceUrls
+from chatmem.bootstrap import Container
 from chatmem.memory.dates import day
 from chatmem.memory.recall import Hops
+from chatmem.memory.recall_tool import format_hits
 from chatmem.schemas.read import Scope
 from tests.conftest import scalar
 from tests.integration.test_episodes import Driver
@@ -31,8 +36,7 @@ LATER = [
 ]
 
 
-@pytest.fixture
-def memory(container):
+def remember(container):
     d = Driver(container)
     # Two sittings six weeks apart.
     events = conversation("race", "mel", LINES) + conversation("race", "mel", LATER, start=10)
@@ -40,6 +44,11 @@ def memory(container):
     d.publish([e.model_copy(update={"occurred_at": t}) for e, t in zip(events, at, strict=True)])
     d.advance("race")
     return container
+
+
+@pytest.fixture
+def memory(container):
+    return remember(container)
 
 
 def test_relative_dates_are_indexed_but_not_shown(memory):
@@ -51,6 +60,28 @@ def test_relative_dates_are_indexed_but_not_shown(memory):
     assert scalar(c, "SELECT count(*) FROM messages WHERE tsv @@ to_tsquery('english', '7 & may & 2023')") == 1
     hit = c.recall("mel", "charity race on 7 May 2023", limit=3).hits[0]
     assert hit.citation.platform_message_id == "race-m0" and "[7 May" not in hit.snippet
+
+
+def test_a_server_in_another_time_zone_gives_the_same_days_and_times(settings_factory):
+    """A message's day is its UTC day, whatever the server's TimeZone (an external server's
+    setting, or the machine's zone that initdb copied). At UTC+14 the first message, sent at 10:00
+    UTC on 8 May, was read back as 9 May 00:00: its "yesterday" was indexed as 8 May, where a
+    question naming 7 May looks, and recall showed its time 14 hours on."""
+    settings = settings_factory()
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        name = conn.execute("SELECT current_database()").fetchone()[0]
+        conn.execute(sql.SQL("ALTER DATABASE {} SET timezone = 'Pacific/Kiritimati'").format(sql.Identifier(name)))
+    c = Container(settings, ServiceUrls(settings.database_url, settings.redis_url, False, False))
+    try:
+        remember(c)
+        with c.pool.connection() as conn:
+            row = conn.execute("SELECT text, dates FROM messages WHERE thread_id = 'race' AND seq = 1").fetchone()
+        assert row == (LINES[0], "7 May 2023")
+        found = c.recall("mel", "charity race on 7 May 2023", limit=3)
+        assert found.hits[0].citation.occurred_at == MAY8
+        assert "2023-05-08 10:00" in format_hits(found)
+    finally:
+        c.close()
 
 
 def test_second_hop_turns_join_the_pool(memory):

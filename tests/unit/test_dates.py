@@ -1,6 +1,7 @@
 """Relative dates resolved against the message time (memory/dates.py), and dates in questions."""
 
 from datetime import UTC, date, datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -105,6 +106,13 @@ def test_resolution_depends_only_on_text_and_time():
     # No clock: the same input gives the same output, which replay relies on.
     assert annotate("see you tomorrow", MONDAY) == annotate("see you tomorrow", MONDAY.replace(hour=23))
     assert find_dates("yesterday", date(2020, 3, 1))[0].period.first == date(2020, 2, 29)
+
+
+def test_the_day_is_the_utc_day_whatever_zone_the_time_was_read_in():
+    # 10:00 UTC on Monday 8 May is already Tuesday at UTC+14 and still Monday at UTC-10.
+    for zone in ("Pacific/Kiritimati", "Pacific/Honolulu", "Asia/Kolkata"):
+        local = MONDAY.replace(hour=10).astimezone(ZoneInfo(zone))
+        assert date_note("yesterday", local) == "7 May 2023", zone
 
 
 @pytest.mark.parametrize(
