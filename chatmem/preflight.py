@@ -1,11 +1,13 @@
 """What a fresh machine needs that pip cannot install, checked by `make install` with the Python
 that is about to build the venv, before pip runs: a clear sentence instead of a compiler error
-half-way through the install. Standard library only (nothing is installed yet).
+half-way through the install, or a missing module at the first run. Standard library only
+(nothing is installed yet).
 
 Run as `python chatmem/preflight.py`; exit code 1 with the reasons on stderr, 0 when all is well."""
 
 from __future__ import annotations
 
+import importlib
 import platform
 import shutil
 import sys
@@ -52,9 +54,45 @@ def problems(
     ]
 
 
+# Standard-library modules that a Python built from source (pyenv, python-build, `./configure`)
+# leaves out when a library's headers are missing, with only a warning at its build. pip installs
+# the venv all the same, and chatmem then stops at its first use: mem0 keeps its history in
+# SQLite, psycopg and NumPy load C code through ctypes, and the model endpoints are HTTPS.
+STDLIB_MODULES = {
+    "sqlite3": ("SQLite", "libsqlite3-dev", "sqlite-devel"),
+    "ctypes": ("libffi", "libffi-dev", "libffi-devel"),
+    "ssl": ("OpenSSL", "libssl-dev", "openssl-devel"),
+}
+
+
+def importable(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
+
+
+def stdlib_problems(python: tuple[int, int], has: Callable[[str], bool] = importable) -> list[str]:
+    """The standard-library modules chatmem needs that this Python was built without."""
+    out = []
+    for module, (library, debian, fedora) in STDLIB_MODULES.items():
+        if not has(module):
+            out.append(
+                f"this Python {python[0]}.{python[1]} was built without its `{module}` module ({library}'s headers "
+                f"were missing when it was compiled). Install them (Debian/Ubuntu: `sudo apt install {debian}`; "
+                f"Fedora: `sudo dnf install {fedora}`) and build that Python again (pyenv: `pyenv install "
+                "--force VERSION`), or run make with another Python: `make run PYTHON=/usr/bin/python3`."
+            )
+    return out
+
+
 def main() -> int:
     glibc = platform.libc_ver()[0] == "glibc"  # musl (Alpine) gets no manylinux wheel
-    found = problems(platform.system(), platform.machine(), sys.version_info[:2], shutil.which, glibc)
+    python = sys.version_info[:2]
+    found = problems(platform.system(), platform.machine(), python, shutil.which, glibc)
+    if python >= MIN_PYTHON:
+        found += stdlib_problems(python)
     for line in found:
         print(f"chatmem: {line}", file=sys.stderr)
     return 1 if found else 0

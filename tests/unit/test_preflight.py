@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from chatmem.preflight import problems
+from chatmem.preflight import problems, stdlib_problems
 from tests.conftest import ROOT
 
 
@@ -46,3 +46,24 @@ def test_the_script_passes_on_this_machine_without_importing_anything_installed(
     # -S: no site-packages, as with the bare Python `make install` runs it with.
     run = subprocess.run([sys.executable, "-S", str(ROOT / "chatmem" / "preflight.py")], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+def test_a_python_built_without_sqlite_ctypes_or_ssl_is_told_what_to_install():
+    assert stdlib_problems((3, 12), lambda module: True) == []
+    (sqlite,) = stdlib_problems((3, 12), lambda module: module != "sqlite3")
+    assert "Python 3.12 was built without its `sqlite3` module" in sqlite
+    assert "libsqlite3-dev" in sqlite and "pyenv install --force" in sqlite and "PYTHON=" in sqlite
+    assert len(stdlib_problems((3, 11), lambda module: False)) == 3
+
+
+def test_the_script_stops_a_python_whose_sqlite_module_does_not_load(tmp_path):
+    # What a pyenv build without SQLite's headers looks like: `_sqlite3` is not there to import.
+    (tmp_path / "_sqlite3.py").write_text("raise ImportError(\"No module named '_sqlite3'\")\n")
+    run = subprocess.run(
+        [sys.executable, "-S", str(ROOT / "chatmem" / "preflight.py")],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    assert run.returncode == 1
+    assert "without its `sqlite3` module" in run.stderr and "ctypes" not in run.stderr
