@@ -218,11 +218,17 @@ _RULES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str], date], Period]], .
 )
 
 
+def utc_day(at: datetime) -> date:
+    """The day `at` falls on in UTC, whatever zone it was read in (a database session's TimeZone):
+    a message's day, for the dates it names and for the day a question names. A naive time is
+    taken as UTC."""
+    return (at.astimezone(UTC) if at.tzinfo else at).date()
+
+
 def find_dates(text: str, at: datetime | date) -> list[DateMention]:
-    """The relative dates in `text`, resolved against the day `at` falls on, in text order: its UTC
-    day, as recall reads the day a question names, whatever zone `at` was read in (a database
-    session's TimeZone)."""
-    today = (at.astimezone(UTC) if at.tzinfo else at).date() if isinstance(at, datetime) else at
+    """The relative dates in `text`, resolved against the day `at` falls on (`utc_day`), in text
+    order."""
+    today = utc_day(at) if isinstance(at, datetime) else at
     found: list[tuple[int, int, Period]] = []
     for pattern, resolve in _RULES:
         for m in pattern.finditer(text):

@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import datetime
 from functools import lru_cache
 from importlib import resources
 from typing import Generic, NamedTuple, Protocol, TypeVar
@@ -33,7 +33,7 @@ from typing import Generic, NamedTuple, Protocol, TypeVar
 import numpy as np
 
 from chatmem.memory.attachments.surrogates import ATTACHMENT_LINE, label, short_id
-from chatmem.memory.dates import Period, query_period
+from chatmem.memory.dates import Period, query_period, utc_day
 from chatmem.memory.mlp import Mlp
 from chatmem.memory.ports import Embedder
 from chatmem.schemas.events import validate_identifier
@@ -341,7 +341,7 @@ def turn_features(
             of(lex, nxt),
             sitting,
             [boost.get(t.episode_id, 0.0) for t in turns],
-            [period is not None and period.first <= _utc_day(t) <= period.last for t in turns],
+            [period is not None and period.first <= utc_day(t.occurred_at) <= period.last for t in turns],
             [t.author_named for t in turns],
             np.log1p([t.length for t in turns]),
             [t.text.rstrip().endswith("?") for t in turns],
@@ -416,13 +416,11 @@ def linear_scores(
     # Lifts in units of the pool's spread weigh the same whatever the query's score scale.
     spread = float(final.std()) or 1.0
     if period is not None:
-        final += p.date_boost * spread * np.array([period.first <= _utc_day(t) <= period.last for t in turns])
+        final += (
+            p.date_boost * spread * np.array([period.first <= utc_day(t.occurred_at) <= period.last for t in turns])
+        )
     final += p.speaker_boost * spread * np.array([t.author_named for t in turns])
     return final
-
-
-def _utc_day(t: TurnCandidate) -> date:
-    return t.occurred_at.astimezone(UTC).date()
 
 
 def capped(
