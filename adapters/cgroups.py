@@ -9,7 +9,10 @@ until the next period begins, so more compute threads than the quota's CPUs wait
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 ROOT = Path("/sys/fs/cgroup")
 PROC_CGROUP = Path("/proc/self/cgroup")
@@ -21,6 +24,21 @@ def memory_limit(root: Path = ROOT, proc_cgroup: Path = PROC_CGROUP) -> int | No
     files = _v2_files(root, proc_cgroup, "memory.max")
     files += _v1_files(root, proc_cgroup, "memory", ("memory",), "memory.limit_in_bytes")
     return min((n for n in map(_bytes, files) if n is not None), default=None)
+
+
+@dataclass(frozen=True)
+class Memory:
+    total: int  # bytes this process may use: the machine's, or its container's limit when lower
+    limited: bool  # a cgroup limit is below the machine's memory
+
+
+def machine_memory(root: Path = ROOT, proc_cgroup: Path = PROC_CGROUP) -> Memory:
+    """The memory this process may use. psutil reports the host's memory; inside a container
+    limited to less, whatever is sized from it (buffers, worker processes) is killed by the kernel
+    once it grows into it."""
+    total = psutil.virtual_memory().total
+    limit = memory_limit(root, proc_cgroup)
+    return Memory(min(total, limit), True) if limit is not None and limit < total else Memory(total, False)
 
 
 def cpu_limit(root: Path = ROOT, proc_cgroup: Path = PROC_CGROUP) -> float | None:

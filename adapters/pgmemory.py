@@ -15,12 +15,7 @@ read last)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-
-import psutil
-
-from chatmem.adapters import cgroups
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -32,23 +27,9 @@ INCLUDE = f"include_if_exists = '{CONF_FILE}'"
 _HEADER = "# Written by chatmem at each start of the embedded server (adapters/pgmemory.py); edits are lost.\n"
 
 
-@dataclass(frozen=True)
-class Memory:
-    total: int  # bytes the server may use: the machine's, or its container's limit when lower
-    limited: bool  # a cgroup limit is below the machine's memory
-
-
 def shared_buffers(memory: int) -> int:
     """Bytes of shared buffers for a machine with `memory` bytes, a whole number of MiB."""
     return max(FLOOR, min(CAP, memory // SHARE)) // MIB * MIB
-
-
-def machine_memory(cgroup_root: Path = cgroups.ROOT, proc_cgroup: Path = cgroups.PROC_CGROUP) -> Memory:
-    """The memory this process may use. psutil reports the host's memory; inside a container
-    limited to less, buffers sized from it would be killed by the kernel once filled."""
-    total = psutil.virtual_memory().total
-    limit = cgroups.memory_limit(cgroup_root, proc_cgroup)
-    return Memory(min(total, limit), True) if limit is not None and limit < total else Memory(total, False)
 
 
 def conf_text(buffers: int) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg
 import redis
 
-from chatmem.adapters import pgcheck, pglocale, pgmemory
+from chatmem.adapters import cgroups, pgcheck, pglocale, pgmemory
 from chatmem.adapters.procs import pid_alive
 from chatmem.adapters.sql import scalar
 from chatmem.schemas.settings import Settings
@@ -122,7 +122,7 @@ class EmbeddedPostgres:
     def _launch(self, pgs, major: int) -> None:  # noqa: ANN001 - the package module
         # cleanup_mode=None: the server outlives this process; `services down` stops it.
         server = pgs.get_server(self.pgdata, cleanup_mode=None, postgres_version=major, start=False)
-        memory = pgmemory.machine_memory()
+        memory = cgroups.machine_memory()
         buffers = pgmemory.shared_buffers(memory.total)
         # The package's own start inits and starts in one step; the buffer size must be written
         # between the two, under the same lock its start holds.

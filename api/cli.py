@@ -132,11 +132,14 @@ def ingest(consumer: str = typer.Option(None, help="consumer name (default: inge
 @app.command()
 def worker(
     queues: str = typer.Option("all", help="comma-separated queues, or 'all' (see `chatmem queues`)"),
-    concurrency: int = typer.Option(2, min=1, help="worker processes"),
+    concurrency: int | None = typer.Option(
+        None, min=1, help="worker processes (default: 2, or 1 where the machine or its container has under 3 GiB)"
+    ),
 ) -> None:
     """Run a Celery worker for the given queues."""
     from chatmem.adapters.celery_queue import bound_pool_exit_wait
-    from chatmem.schemas.queues import Queue, parse_queues, prefetch_for
+    from chatmem.adapters.cgroups import machine_memory
+    from chatmem.schemas.queues import Queue, default_concurrency, parse_queues, prefetch_for
 
     settings = cli_settings()
     try:
@@ -144,6 +147,15 @@ def worker(
     except ValueError as error:
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
+    if concurrency is None:
+        memory = machine_memory()
+        concurrency = default_concurrency(memory.total)
+        if concurrency == 1:
+            logging.getLogger("chatmem.worker").info(
+                "one worker process: %.1f GiB of memory %s (two from 3 GiB; --concurrency sets it)",
+                memory.total / (1 << 30),
+                "in this container" if memory.limited else "on this machine",
+            )
     # Pool processes are forked from this one: they write their own files in the same folder.
     start_metrics(settings)
     c = cli_container(settings)

@@ -24,7 +24,7 @@ from pgvector.psycopg import register_vector
 from rich.console import Console
 from rich.table import Table
 
-from chatmem.adapters import pgmemory
+from chatmem.adapters import cgroups, pgmemory
 from chatmem.adapters.services import EmbeddedPostgres
 from chatmem.adapters.sql import scalar
 from chatmem.bench.hnsw import DIM, build, load
@@ -44,7 +44,7 @@ class Figures:
 
 
 def auto_size() -> str:
-    return f"{pgmemory.shared_buffers(pgmemory.machine_memory().total) // pgmemory.MIB}MB"
+    return f"{pgmemory.shared_buffers(cgroups.machine_memory().total) // pgmemory.MIB}MB"
 
 
 def _restart(pg: EmbeddedPostgres, buffers: str) -> str:
@@ -145,7 +145,7 @@ def _table(
     table = Table(
         title=f"chatmem bench buffers · {n:,} vectors ({DIM} dims), graph {size / 2**20:,.0f} MiB · Postgres {server}, "
         f"pgvector {version} · {machine()} · "
-        f"{pgmemory.machine_memory().total / pgmemory.GIB:.1f} GiB · {datetime.now(UTC):%Y-%m-%d}"
+        f"{cgroups.machine_memory().total / pgmemory.GIB:.1f} GiB · {datetime.now(UTC):%Y-%m-%d}"
     )
     for col in ("shared_buffers", "insert ms/vector p50", "min–max", "× first", "search ms p50", "p95", "× first"):
         table.add_column(col, justify="right")

@@ -48,3 +48,15 @@ def parse_queues(spec: str) -> list[Queue]:
 
 def prefetch_for(queues: list[Queue]) -> int:
     return 1 if any(PROFILES[q].slow for q in queues) else 4
+
+
+# A worker process that loads the models holds about 340 MiB (docs/platforms.md, "How much memory
+# the whole stack takes"), and the stack with two of them peaks near 1.9 GiB. Below this much
+# memory, on the machine or in its container, a second one leaves too little for the bot and the
+# system, so a worker started without --concurrency runs one.
+TWO_PROCESSES_FROM = 3 << 30
+
+
+def default_concurrency(memory: int) -> int:
+    """Processes of a worker started without --concurrency where `memory` bytes are available."""
+    return 2 if memory >= TWO_PROCESSES_FROM else 1

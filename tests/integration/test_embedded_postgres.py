@@ -17,7 +17,7 @@ import psycopg
 import pytest
 import redis
 
-from chatmem.adapters import migrate, pgcheck, pgmemory, services
+from chatmem.adapters import cgroups, migrate, pgcheck, pgmemory, services
 from chatmem.adapters.services import EmbeddedPostgres, ServiceUrls
 from chatmem.bootstrap import Container
 from chatmem.schemas.settings import Settings
@@ -243,7 +243,7 @@ def _strict_overcommit() -> bool:
 
 def test_the_buffer_cache_is_sized_to_the_machine(embedded):
     size, file = _buffers(embedded["pg_url"])
-    sized = pgmemory.shared_buffers(pgmemory.machine_memory().total)
+    sized = pgmemory.shared_buffers(cgroups.machine_memory().total)
     if size != sized and _strict_overcommit():
         # Such a machine may refuse the mapping; the server then runs on the defaults (the next test).
         assert size == 128 * pgmemory.MIB

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psutil
 import pytest
 
 from chatmem.adapters import cgroups, embedders
@@ -88,3 +89,11 @@ def test_compute_threads_stay_within_the_quota(monkeypatch):
     for quota, threads in [(None, 16), (32.0, 16), (4.0, 4), (2.5, 2), (0.5, 1)]:
         monkeypatch.setattr(embedders.cgroups, "cpu_limit", lambda quota=quota: quota)
         assert embedders.available_cores() == threads
+
+
+def test_the_machine_or_the_limit_whichever_is_lower(tmp_path):
+    total = psutil.virtual_memory().total
+    root, proc = tree(tmp_path, {"memory.max": f"{GIB}\n"}, "0::/\n")
+    assert cgroups.machine_memory(root, proc) == cgroups.Memory(GIB, True)
+    root, proc = tree(tmp_path / "big", {"memory.max": f"{total * 2}\n"}, "0::/\n")
+    assert cgroups.machine_memory(root, proc) == cgroups.Memory(total, False)

@@ -1,14 +1,11 @@
-"""Sizing the embedded Postgres's shared buffers: an eighth of the memory within bounds, and the
-memory a cgroup (a container, a systemd slice) allows when it is less than the machine's
-(tests/unit/test_cgroups.py reads the limits)."""
+"""Sizing the embedded Postgres's shared buffers: an eighth of the memory within bounds (the memory
+a cgroup allows when it is less than the machine's: tests/unit/test_cgroups.py), in a conf file
+of its own."""
 
 from __future__ import annotations
 
-import psutil
-
 from chatmem.adapters import pgmemory
 from chatmem.adapters.pgmemory import GIB, MIB
-from tests.unit.test_cgroups import tree
 
 
 def test_an_eighth_of_the_memory_between_the_default_and_the_cap():
@@ -17,14 +14,6 @@ def test_an_eighth_of_the_memory_between_the_default_and_the_cap():
     assert pgmemory.shared_buffers(512 * MIB) == 128 * MIB  # never below Postgres's default
     assert pgmemory.shared_buffers(256 * GIB) == 8 * GIB
     assert pgmemory.shared_buffers(3 * GIB + 12345) % MIB == 0
-
-
-def test_the_machine_or_the_limit_whichever_is_lower(tmp_path):
-    total = psutil.virtual_memory().total
-    root, proc = tree(tmp_path, {"memory.max": f"{GIB}\n"}, "0::/\n")
-    assert pgmemory.machine_memory(root, proc) == pgmemory.Memory(GIB, True)
-    root, proc = tree(tmp_path / "big", {"memory.max": f"{total * 2}\n"}, "0::/\n")
-    assert pgmemory.machine_memory(root, proc) == pgmemory.Memory(total, False)
 
 
 def test_the_conf_is_included_once_and_rewritten(tmp_path):

@@ -5,7 +5,14 @@ import pytest
 import yaml
 
 from chatmem.adapters.celery_queue import POOL_EXIT_WAIT_POLLS, TASK_QUEUES, bound_pool_exit_wait, create_celery
-from chatmem.schemas.queues import LONGEST_TIME_LIMIT_S, PROFILES, Queue, parse_queues, prefetch_for
+from chatmem.schemas.queues import (
+    LONGEST_TIME_LIMIT_S,
+    PROFILES,
+    Queue,
+    default_concurrency,
+    parse_queues,
+    prefetch_for,
+)
 from chatmem.schemas.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,3 +70,9 @@ def test_an_exiting_pool_process_waits_at_most_3_s_for_its_last_result_to_be_rea
     monkeypatch.delattr(billiard.pool, "GUARANTEE_MESSAGE_CONSUMPTION_RETRY_LIMIT")
     with pytest.raises(RuntimeError, match="pinned billiard"):
         bound_pool_exit_wait()
+
+
+def test_a_worker_runs_one_process_where_memory_is_short_and_two_from_three_gib():
+    gib = 1 << 30
+    assert [default_concurrency(n) for n in (gib, 2 * gib, 3 * gib - 1)] == [1, 1, 1]
+    assert [default_concurrency(n) for n in (3 * gib, 24 * gib, 512 * gib)] == [2, 2, 2]
