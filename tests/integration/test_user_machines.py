@@ -1,6 +1,6 @@
-"""The embedded services on machines unlike this one: started by a normal user, from a folder
-whose path has a space in it, from shells whose locale the machine lacks or that knows only ASCII,
-and on a folder made with a locale this machine lacks.
+"""The embedded services on machines unlike this one: started by a normal user, by root from a
+folder only root may enter, from a folder whose path has a space in it, from shells whose locale
+the machine lacks or that knows only ASCII, and on a folder made with a locale this machine lacks.
 
 Most people run chatmem as themselves, not as root, often where there is no per-user runtime
 folder (a container, `su`, cron, CI) and after another account, root or a colleague, already
@@ -111,6 +111,26 @@ def test_a_normal_user_starts_the_embedded_services_after_root_ran_them():
         assert (folder / "data" / "postgres").stat().st_uid == user.pw_uid  # the server ran as that user
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root's server runs as another user")
+def test_root_starts_postgres_in_a_private_folder_without_opening_it_to_anyone(tmp_path, capsys):
+    """root's home is 0700, and a bot cloned there keeps its `.env` in it. The server runs as the
+    system user `pgserver`, which must pass through; nobody else may."""
+    home = tmp_path / "root-home"
+    home.mkdir()
+    home.chmod(0o700)
+    (home / ".env").write_text("TELEGRAM_BOT_TOKEN=123:abc\n")
+    (home / ".env").chmod(0o644)  # as an editor leaves it
+    start_both(home / "bot" / ".chatmem")
+    assert "postgres 0.2" in capsys.readouterr().out
+    assert home.stat().st_mode & 0o007 == 0  # others gained nothing
+    for user, may in (("pgserver", True), ("nobody", False)):
+        passes = subprocess.run(["test", "-x", str(home)], user=user, cwd="/").returncode == 0
+        reads = subprocess.run(["cat", str(home / ".env")], user=user, cwd="/", capture_output=True).returncode == 0
+        assert (passes, reads) == (may, may), user
+    lists = subprocess.run(["ls", str(home)], user="pgserver", cwd="/", capture_output=True)
+    assert lists.returncode != 0  # passage only: the folder's names stay private
 
 
 def test_a_data_folder_with_a_space_in_its_path(tmp_path, capsys):
