@@ -9,6 +9,11 @@ alone the passage instead: a POSIX ACL entry `user:pgserver:--x` on each folder 
 pass, which lets it through without listing and changes nothing for anyone else. Where the file
 system takes no ACL, the start stops and says what to do; no folder's mode is changed.
 
+Its own files (the binaries, the libraries the wheel vendors, `share`) sit in the venv with the
+installer's umask: under 077 they were root's alone, and `initdb` stopped at its first library
+(`libpq-….so: cannot open shared object file`). They are the package's public files, so they are
+made readable by all, as the package already does for `bin` and `lib`.
+
 The ACL is written as the kernel's extended attribute (acl_ea(5)): `setfacl` is often missing
 (minimal images), and the Python bindings of libacl build only against its headers."""
 
@@ -19,6 +24,7 @@ import logging
 import operator
 import os
 import pwd
+import stat
 import struct
 import subprocess
 from collections.abc import Sequence
@@ -93,6 +99,19 @@ def ensure(path: Path, user: str = SYSTEM_USER) -> None:
             raise NoPassage(_advice(top, user, error)) from error
         granted.append(top)
         log.info("let the system user %s pass %s (an ACL entry, execute only; no one else gains a right)", user, top)
+
+
+def readable(folders: Sequence[Path]) -> None:
+    """Every file under `folders` readable (and every folder and executable passable) by all."""
+    for top in folders:
+        for folder, _dirs, files in os.walk(top):
+            for path in [Path(folder), *(Path(folder, n) for n in files)]:
+                mode = path.lstat().st_mode
+                if stat.S_ISLNK(mode):
+                    continue
+                wanted = mode | 0o444 | (0o111 if stat.S_ISDIR(mode) or mode & stat.S_IXUSR else 0)
+                if wanted != mode:
+                    path.chmod(stat.S_IMODE(wanted))
 
 
 def _advice(folder: Path, user: str, error: BaseException | None) -> str:

@@ -122,6 +122,9 @@ class EmbeddedPostgres:
     def _launch(self, pgs, major: int) -> None:  # noqa: ANN001 - the package module
         # cleanup_mode=None: the server outlives this process; `services down` stops it.
         server = pgs.get_server(self.pgdata, cleanup_mode=None, postgres_version=major, start=False)
+        if _is_root():  # the server runs as pgserver and reads its own files (adapters/pgpassage.py)
+            package = Path(pgs.__file__).parent
+            pgpassage.readable([_bin_paths()[major].parent, package.with_name(f"{package.name}.libs")])
         memory = cgroups.machine_memory()
         buffers = pgmemory.shared_buffers(memory.total)
         # The package's own start inits and starts in one step; the buffer size must be written

