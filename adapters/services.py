@@ -49,6 +49,23 @@ class ServiceStatus:
     detail: str
 
 
+# A service URL's password, wherever a URL or a libpq keyword string may hold one.
+# Up to the last `@` of the authority: an unencoded `@` in a password must not leave its tail.
+_URL_PASSWORD = re.compile(r"^(?P<head>[a-z][a-z0-9+.-]*://[^:@/?#]*):[^/?#]+@", re.IGNORECASE)
+_QUERY_PASSWORD = re.compile(r"(?P<head>[?&](?:password|pass|pwd)=)[^&#]*", re.IGNORECASE)
+_KEYWORD_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?:'(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+
+def shown(url: str | None) -> str | None:
+    """`url` as it may be printed or logged: any password replaced by `***` (an external server's
+    URL carries one; the banners, `chatmem status` and its JSON show the URL)."""
+    if url is None:
+        return None
+    if "://" not in url:  # libpq's keyword form: host=… password=…
+        return _KEYWORD_PASSWORD.sub(r"\g<head>***", url)
+    return _QUERY_PASSWORD.sub(r"\g<head>***", _URL_PASSWORD.sub(r"\g<head>:***@", url))
+
+
 class ServiceUnavailable(RuntimeError):
     """A service cannot be used; the message says why and what to do."""
 
@@ -193,7 +210,7 @@ class EmbeddedPostgres:
 
     def status(self) -> ServiceStatus:
         url = self.url()
-        return ServiceStatus("postgres", url is not None, url, str(self.pgdata))
+        return ServiceStatus("postgres", url is not None, shown(url), str(self.pgdata))
 
 
 def _pgserver():  # noqa: ANN202 - the module, imported late: it reads the runtime dir at import
@@ -405,7 +422,7 @@ class EmbeddedRedis:
 
     def status(self) -> ServiceStatus:
         url = self.url()
-        return ServiceStatus("redis", url is not None, url, str(self.dir))
+        return ServiceStatus("redis", url is not None, shown(url), str(self.dir))
 
 
 def _conf_path(path: Path) -> str:
@@ -489,17 +506,17 @@ def _probe_postgres(url: str) -> ServiceStatus:
     try:
         with psycopg.connect(url, connect_timeout=2) as conn:
             conn.execute("SELECT 1")
-        return ServiceStatus("postgres", True, url, "external")
+        return ServiceStatus("postgres", True, shown(url), "external")
     except psycopg.Error as error:
-        return ServiceStatus("postgres", False, url, f"external, unreachable: {error}")
+        return ServiceStatus("postgres", False, shown(url), f"external, unreachable: {shown(str(error))}")
 
 
 def _probe_redis(url: str) -> ServiceStatus:
     try:
         redis.Redis.from_url(url, socket_connect_timeout=2).ping()
-        return ServiceStatus("redis", True, url, "external")
+        return ServiceStatus("redis", True, shown(url), "external")
     except redis.RedisError as error:
-        return ServiceStatus("redis", False, url, f"external, unreachable: {error}")
+        return ServiceStatus("redis", False, shown(url), f"external, unreachable: {shown(str(error))}")
 
 
 def pg_tool(name: str) -> Path:

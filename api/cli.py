@@ -40,7 +40,7 @@ def services_up() -> None:
     from chatmem.adapters import services
 
     urls = services.resolve(cli_settings(), start=True)
-    console.print(f"postgres: {urls.database_url}\nredis:    {urls.redis_url}")
+    console.print(f"postgres: {services.shown(urls.database_url)}\nredis:    {services.shown(urls.redis_url)}")
 
 
 @services_app.command("down")
@@ -270,7 +270,7 @@ def up() -> None:
     with services.running(settings) as urls:
         m.migrate(urls.database_url, settings.vector_dim)
         banner = (
-            f"chatmem up: postgres {urls.database_url} · redis {urls.redis_url} · "
+            f"chatmem up: postgres {services.shown(urls.database_url)} · redis {services.shown(urls.redis_url)} · "
             f"API http://{settings.api_host}:{settings.api_port}/docs · Ctrl-C stops"
         )
         if settings.log_format == "json":  # every line JSON, this one too

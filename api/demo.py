@@ -155,7 +155,10 @@ def _print_memory(c: Container, console: Console, thread_ids: list[str]) -> None
 def run_demo(settings: Settings, console: Console, timeout: float) -> int:
     with services.running(settings) as urls:
         migrate.migrate(urls.database_url, settings.vector_dim)
-        console.print(f"[bold]chatmem demo[/bold] · postgres {urls.database_url} · redis {urls.redis_url}")
+        console.print(
+            f"[bold]chatmem demo[/bold] · postgres {services.shown(urls.database_url)} · "
+            f"redis {services.shown(urls.redis_url)}"
+        )
         c = Container(settings, urls)
         supervisor = Supervisor()
         try:
