@@ -283,7 +283,8 @@ def fused(
 # What the learned ranker reads of each candidate turn, all relative to the query's pool (z-scores)
 # so a query's scale does not matter: the turn's own match, its neighbours' (the answer sits next to
 # the question), its sitting's best, its episode summary's, the day and author the query names,
-# and the turn's shape (long statements answer, questions ask).
+# and the turn's shape (long statements answer, questions ask; the turn right after a question
+# often answers it, though the question's words match the query better).
 TURN_FEATURES: tuple[str, ...] = (
     "lexical",
     "vector",
@@ -299,6 +300,7 @@ TURN_FEATURES: tuple[str, ...] = (
     "named_author",
     "log_length",
     "question",
+    "prev_question",
     "attachment",
 )
 RANKER_FILE = "ranker_weights.json"
@@ -325,6 +327,12 @@ def turn_features(
         # A neighbour outside the pool matched nothing: it counts as the weakest candidate.
         return np.where(idx >= 0, values[idx], values.min())
 
+    # The sender's words end where the first attachment line the pipeline appends begins (a
+    # picture's caption is not theirs): a question is read from the words alone.
+    lines = [ATTACHMENT_LINE.search(t.text) for t in turns]
+    words = [t.text[: m.start()] if m else t.text for t, m in zip(turns, lines, strict=True)]
+    question = np.array([w.rstrip().endswith("?") for w in words], dtype=float)
+
     sitting = np.zeros(n)
     for idx in (groups if groups is not None else sittings(turns, p.sitting_gap_s)).values():
         sitting[idx] = float(np.sort(base[idx])[::-1][: p.episode_top].mean())
@@ -344,8 +352,9 @@ def turn_features(
             [period is not None and period.first <= utc_day(t.occurred_at) <= period.last for t in turns],
             [t.author_named for t in turns],
             np.log1p([t.length for t in turns]),
-            [t.text.rstrip().endswith("?") for t in turns],
-            [bool(ATTACHMENT_LINE.search(t.text)) for t in turns],
+            question,
+            np.where(prev >= 0, question[prev], 0.0),  # a turn before outside the pool asked nothing
+            [m is not None for m in lines],
         ]
     ).astype(float)
 

@@ -79,11 +79,26 @@ def test_features_are_relative_to_the_pool_and_read_the_turn():
     assert x[:, COL["vector"]].mean() == pytest.approx(0.0)  # z-scores over the pool
     assert x[0, COL["lexical"]] > x[1, COL["lexical"]]
     assert list(x[:, COL["question"]]) == [1, 0, 0] and list(x[:, COL["attachment"]]) == [0, 1, 0]
+    # The reply right after a question; the first turn's neighbour before is not in the pool.
+    assert list(x[:, COL["prev_question"]]) == [0, 1, 0]
     assert list(x[:, COL["named_author"]]) == [0, 1, 0] and list(x[:, COL["named_day"]]) == [1, 1, 0]
     assert list(x[:, COL["summary"]]) == [0.7, 0.7, 0.7]
     assert x[1, COL["prev_vector"]] == x[0, COL["vector"]] and x[1, COL["next_vector"]] == x[2, COL["vector"]]
     # Three days apart: the third turn is a sitting of its own, the first two share their best.
     assert x[0, COL["sitting"]] == x[1, COL["sitting"]] > x[2, COL["sitting"]]
+
+
+def test_a_question_is_read_from_the_senders_words_not_the_caption_after_them():
+    stats = TermStats(docs=50, avg_len=8, df=(3,))
+    turns = [
+        turn(1, text="Look what I painted, do you like it?\n[image#0a1b2c3d] a sunset over a lake"),
+        turn(2, text="I love it!"),
+        turn(3, text="[image#1b2c3d4e] a question mark drawn in chalk?"),  # a picture alone asks nothing
+        turn(4, text="Where was that?\n[file#2c3d4e5f] notes.pdf"),
+    ]
+    x = turn_features(turns, stats, RankParams())
+    assert list(x[:, COL["question"]]) == [1, 0, 0, 1]
+    assert list(x[:, COL["prev_question"]]) == [0, 1, 0, 0]
 
 
 def test_the_shipped_ranker_loads_and_puts_a_clear_match_first():
