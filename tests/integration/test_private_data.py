@@ -51,3 +51,12 @@ def test_a_new_data_folder_is_made_private(tmp_path):
     data = tmp_path / "new" / "data"
     Container(Settings(data_dir=data, database_url="postgresql://unused", redis_url="redis://unused")).close()
     assert Path(data).stat().st_mode & 0o777 == 0o700
+
+
+def test_a_data_folder_that_cannot_be_made_does_not_stop_a_process_that_writes_nothing_there(tmp_path, caplog):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    Container(
+        Settings(data_dir=blocked / "data", database_url="postgresql://unused", redis_url="redis://unused")
+    ).close()
+    assert "could not make the data folder" in caplog.text
