@@ -30,6 +30,7 @@ import subprocess
 from collections.abc import Sequence
 from functools import reduce
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +47,19 @@ class NoPassage(RuntimeError):
     """The system user cannot pass a folder, and no ACL could be set on it; the message says what to do."""
 
 
+def as_user(user: str = SYSTEM_USER) -> dict[str, Any]:
+    """`subprocess` arguments that run a child as `user` with its own group and no other. With
+    `user=` alone the child keeps root's groups: the package started Postgres that way, with
+    group root, so it could read whatever root's group may."""
+    return {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
+
+
 def blocked(folders: Sequence[Path], user: str = SYSTEM_USER) -> list[Path]:
     """The folders `user` cannot pass, as the kernel answers for that user with the credentials the
-    server gets (the package starts it with `user=` alone, so root's group stays)."""
+    server gets (`as_user`)."""
     script = 'for d do [ -x "$d" ] || printf "%s\\0" "$d"; done'
     out = subprocess.run(
-        ["/bin/sh", "-c", script, "sh", *map(str, folders)], user=user, cwd="/", capture_output=True, check=True
+        ["/bin/sh", "-c", script, "sh", *map(str, folders)], cwd="/", capture_output=True, check=True, **as_user(user)
     )
     return [Path(os.fsdecode(p)) for p in out.stdout.split(b"\0") if p]
 

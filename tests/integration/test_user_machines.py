@@ -133,6 +133,20 @@ def test_root_starts_postgres_in_a_private_folder_without_opening_it_to_anyone(t
     assert lists.returncode != 0  # passage only: the folder's names stay private
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root's server runs as another user")
+def test_as_root_the_server_runs_with_its_own_group_not_roots(tmp_path):
+    pg = EmbeddedPostgres(tmp_path / "data")
+    try:
+        pg.start()
+        pid = int((pg.pgdata / "postmaster.pid").read_text().split()[0])
+        status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+        gid = pwd.getpwnam("pgserver").pw_gid
+        assert status["Uid"].split()[0] == str(pwd.getpwnam("pgserver").pw_uid)
+        assert set(status["Gid"].split()) == {str(gid)} and status["Groups"].split() in ([], [str(gid)])
+    finally:
+        pg.stop()
+
+
 def test_a_data_folder_with_a_space_in_its_path(tmp_path, capsys):
     """Postgres is started with `-k SOCKET_DIR` unquoted and redis.conf splits on spaces: both
     failed to start from `.../with space/.chatmem`."""
