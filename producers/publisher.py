@@ -255,7 +255,7 @@ class Publisher:
         while True:
             if self._pid == os.getpid():
                 self._read_acks()
-            if self._acked >= self._sent and not self.spool.pending_files():
+            if self._acked >= self._sent and not self.spool.holds_events():
                 return True
             if time.monotonic() >= deadline:
                 return False

@@ -17,7 +17,8 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from chatmem.adapters.procs import pid_alive
@@ -26,6 +27,7 @@ from chatmem.memory.ports import EventSink
 log = logging.getLogger(__name__)
 
 _counter = itertools.count()
+RENAME_LOCK = ".renaming"  # held while a file changes its name, and while the folder is listed
 REFUSED_FILE = "refused"  # {"events": n, "last_at": unix time}: events refused because the spool was full
 _SPOOL_PREFIXES = ("spool-", ".tmp-", ".claimed-")
 _LOG_EVERY_S = 10.0
@@ -77,7 +79,7 @@ class SpoolAppender:
     def close(self) -> None:
         os.close(self.fd)
         if self.written:
-            os.replace(self.tmp, self.final)
+            self.spool.rename(self.tmp, self.final)
         else:
             self.tmp.unlink(missing_ok=True)
         if self.refused:
@@ -127,7 +129,7 @@ class Spool:
             self.refuse(refused + len(payloads))
             return None
         final = self.dir / name
-        os.replace(tmp, final)
+        self.rename(tmp, final)
         if refused:
             self.refuse(refused)
         return final
@@ -208,11 +210,36 @@ class Spool:
                 _, pid, original = orphan.name.split("-", 2)
                 if not pid_alive(int(pid)):
                     try:
-                        os.replace(orphan, self.dir / original)
+                        self.rename(orphan, self.dir / original)
                         files.append(self.dir / original)
                     except FileNotFoundError:
                         pass
         return sorted(files, key=lambda p: p.name)
+
+    def holds_events(self) -> bool:
+        """Events are on disk: waiting, or in a file a live process is writing or delivering
+        (`pending_files` leaves those out, and a failed delivery puts its file back). Read in one
+        listing taken while no file is being renamed, so a file between two names is not missed."""
+        if self.pending_files():
+            return True
+        if not self.dir.exists():
+            return False
+        with self._renaming():
+            names = os.listdir(self.dir)
+        return any(n.startswith(_SPOOL_PREFIXES) for n in names)
+
+    def rename(self, src: Path, dst: Path) -> None:
+        with self._renaming():
+            os.replace(src, dst)
+
+    @contextmanager
+    def _renaming(self) -> Iterator[None]:
+        fd = os.open(self.dir / RENAME_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # the bot and its flusher rename in one folder
+            yield
+        finally:
+            os.close(fd)
 
     def pending_count(self) -> int:
         return sum(len(p.read_bytes().splitlines()) for p in self.pending_files())
@@ -224,7 +251,7 @@ class Spool:
         for path in self.pending_files():
             claimed = path.with_name(f".claimed-{os.getpid()}-{path.name}")
             try:
-                os.replace(path, claimed)
+                self.rename(path, claimed)
             except FileNotFoundError:
                 continue
             lines = [line for line in claimed.read_bytes().splitlines() if line]
@@ -236,7 +263,7 @@ class Spool:
                     fh.flush()
                     os.fsync(fh.fileno())
             if kept:
-                os.replace(claimed, path)
+                self.rename(claimed, path)
             else:
                 claimed.unlink()
         return dropped
@@ -247,14 +274,14 @@ class Spool:
         for path in self.pending_files():
             claimed = path.with_name(f".claimed-{os.getpid()}-{path.name}")
             try:
-                os.replace(path, claimed)  # another process may be delivering it
+                self.rename(path, claimed)  # another process may be delivering it
             except FileNotFoundError:
                 continue
             payloads = [line for line in claimed.read_bytes().splitlines() if line]
             try:
                 sink.add_many(payloads)
             except BaseException:
-                os.replace(claimed, path)
+                self.rename(claimed, path)
                 raise
             claimed.unlink()
             sent += len(payloads)

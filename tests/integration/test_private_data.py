@@ -89,7 +89,10 @@ def test_a_bot_that_still_holds_the_url_without_the_password_spools_and_loses_no
         new_url = rd.start()
         assert new_url != old_url and ":" in new_url.split("@")[0][len("redis://") :]
         pub.publish_nowait(MessageEvent(event_id="e1", thread_id="t", user_id="u", text="after the restart"))
-        assert not pub.flush(timeout=3)  # refused without the password, so kept on disk
+        flushed = pub.flush(timeout=3)
+        spool = sorted(p.name for p in pub.spool.dir.iterdir())
+        seen = redis.Redis.from_url(new_url).xrange(settings.stream_key)
+        assert not flushed, (spool, seen, pub._sent, pub._acked)  # refused without the password, so kept on disk
         assert pub.spool.pending_count() == 1
     finally:
         pub.close(timeout=1)

@@ -1,4 +1,5 @@
 import json
+import os
 import time
 
 from chatmem.producers.flusher import FRAME, _take_frames
@@ -101,7 +102,7 @@ def test_frames_split_across_reads_are_reassembled():
 
 
 def test_spool_erase_drops_only_the_matching_events_and_keeps_the_order(tmp_path):
-    from chatmem.producers.spool import Spool
+    from chatmem.producers.spool import RENAME_LOCK, Spool
 
     spool = Spool(tmp_path)
     spool.write([json.dumps({"user_id": u, "n": i}).encode() for i, u in enumerate(["a", "b", "a"])])
@@ -111,7 +112,8 @@ def test_spool_erase_drops_only_the_matching_events_and_keeps_the_order(tmp_path
     sink = FakeSink()
     assert spool.deliver(sink) == 1
     assert [json.loads(p) for p in sink.payloads] == [{"user_id": "b", "n": 1}]
-    assert list(tmp_path.iterdir()) == []  # the emptied file is gone, nothing is left half-written
+    # The emptied file is gone, nothing is left half-written (the lock file holds no events).
+    assert [p.name for p in tmp_path.iterdir()] in ([], [RENAME_LOCK])
 
 
 def _spooled_ids(spool):
@@ -211,3 +213,16 @@ def test_the_spool_is_its_users_alone_since_it_holds_events_in_clear(tmp_path):
     assert len(files) == 3
     assert [f.stat().st_mode & 0o777 for f in files] == [0o600] * 3
     assert spool.dir.stat().st_mode & 0o077 == 0
+
+
+def test_flush_is_not_done_while_a_spool_file_is_out_for_delivery(tmp_path):
+    # A delivery in flight renames its file; if Redis refuses, the file comes back. Until then the
+    # events are neither sent nor waiting in the spool's list, and flush must not say "sent".
+    pub = Publisher(FakeSink(), tmp_path)
+    in_flight = tmp_path / f".claimed-{os.getpid()}-spool-0001.jsonl"
+    in_flight.write_bytes(b'{"event_id": "e1"}\n')
+    assert pub.spool.pending_files() == []
+    assert pub.flush(timeout=0.2) is False
+    in_flight.unlink()
+    assert pub.flush(timeout=0.2) is True
+    pub.close()
