@@ -217,11 +217,9 @@ class Spool:
         return sorted(files, key=lambda p: p.name)
 
     def holds_events(self) -> bool:
-        """Events are on disk: waiting, or in a file a live process is writing or delivering
-        (`pending_files` leaves those out, and a failed delivery puts its file back). Read in one
-        listing taken while no file is being renamed, so a file between two names is not missed."""
-        if self.pending_files():
-            return True
+        """Events are on disk: waiting, or in a file a process is writing or delivering (a failed
+        delivery puts its file back). One listing, taken while no file is being renamed, so a file
+        between two names is not missed."""
         if not self.dir.exists():
             return False
         with self._renaming():

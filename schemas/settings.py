@@ -34,7 +34,11 @@ class Settings(BaseSettings):
         None, description="Redis URL (broker and events stream). Unset: the embedded Redis under data_dir."
     )
     embedded_redis_port: int = Field(
-        0, ge=0, le=65535, description="Port of the embedded Redis on 127.0.0.1; 0 picks a free one once."
+        0,
+        ge=0,
+        le=65535,
+        description="Port of the embedded Redis on 127.0.0.1; 0 picks a free one once. It asks for "
+        "a password, made at its first start and kept in data_dir/redis/redis.conf.",
     )
     embedded_skip_cpu_check: bool = Field(
         False,
