@@ -40,6 +40,7 @@ HEADINGS: dict[SectionName, str] = {
 }
 # Trim order when the whole is over budget (most expendable first).
 TRIM_ORDER: tuple[SectionName, ...] = ("retrieved", "recent_turns", "summaries", "facts", "artifacts", "running")
+SECTION_BUDGETS = ("system", "summaries", "recent_turns", "snippets")  # the fields of Budgets that share the total
 _NAME_OK = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -126,10 +127,11 @@ def _build(
 ) -> ContextBundle:
     user_id, thread_id = _validate(user_id, thread_id)
     _check_readable(store, user_id, thread_id)
-    b = budgets or Budgets()
-    total = max_tokens if max_tokens is not None else b.total
-    snap = store.snapshot(thread_id, RECENT_LIMIT)
+    total = max_tokens if max_tokens is not None else (budgets or Budgets()).total
     req = _Request(store, recall, counter.count, user_id, thread_id, (query or "").strip() or None)
+    system = system if system is not None else DEFAULT_SYSTEM
+    b = shared(budgets or Budgets(), total, {"system": req.item(system).tokens})
+    snap = store.snapshot(thread_id, RECENT_LIMIT)
 
     drafts = _drafts(b)
     _fill_system(drafts["system"], req, system)
@@ -155,6 +157,27 @@ def _build(
     )
 
 
+def shared(b: Budgets, total: int, needs: dict[str, int] | None = None) -> Budgets:
+    """The section budgets made to fit `total` when they add up to more: the largest are cut to
+    one level, so a section given less than that keeps what it was given, and a section that
+    needs less than its budget (`needs`: the system text) takes only that, leaving the rest to
+    the others. Left as they were, a smaller total was met by the trim alone, which drops every
+    retrieved message before a recent turn: a bot asking for half the default tokens got none of
+    the earlier messages its question was about (docs/read-path.md)."""
+    sizes = {name: getattr(b, name) for name in SECTION_BUDGETS}
+    if sum(sizes.values()) <= total:
+        return b
+    wants = {name: min(size, (needs or {}).get(name, size)) for name, size in sizes.items()}
+    left, level = total, 0
+    order = sorted(SECTION_BUDGETS, key=wants.__getitem__)
+    for i, name in enumerate(order):
+        level = left // (len(order) - i)
+        if wants[name] > level:
+            break
+        left -= wants[name]
+    return b.model_copy(update={name: min(want, level) for name, want in wants.items()})
+
+
 def _validate(user_id: str, thread_id: str) -> tuple[str, str]:
     """The identifiers, checked (ValueError when malformed)."""
     return validate_identifier(user_id, "user_id"), validate_identifier(thread_id)
@@ -177,8 +200,8 @@ def _drafts(b: Budgets) -> dict[SectionName, _Draft]:
     }
 
 
-def _fill_system(draft: _Draft, req: _Request, system: str | None) -> None:
-    text = _cut(system if system is not None else DEFAULT_SYSTEM, draft.budget, req.count)
+def _fill_system(draft: _Draft, req: _Request, system: str) -> None:
+    text = _cut(system, draft.budget, req.count)
     if text:
         draft.items.append(req.item(text))
 

@@ -247,7 +247,12 @@ class Settings(BaseSettings):
     rollup_keep: int = Field(4, ge=1, description="Newest summaries of a level that stay unmerged.")
 
     # --- read path -----------------------------------------------------------------------
-    context_max_tokens: int = Field(8000, ge=1, description="Default token budget of build_context.")
+    context_max_tokens: int = Field(
+        8000,
+        ge=1,
+        description="Default token budget of build_context. Section budgets that add up to more are fitted to it: "
+        "the system text takes what it needs, the largest share the rest.",
+    )
     context_budget_system: int = Field(1500, ge=0, description="Tokens for the system/persona text.")
     context_budget_summaries: int = Field(
         2000, ge=0, description="Tokens for the running summary, open loops and higher-level summaries."

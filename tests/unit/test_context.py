@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatmem.memory.context import ContextTurn, ThreadSnapshot, build_context
+from chatmem.memory.context import DEFAULT_SYSTEM, ContextTurn, ThreadSnapshot, build_context
 from chatmem.memory.recall import FoundFact, NotReadable
 from chatmem.memory.tokens import EstimateCounter
 from chatmem.schemas.read import Budgets, Citation, RecallHit, RecallResult, Scope
@@ -121,29 +121,85 @@ def test_the_token_budget_is_never_exceeded(turns, summaries, facts, running, re
 
 
 def test_trimming_order_retrieved_then_recent_then_summaries():
-    turns = [f"turn number {i} about the garden and tomatoes" for i in range(30)]
+    # Sections within budgets that add up to the total still render over it: every recent turn
+    # is a message of its own (4 tokens each) and each section has a heading. What goes then
+    # follows the design's order.
+    turns = [f"ok {i}" for i in range(60)]
     summaries = [f"summary {i}: we discussed the garden plan in detail" for i in range(6)]
     retrieved = [(100 + i, f"old message {i} about seeds") for i in range(10)]
     store = make_store(turns, summaries, [], "running summary of the talk")
-    full = build_context(store, FakeRecall(retrieved), COUNTER, thread_id="t", user_id="u1", query="seeds")
+
+    def bundle(total: int):
+        # the shares of the defaults, so that the whole is exactly the total
+        b = Budgets(total=total, system=total * 3 // 16, summaries=total // 4, recent_turns=total * 3 // 8)
+        b = b.model_copy(update={"snippets": total - b.system - b.summaries - b.recent_turns})
+        return build_context(
+            store, FakeRecall(retrieved), COUNTER, thread_id="t", user_id="u1", query="seeds", budgets=b
+        )
+
+    full = bundle(8000)
     sizes = {s.name: len(s.items) for s in full.sections}
-    assert sizes["retrieved"] == 10 and sizes["recent_turns"] == 30 and sizes["summaries"] == 6
+    assert sizes["retrieved"] == 10 and sizes["recent_turns"] == 60 and sizes["summaries"] == 6
 
     seen = set()
-    for max_tokens in range(full.tokens, 0, -7):
-        b = build_context(
-            store, FakeRecall(retrieved), COUNTER, thread_id="t", user_id="u1", query="seeds", max_tokens=max_tokens
-        )
+    for total in range(1600, 200, -5):
+        b = bundle(total)
         n = {s.name: len(s.items) for s in b.sections}
-        assert b.tokens <= max_tokens
-        if n["recent_turns"] < 30:
+        budgets = {s.name: s.budget for s in b.sections}
+        assert b.tokens <= total
+        # a section short of what it has only because of the trim
+        cut = {name: s.trimmed > 0 and s.tokens + 30 < budgets[name] for name, s in ((s.name, s) for s in b.sections)}
+        if cut["recent_turns"]:
             assert n["retrieved"] == 0  # retrieved snippets go first
-        if n["summaries"] < 6:
+        if cut["summaries"]:
             assert n["retrieved"] == 0 and n["recent_turns"] == 0  # then recent turns, then summaries
-        if 0 < n["recent_turns"] < 30:
-            assert b.section("recent_turns").items[-1].citation.seq == 29  # the oldest turns go first
-        seen.add((n["retrieved"] < 10, n["recent_turns"] < 30, n["summaries"] < 6))
-    assert {(True, False, False), (True, True, False), (True, True, True)} <= seen
+        if 0 < n["recent_turns"] < 60:
+            assert b.section("recent_turns").items[-1].citation.seq == 59  # the oldest turns go first
+        seen.add((cut["retrieved"] or n["retrieved"] == 0, cut["recent_turns"]))
+    assert {(True, False), (True, True)} <= seen
+
+
+def test_a_smaller_total_is_shared_by_every_section():
+    # A bot asking for half the default tokens: the system text takes what it needs, the largest
+    # budgets share the rest at one level, and the earlier messages its question is about are
+    # still there (the trim alone took all of them).
+    turns = [f"turn number {i} about the garden and tomatoes, watering and the weather" for i in range(400)]
+    retrieved = [(1000 + i, f"old message {i} about the seeds we ordered in spring") for i in range(20)]
+    store = make_store(turns, ["we planned the garden"], ["likes tomatoes"], "talking about the garden")
+    b = build_context(
+        store, FakeRecall(retrieved), COUNTER, thread_id="t", user_id="u1", query="seeds", max_tokens=4000
+    )
+    need = COUNTER.count(DEFAULT_SYSTEM) + 1
+    level = (4000 - need) // 3
+    budgets = {s.name: s.budget for s in b.sections}
+    assert budgets.pop("system") == need and set(budgets.values()) == {level}
+    assert b.tokens <= 4000
+    assert len(b.section("retrieved").items) >= 10
+    assert 0 < len(b.section("recent_turns").items) < 400
+    # a section given less than the level keeps it
+    b = build_context(
+        store,
+        FakeRecall(retrieved),
+        COUNTER,
+        thread_id="t",
+        user_id="u1",
+        query="seeds",
+        max_tokens=600,
+        budgets=Budgets(recent_turns=30),
+    )
+    level = (600 - 30 - need) // 2
+    assert {s.name: s.budget for s in b.sections if s.name != "running"} == {
+        "system": need,
+        "summaries": level,
+        "recent_turns": 30,
+        "facts": level,
+        "artifacts": level,
+        "retrieved": level,
+    }
+    # budgets that fit the total are kept as given
+    whole = Budgets(total=4000, system=500, summaries=1000, recent_turns=1500, snippets=1000)
+    b = build_context(store, FakeRecall(retrieved), COUNTER, thread_id="t", user_id="u1", query="seeds", budgets=whole)
+    assert b.section("recent_turns").budget == 1500 and b.section("retrieved").budget == 1000
 
 
 def test_sections_render_as_chat_messages_in_priority_order():
