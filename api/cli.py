@@ -916,12 +916,16 @@ def bench_locomo(
         None, file_okay=False, help="run the services under this folder and keep them: a re-run only asks the questions"
     ),
     linear: bool = typer.Option(False, "--linear", help="rank turns by the hand-tuned rule, not the shipped model"),
+    bundles: bool = typer.Option(
+        False, "--bundles", help="also the evidence build_context's bundle quotes at 8,000, 4,000 and 2,000 tokens"
+    ),
 ) -> None:
     """Evidence recall@5/10/25 and full@10 per question category through the whole pipeline."""
-    from chatmem.bench.locomo import run
+    from chatmem.bench.locomo import BUNDLE_TOTALS, run
 
     ranker = "linear" if linear else "learned"
-    run(cli_settings(), console, data, out, set(sample) if sample else None, keep, ranker)
+    totals = BUNDLE_TOTALS if bundles else ()
+    run(cli_settings(), console, data, out, set(sample) if sample else None, keep, ranker, totals)
 
 
 @bench_app.command("context")

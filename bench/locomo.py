@@ -5,6 +5,10 @@ map to dia_ids (a message is its own id, a summary or fact the ids it came from)
 Measure as in ../shared/eval/README.md, overall and per question category. Printed, never
 asserted.
 
+`--bundles` also asks build_context, as a bot would before it answers, at BUNDLE_TOTALS tokens:
+how much of each question's evidence the bundle shows word for word (a recent turn or a
+retrieved message), which is what the bot's model gets to read.
+
 `--keep DIR` runs the services and the database under DIR and leaves them there; a later run
 with the same DIR finds the conversations processed and only asks the questions (a minute, not
 ten), for tuning the read path; a run that was interrupted goes on where it stopped. Delete DIR
@@ -31,7 +35,7 @@ from chatmem.bench.stats import bootstrap
 from chatmem.bootstrap import Container
 from chatmem.producers.importers import locomo_events
 from chatmem.producers.publisher import Publisher
-from chatmem.schemas.read import RecallHit, Scope
+from chatmem.schemas.read import ContextBundle, RecallHit, Scope, SectionName
 from chatmem.schemas.settings import Settings
 
 KS = (5, 10, 25)
@@ -42,6 +46,8 @@ REFERENCES = {  # dev split, computed on turns (../shared/eval/README.md)
     "BM25 + MiniLM, RRF": (0.482, 0.570, 0.724),
 }
 FULL_K = 10  # full@10: every evidence turn of a question in the first 10
+BUNDLE_TOTALS = (8000, 4000, 2000)  # build_context's default total, a half and a quarter of it
+SHOWN_SECTIONS: tuple[SectionName, ...] = ("recent_turns", "retrieved")  # they quote messages as they were
 
 
 def hit_ids(hit: RecallHit) -> list[str]:
@@ -53,6 +59,16 @@ def hit_ids(hit: RecallHit) -> list[str]:
 
 def evidence_recall(evidence: list[str], retrieved: list[str], k: int) -> float:
     return len(set(evidence) & set(retrieved[:k])) / len(set(evidence))
+
+
+def shown_ids(bundle: ContextBundle) -> set[str]:
+    """The platform message ids a bundle quotes word for word."""
+    return {
+        i.citation.platform_message_id
+        for name in SHOWN_SECTIONS
+        for i in bundle.section(name).items
+        if i.citation is not None and i.citation.platform_message_id
+    }
 
 
 @contextmanager
@@ -137,16 +153,21 @@ def run(
     samples: set[str] | None = None,
     keep: Path | None = None,
     ranker: str = "learned",
+    bundles: tuple[int, ...] = (),
 ) -> dict:
-    """`ranker`: "learned" (the shipped model, the default) or "linear" (the hand-tuned rule it replaced)."""
+    """`ranker`: "learned" (the shipped model, the default) or "linear" (the hand-tuned rule it
+    replaced). `bundles`: the totals at which to ask build_context too (BUNDLE_TOTALS)."""
     with processed(settings, data, samples, keep) as (c, corpus, done):
         if ranker == "linear":
             c.recall.ranker = None
         c.recall(corpus[0]["conversation"]["speaker_a"], "warm up", thread_id=corpus[0]["sample_id"])
         scores, latencies, lines = _ask(c, corpus)
+        shown = _bundles(c, corpus, bundles)
     if out:
         out.write_text("".join(json.dumps(line) + "\n" for line in lines))
     figures = _report(console, data, corpus, scores, ranker)
+    if shown:
+        figures["bundles"] = _report_bundles(console, shown)
     latencies.sort()
     console.print(
         f"{done} · recall p50 {latencies[len(latencies) // 2] * 1e3:.1f} ms"
@@ -183,6 +204,50 @@ def _ask(c: Container, corpus: list[dict]) -> tuple[Scores, list[float], list[di
                 full = float(evidence_recall(evidence, retrieved, FULL_K) == 1.0)
                 scores[cat].setdefault(f"full@{FULL_K}", []).append(full)
     return scores, latencies, lines
+
+
+def _evidence(sample: dict) -> Iterator[tuple[dict, list[str]]]:
+    """The questions that are scored (categories 1-4 with evidence) and their evidence turn ids."""
+    turn_ids = {t["dia_id"] for v in sample["conversation"].values() if isinstance(v, list) for t in v}
+    for qa in sample["qa"]:
+        evidence = [e for e in qa.get("evidence", []) if e in turn_ids]
+        if qa.get("category") in QUESTION_CATEGORIES and evidence:
+            yield qa, evidence
+
+
+Shown = dict[int, dict[str, list[float]]]  # total -> category name or "tokens" -> per question
+
+
+def _bundles(c: Container, corpus: list[dict], totals: tuple[int, ...]) -> Shown:
+    """Per total, the share of each question's evidence its bundle quotes, and the bundle's size."""
+    shown: Shown = {total: {} for total in totals}
+    for total in totals:
+        for sample in corpus:
+            reader = sample["conversation"]["speaker_a"]
+            for qa, evidence in _evidence(sample):
+                bundle = c.build_context(sample["sample_id"], reader, qa["question"], max_tokens=total)
+                share = len(set(evidence) & shown_ids(bundle)) / len(set(evidence))
+                shown[total].setdefault(QUESTION_CATEGORIES[qa["category"]], []).append(share)
+                shown[total].setdefault("all", []).append(share)
+                shown[total].setdefault("tokens", []).append(bundle.tokens)
+    return shown
+
+
+def _report_bundles(console: Console, shown: Shown) -> dict:
+    mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
+    names = [*QUESTION_CATEGORIES.values(), "all"]
+    table = Table(
+        title="evidence quoted by build_context's bundle (a recent turn or a retrieved message), default "
+        "section budgets fitted to the total"
+    )
+    for col in ("max_tokens", *names, "tokens used, mean"):
+        table.add_column(col)
+    figures = {}
+    for total, fig in shown.items():
+        figures[total] = {name: mean(fig.get(name, [])) for name in [*names, "tokens"]}
+        table.add_row(f"{total:,}", *(f"{figures[total][n]:.3f}" for n in names), f"{figures[total]['tokens']:,.0f}")
+    console.print(table)
+    return figures
 
 
 def _report(console: Console, data: Path, corpus: list[dict], scores: Scores, ranker: str = "learned") -> dict:

@@ -1,11 +1,13 @@
 """A LoCoMo-format file imported with `chatmem import locomo`, processed by real workers, then
 answered through recall, build_context and `chatmem recall` / `chatmem context`."""
 
+import io
 import json
 import subprocess
 import sys
 
 import pytest
+from rich.console import Console
 
 from tests.conftest import ROOT, scalar, settings_env, spawn, stop, wait_for
 from tests.locomo_sample import write_sample
@@ -68,6 +70,20 @@ def test_imported_conversation_is_recalled_with_dia_id_citations(container, tmp_
     assert len(pools) == 3 and all(p.relevant.sum() == 1 for p in pools)
     model = load_ranker(weights_json(fit_ranker(pools), {}))
     assert all(p.relevant[int(model.logit(p.features).argmax())] for p in pools)
+
+    # `bench locomo --bundles`: the bundles a bot gets quote each question's evidence. At the
+    # default total every turn of the sample is a recent turn; with room for about one, the
+    # evidence comes from retrieved messages.
+    from chatmem.bench.locomo import _bundles, _report_bundles
+
+    shown = _bundles(container, SAMPLE, (8000, 150))
+    assert shown[8000]["all"] == [1.0, 1.0, 1.0]
+    small = container.build_context("conv-test", "Maya", "What is the name of Maya's dog?", max_tokens=150)
+    assert len(small.section("recent_turns").items) < 7 and small.tokens <= 150
+    assert "D1:3" in {i.citation.platform_message_id for i in small.section("retrieved").items}
+    assert shown[150]["all"][0] == 1.0  # the dog's name, an early turn
+    figures = _report_bundles(Console(file=io.StringIO(), width=200), shown)
+    assert figures[8000]["single-hop"] == 1.0 and figures[150]["tokens"] <= 150
 
 
 def test_the_ranker_trainer_runs_end_to_end_on_a_sample(container, tmp_path):
