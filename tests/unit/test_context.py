@@ -248,3 +248,28 @@ def test_duplicate_texts_are_pruned():
     b = build_context(store, FakeRecall([(7, "I like green tea")]), COUNTER, thread_id="t", user_id="u1", query="tea")
     texts = [i.text.lstrip("- ") for s in b.sections for i in s.items]
     assert texts.count("I like green tea") == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.tuples(*(st.integers(0, 5000) for _ in range(4))),
+    total=st.integers(1, 12000),
+    need=st.integers(1, 3000),
+)
+def test_fitted_budgets_fit_the_total_and_keep_their_order(sizes, total, need):
+    from chatmem.memory.context import SECTION_BUDGETS, shared
+
+    b = Budgets(total=total, **dict(zip(SECTION_BUDGETS, sizes, strict=True)))
+    fitted = {n: getattr(shared(b, total, {"system": need}), n) for n in SECTION_BUDGETS}
+    given_ = dict(zip(SECTION_BUDGETS, sizes, strict=True))
+    if sum(sizes) <= total:
+        assert fitted == given_  # budgets that fit are used as given
+        return
+    wants = given_ | {"system": min(given_["system"], need)}
+    assert sum(fitted.values()) <= total
+    assert all(0 <= fitted[n] <= wants[n] for n in SECTION_BUDGETS)
+    # one level: a section cut below what it wants holds at least as much as any other section
+    cut = [n for n in SECTION_BUDGETS if fitted[n] < wants[n]]
+    assert all(fitted[c] >= fitted[n] for c in cut for n in SECTION_BUDGETS)
+    # and nothing is left over that a cut section could have had
+    assert not cut or total - sum(fitted.values()) < len(cut)
