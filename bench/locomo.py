@@ -237,8 +237,8 @@ def _report_bundles(console: Console, shown: Shown) -> dict:
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
     names = [*QUESTION_CATEGORIES.values(), "all"]
     table = Table(
-        title="evidence quoted by build_context's bundle (a recent turn or a retrieved message), default "
-        "section budgets fitted to the total"
+        title="evidence quoted by build_context's bundle (a recent turn or a retrieved message), the settings' "
+        "section budgets fitted to each total"
     )
     for col in ("max_tokens", *names, "tokens used, mean"):
         table.add_column(col)
