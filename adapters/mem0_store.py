@@ -19,6 +19,7 @@ from chatmem.schemas.events import validate_identifier
 
 COLLECTION = "chatmem_memories"
 USER_INDEX = f"{COLLECTION}_user"
+SETUP_LOCK = f"{COLLECTION}_setup"  # an advisory lock's name: one process makes the table at a time
 _shared: dict[str, Any] = {}
 
 
@@ -60,6 +61,20 @@ class _Mem0OfflineLLM:
 
         text = "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "user")
         return json.dumps({"facts": [f.text for f in extract(text)]})
+
+
+@contextmanager
+def one_at_a_time(pool: Any) -> Iterator[None]:
+    """Workers start together, and mem0 makes its table when it starts: two processes making it at
+    once collide in Postgres's catalog (a unique violation on pg_type, logged with a traceback,
+    and that process's mem0 fails to start). A session lock held on a connection of its own (mem0
+    takes the pool's, which may have one) lets one process make the table and its index while
+    the others wait; closing the connection releases it."""
+    import psycopg
+
+    with psycopg.connect(pool.conninfo, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (SETUP_LOCK,))
+        yield
 
 
 class Mem0Store:
@@ -115,9 +130,10 @@ class Mem0Store:
             },
             "history_db_path": str(mem0_dir / "history.db"),
         }
-        self.memory = Memory.from_config(config)
-        self.memory.embedding_model = _Mem0Embedding()  # same model and cache as the pipeline
-        self._index_users(pool)
+        with one_at_a_time(pool):
+            self.memory = Memory.from_config(config)
+            self.memory.embedding_model = _Mem0Embedding()  # same model and cache as the pipeline
+            self._index_users(pool)
         self.infer = bool(llm_api_key)
         if not self.infer:
             self.memory.llm = LlmFactory.create("chatmem_offline")
@@ -130,8 +146,6 @@ class Mem0Store:
         user, the planner reads that user's rows and sorts them exactly."""
         self.memory.vector_store.create_col()  # mem0 makes its table on first use; this is idempotent
         with pool.connection() as conn:
-            # Workers start together; one builds the index, and the statistics it needs.
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (USER_INDEX,))
             if conn.execute("SELECT to_regclass(%s) IS NULL", (USER_INDEX,)).fetchone() == (True,):
                 conn.execute(f"CREATE INDEX {USER_INDEX} ON {COLLECTION} ((payload ->> 'user_id'))")
                 conn.execute(f"ANALYZE {COLLECTION}")

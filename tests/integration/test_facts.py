@@ -315,3 +315,45 @@ def test_a_users_memories_are_found_when_the_planner_takes_the_vector_index(sett
     finally:
         c.close()
     assert found == [each] * len(found)
+
+
+def test_processes_that_start_together_on_a_new_database_make_mem0s_table_once(container):
+    """Workers start together: each makes mem0's table when it starts. Made at once, the tables
+    collided in Postgres's catalog (a unique violation on pg_type, logged with a traceback, and
+    that worker's mem0 failed to start). Here three processes wait at the setup lock, held by the
+    test, and are let go together."""
+    import subprocess
+    import sys
+
+    import psycopg
+
+    from chatmem.adapters.mem0_store import COLLECTION, SETUP_LOCK
+    from tests.conftest import ROOT, scalar, settings_env, wait_for
+
+    code = (
+        "from chatmem.bootstrap import Container\n"
+        "from chatmem.schemas.settings import Settings\n"
+        "Container(Settings()).mem0.search('anything', user_id='nobody')\n"
+    )
+    url = container.settings.database_url
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory' AND datname = current_database()"
+    with psycopg.connect(url, autocommit=True) as held:
+        held.execute("SELECT pg_advisory_lock(hashtext(%s))", (SETUP_LOCK,))
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", code],
+                env=settings_env(container.settings),
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for _ in range(3)
+        ]
+        assert wait_for(lambda: held.execute(waiting).fetchone() == (3,), timeout=90)
+        assert held.execute("SELECT to_regclass(%s)", (COLLECTION,)).fetchone() == (None,)
+        assert all(p.poll() is None for p in procs)
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(outs)[-4000:]
+    assert not any("Error" in out or "Traceback" in out for out in outs), "\n".join(outs)[-4000:]
+    assert scalar(container, "SELECT to_regclass(%s) IS NOT NULL", COLLECTION)
