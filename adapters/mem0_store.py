@@ -20,6 +20,7 @@ from chatmem.schemas.events import validate_identifier
 COLLECTION = "chatmem_memories"
 USER_INDEX = f"{COLLECTION}_user"
 SETUP_LOCK = f"{COLLECTION}_setup"  # an advisory lock's name: one process makes the table at a time
+SETUP_WAIT_S = 60
 _shared: dict[str, Any] = {}
 
 
@@ -72,7 +73,10 @@ def one_at_a_time(pool: Any) -> Iterator[None]:
     the others wait; closing the connection releases it."""
     import psycopg
 
-    with psycopg.connect(pool.conninfo, autocommit=True) as conn:
+    # Bounded waits: a server that does not answer, or a process stuck holding the lock, fails
+    # this start (the next use of mem0 tries again) instead of hanging it.
+    with psycopg.connect(pool.conninfo, autocommit=True, connect_timeout=SETUP_WAIT_S) as conn:
+        conn.execute(f"SET lock_timeout = '{SETUP_WAIT_S}s'")
         conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (SETUP_LOCK,))
         yield
 
