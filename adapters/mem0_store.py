@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from chatmem.adapters.embedders import MINILM
 from chatmem.memory.ports import Embedder
 from chatmem.schemas.events import validate_identifier
@@ -71,8 +73,6 @@ def one_at_a_time(pool: Any) -> Iterator[None]:
     and that process's mem0 fails to start). A session lock held on a connection of its own (mem0
     takes the pool's, which may have one) lets one process make the table and its index while
     the others wait; closing the connection releases it."""
-    import psycopg
-
     # Bounded waits: a server that does not answer, or a process stuck holding the lock, fails
     # this start (the next use of mem0 tries again) instead of hanging it.
     with psycopg.connect(pool.conninfo, autocommit=True, connect_timeout=SETUP_WAIT_S) as conn:

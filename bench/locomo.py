@@ -185,12 +185,10 @@ def _ask(c: Container, corpus: list[dict]) -> tuple[Scores, list[float], list[di
     lines: list[dict] = []
     for sample in corpus:
         sid = sample["sample_id"]
-        turn_ids = {t["dia_id"] for k, v in sample["conversation"].items() if isinstance(v, list) for t in v}
         reader = sample["conversation"]["speaker_a"]
-        for qa_index, qa in enumerate(sample["qa"]):
-            # Every question gets a prediction; only categories 1-4 with evidence are scored.
+        for qa_index, (qa, evidence) in enumerate(_questions(sample)):
+            # Every question gets a prediction; only those with evidence are scored.
             cat = qa.get("category")
-            evidence = [e for e in qa.get("evidence", []) if e in turn_ids] if cat in QUESTION_CATEGORIES else []
             t1 = time.perf_counter()
             result = c.recall(reader, qa["question"], scope=Scope.ALL, limit=max(KS), thread_id=sid)
             latencies.append(time.perf_counter() - t1)
@@ -198,21 +196,26 @@ def _ask(c: Container, corpus: list[dict]) -> tuple[Scores, list[float], list[di
             for h in result.hits:
                 retrieved += [i for i in hit_ids(h) if i not in retrieved]
             lines.append({"sample_id": sid, "qa_index": qa_index, "category": cat, "retrieved": retrieved})
-            if evidence:
+            if evidence:  # a scored question: one of QUESTION_CATEGORIES
+                fig = scores[qa["category"]]
                 for k in KS:
-                    scores[cat].setdefault(f"recall@{k}", []).append(evidence_recall(evidence, retrieved, k))
-                full = float(evidence_recall(evidence, retrieved, FULL_K) == 1.0)
-                scores[cat].setdefault(f"full@{FULL_K}", []).append(full)
+                    fig.setdefault(f"recall@{k}", []).append(evidence_recall(evidence, retrieved, k))
+                fig.setdefault(f"full@{FULL_K}", []).append(float(evidence_recall(evidence, retrieved, FULL_K) == 1.0))
     return scores, latencies, lines
 
 
-def _evidence(sample: dict) -> Iterator[tuple[dict, list[str]]]:
-    """The questions that are scored (categories 1-4 with evidence) and their evidence turn ids."""
+def _questions(sample: dict) -> Iterator[tuple[dict, list[str]]]:
+    """Each question with the evidence it is scored on: the turn ids it names that exist, for
+    categories 1-4; none (not scored) otherwise."""
     turn_ids = {t["dia_id"] for v in sample["conversation"].values() if isinstance(v, list) for t in v}
     for qa in sample["qa"]:
-        evidence = [e for e in qa.get("evidence", []) if e in turn_ids]
-        if qa.get("category") in QUESTION_CATEGORIES and evidence:
-            yield qa, evidence
+        scored = qa.get("category") in QUESTION_CATEGORIES
+        yield qa, [e for e in qa.get("evidence", []) if e in turn_ids] if scored else []
+
+
+def _evidence(sample: dict) -> Iterator[tuple[dict, list[str]]]:
+    """The questions that are scored, and their evidence."""
+    return ((qa, evidence) for qa, evidence in _questions(sample) if evidence)
 
 
 Shown = dict[int, dict[str, list[float]]]  # total -> category name or "tokens" -> per question

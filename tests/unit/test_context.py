@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from chatmem.memory.context import DEFAULT_SYSTEM, ContextTurn, ThreadSnapshot, build_context
 from chatmem.memory.recall import FoundFact, NotReadable
 from chatmem.memory.tokens import EstimateCounter
-from chatmem.schemas.read import Budgets, Citation, RecallHit, RecallResult, Scope
+from chatmem.schemas.read import Budgets, Citation, ContextItem, RecallHit, RecallResult, Scope
 from tests.fakes import FakeContextStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -157,6 +157,44 @@ def test_trimming_order_retrieved_then_recent_then_summaries():
             assert b.section("recent_turns").items[-1].citation.seq == 59  # the oldest turns go first
         seen.add((cut["retrieved"] or n["retrieved"] == 0, cut["recent_turns"]))
     assert {(True, False), (True, True)} <= seen
+
+
+def test_the_trim_drops_retrieved_then_recent_turns_then_summaries():
+    # The design's order at the trim itself, over sections filled past the total (build_context
+    # fits their budgets to it first, so there only the rendering overhead reaches the trim).
+    from chatmem.memory.context import _Draft, _fit
+
+    def item(text: str, seq: int | None = None, role: str | None = None) -> ContextItem:
+        return ContextItem(
+            text=text, tokens=COUNTER.count(text) + 1, role=role, citation=None if seq is None else cite(seq)
+        )
+
+    def drafts() -> dict:
+        d = {name: _Draft(name, 10**6) for name in ("system", "running", "summaries", "recent_turns")}
+        d |= {name: _Draft(name, 10**6) for name in ("facts", "artifacts", "retrieved")}
+        d["running"].items.append(item("running summary of the talk"))
+        d["summaries"].items += [item(f"summary {i}: we discussed the garden plan in detail") for i in range(6)]
+        d["recent_turns"].items += [
+            item(f"turn number {i} about the garden and tomatoes", i, "user") for i in range(30)
+        ]
+        d["retrieved"].items += [item(f"- old message {i} about seeds", 100 + i) for i in range(10)]
+        return d
+
+    _, whole = _fit(drafts(), 10**6, COUNTER.count)
+    seen = set()
+    for total in range(whole, 0, -7):
+        d = drafts()
+        _, used = _fit(d, total, COUNTER.count)
+        n = {name: len(x.items) for name, x in d.items()}
+        assert used <= total
+        if n["recent_turns"] < 30:
+            assert n["retrieved"] == 0  # retrieved snippets go first
+        if n["summaries"] < 6:
+            assert n["retrieved"] == 0 and n["recent_turns"] == 0  # then recent turns, then summaries
+        if 0 < n["recent_turns"] < 30:
+            assert d["recent_turns"].items[-1].citation.seq == 29  # the oldest turns go first
+        seen.add((n["retrieved"] < 10, n["recent_turns"] < 30, n["summaries"] < 6))
+    assert {(True, False, False), (True, True, False), (True, True, True)} <= seen
 
 
 def test_a_smaller_total_is_shared_by_every_section():
