@@ -129,12 +129,14 @@ def _build(
     _check_readable(store, user_id, thread_id)
     total = max_tokens if max_tokens is not None else (budgets or Budgets()).total
     req = _Request(store, recall, counter.count, user_id, thread_id, (query or "").strip() or None)
-    system = system if system is not None else DEFAULT_SYSTEM
-    b = shared(budgets or Budgets(), total, {"system": req.item(system).tokens})
+    # The persona as it is shown (its words, one space apart), counted once: its size is what the
+    # system section needs of the total, and the item the section holds when it fits.
+    persona = req.item(" ".join((system if system is not None else DEFAULT_SYSTEM).split()))
+    b = shared(budgets or Budgets(), total, {"system": persona.tokens})
     snap = store.snapshot(thread_id, RECENT_LIMIT)
 
     drafts = _drafts(b)
-    _fill_system(drafts["system"], req, system)
+    _fill_system(drafts["system"], req, persona)
     summary_room = _fill_running(drafts["running"], req, snap.running)
     _fill_summaries(drafts["summaries"], req, snap.summaries, summary_room)
     shown = _fill_recent(drafts["recent_turns"], req, snap.recent)
@@ -200,9 +202,12 @@ def _drafts(b: Budgets) -> dict[SectionName, _Draft]:
     }
 
 
-def _fill_system(draft: _Draft, req: _Request, system: str) -> None:
-    text = _cut(system, draft.budget, req.count)
-    if text:
+def _fill_system(draft: _Draft, req: _Request, persona: ContextItem) -> None:
+    if not persona.text:
+        return
+    if persona.tokens <= draft.budget:
+        draft.items.append(persona)
+    elif text := _cut(persona.text, draft.budget, req.count):
         draft.items.append(req.item(text))
 
 

@@ -273,6 +273,23 @@ def test_sections_render_as_chat_messages_in_priority_order():
     assert {c.seq for c in b.citations} >= {0, 1, 50}
 
 
+def test_the_persona_is_shown_with_its_words_one_space_apart_cut_to_its_budget_or_left_out_when_empty():
+    store = make_store(["hello there"], [], [], None)
+
+    def persona(system: str, budget: int) -> list[str]:
+        b = build_context(
+            store, None, COUNTER, thread_id="t", user_id="u1", system=system, budgets=Budgets(system=budget)
+        )
+        return [i.text for i in b.section("system").items]
+
+    assert persona("You are Bot.\n\n  Be   brief.", 1500) == ["You are Bot. Be brief."]
+    assert persona("", 1500) == [] and persona("   ", 1500) == []
+    long = " ".join(f"word{i}" for i in range(400))
+    (cut,) = persona(long, 50)
+    assert long.startswith(cut) and COUNTER.count(cut) + 1 <= 50 < COUNTER.count(long)
+    assert persona(long, 0) == []
+
+
 def test_a_thread_the_user_never_wrote_in_is_not_readable():
     store = make_store(["x"], [], [], None)
     with pytest.raises(NotReadable):
