@@ -57,10 +57,12 @@ train-ranker: install
 	$(CHATMEM) bench model-reference
 
 .PHONY: train-segmenter
-# First the pair model among people (torch: the `export` extra, installed here only; the workers run
-# the ONNX file), whose out-of-fold logits the scorer's stacker is fitted on.
+# First the model that reads which speaker is a bot in files that do not say (seconds), then the
+# pair model among people (torch: the `export` extra, installed here only; the workers run the ONNX
+# file), whose out-of-fold logits the scorer's stacker is fitted on.
 train-segmenter: install
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,export]'
+	$(CHATMEM) bench train-speakers --data $(TOPICSEG_DATA)
 	$(CHATMEM) bench train-pair --data $(TOPICSEG_DATA)
 	$(CHATMEM) bench train-segmenter --data $(TOPICSEG_DATA)
 	$(CHATMEM) bench model-reference

@@ -766,6 +766,17 @@ def bench_train_segmenter(
     run(data, cache, out, minilm_embedder(settings.embedding_backend), console.print)
 
 
+@bench_app.command("train-speakers")
+def bench_train_speakers(
+    data: Path = typer.Option(..., exists=True, file_okay=False, help="folder with TIAGE and SuperDialseg files"),
+    out: Path = typer.Option(None, help="weights file (default: the one shipped in chatmem.bench)"),
+) -> None:
+    """Fit the model that reads which of two speakers is a bot, for files that do not say."""
+    from chatmem.bench.train_speakers import run
+
+    run(data, out, console.print)
+
+
 @bench_app.command("train-pair")
 def bench_train_pair(
     data: Path = typer.Option(..., exists=True, file_okay=False, help="folder with TIAGE's anno_train.json"),

@@ -5,8 +5,11 @@ Reads TIAGE (`.json`: id -> [[utterance, label], ...]) and Def-DTS (`.jsonl`: {i
 `role: text` lines joined by [NEWLINE] and a [BOUNDARY] line after each segment). Each dialogue is
 one thread with no time gaps. A Def-DTS speaker named like a bot or a support agent ("agent",
 "system", "assistant", ...) is the thread's assistant; any other speaker is a user, as the history
-importers count every author not named as the bot's, so "A:" and "B:" are two people chatting. A
-line with no short speaker name before a colon is all text, said by a person. Scores follow the
+importers count every author not named as the bot's. A file that names no bot (TIAGE's format,
+whose speakers alternate, or a Def-DTS file of two speakers such as "A:" and "B:") has its bot
+read from how each speaker talks (bench/speakers.py): when one of the two reads as a bot, its
+turns are the assistant's, else both are people chatting. A line with no short speaker name
+before a colon is all text, said by a person. Scores follow the
 SuperDialseg protocol: per utterance `ends_segment` (the last utterance is always 0); Pk and
 WindowDiff as in NLTK with k = max(2, round(n / (boundaries + 1) / 2)); binary F1 (0 when
 undefined); each averaged over dialogues; Score = 0.5·F1 + 0.25·(1 − Pk) + 0.25·(1 − WD). Each
@@ -25,10 +28,12 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from chatmem.bench import topicseg_rules
+from chatmem.bench.speakers import SpeakerModel, shipped_speakers
 from chatmem.bench.stats import Interval, bootstrap
 from chatmem.memory.ports import Embedder
 from chatmem.memory.segmentation import BoundaryAssist, Scorer, SegmenterConfig, SegTurn, segment
@@ -42,11 +47,14 @@ class Dialogue:
     ends_segment: list[int]
 
 
-def load(path: Path) -> list[Dialogue]:
+def load(path: Path, speakers: SpeakerModel | Literal["shipped"] | None = "shipped") -> list[Dialogue]:
+    """The file's dialogues; `speakers` reads which speaker is a bot where the file does not say
+    (None: nobody is, the file as written)."""
+    model = shipped_speakers() if speakers == "shipped" else speakers
     if path.suffix == ".jsonl":
-        return [_defdts(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+        return [_defdts(json.loads(line), model) for line in path.read_text().splitlines() if line.strip()]
     data = json.loads(path.read_text())
-    return [_tiage(did, turns) for did, turns in data.items()]
+    return [_tiage(did, turns, model) for did, turns in data.items()]
 
 
 # Speaker names that the dialogue corpora in this format give a bot, a system or a support agent
@@ -64,15 +72,17 @@ def speaker_role(name: str) -> str:
     return "assistant" if any(w in ASSISTANT_NAMES for w in _NAME_WORD.findall(name.lower())) else "user"
 
 
-def _tiage(did: str, turns: list) -> Dialogue:
+def _tiage(did: str, turns: list, speakers: SpeakerModel | None) -> Dialogue:
     texts = [t[0] for t in turns]
     starts = [str(t[1]) == "1" for t in turns]
     ends = [1 if i + 1 < len(turns) and starts[i + 1] else 0 for i in range(len(turns))]
-    # Two people chatting: both speakers are users of the thread.
-    return Dialogue(did, ["user"] * len(texts), texts, ends)
+    # Two speakers alternating: people chatting, unless one of them talks like a bot.
+    roles = speakers.roles_by_parity(texts) if speakers is not None else ["user"] * len(texts)
+    return Dialogue(did, roles, texts, ends)
 
 
-def _defdts(row: dict) -> Dialogue:
+def _defdts(row: dict, speakers: SpeakerModel | None) -> Dialogue:
+    names: list[str] = []
     roles: list[str] = []
     texts: list[str] = []
     ends: list[int] = []
@@ -87,11 +97,20 @@ def _defdts(row: dict) -> Dialogue:
         role, colon, text = line.partition(":")
         if not colon or len(role.split()) > MAX_SPEAKER_WORDS:
             role, text = "", line  # no speaker named: the whole line is what was said, by a person
+        names.append(role.strip().lower())
         roles.append(speaker_role(role))
         texts.append(text.strip())
         ends.append(0)
     if ends:
         ends[-1] = 0
+    if speakers is not None and "assistant" not in roles:
+        sides: dict[str, list[str]] = {}
+        for name, text in zip(names, texts, strict=True):
+            if name:  # a line with no speaker is a person's
+                sides.setdefault(name, []).append(text)
+        bot = speakers.bot_of(sides)
+        if bot is not None:
+            roles = ["assistant" if name == bot else role for name, role in zip(names, roles, strict=True)]
     return Dialogue(str(row["id"]), roles, texts, ends)
 
 

@@ -435,16 +435,17 @@ def scores_by_kind(
     return out
 
 
-def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = STACK_L2) -> np.ndarray:
+def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = STACK_L2, weights: np.ndarray | None = None) -> np.ndarray:
     """Logistic regression by Newton's method (a handful of weights), L2 on all but the last
-    column (the constant)."""
+    column (the constant); `weights`, if given, weigh the rows."""
     w = np.zeros(x.shape[1])
+    rw = np.ones(len(y)) if weights is None else weights
     penalty = np.full(x.shape[1], l2)
     penalty[-1] = 0.0
     for _ in range(100):
         p = 1.0 / (1.0 + np.exp(-np.clip(x @ w, -30, 30)))
-        grad = x.T @ (p - y) + penalty * w
-        hess = (x * (p * (1 - p))[:, None]).T @ x + np.diag(penalty) + 1e-9 * np.eye(x.shape[1])
+        grad = x.T @ (rw * (p - y)) + penalty * w
+        hess = (x * (rw * p * (1 - p))[:, None]).T @ x + np.diag(penalty) + 1e-9 * np.eye(x.shape[1])
         step = np.linalg.solve(hess, grad)
         w -= step
         if np.abs(step).max() < 1e-9:

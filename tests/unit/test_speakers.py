@@ -1,0 +1,138 @@
+"""Which of two speakers is a bot, read where a dialogue file does not say (bench/speakers.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chatmem.bench import booking_dialogues, incar_dialogues
+from chatmem.bench.speakers import INPUTS, MIN_TURNS, SpeakerModel, shipped_speakers
+from chatmem.bench.topicseg import Dialogue, load
+from chatmem.bench.train_segmenter import is_tune, write_defdts
+from chatmem.bench.train_speakers import fit, run, shipped_weights_path
+from tests.unit.test_segmentation import write_tiny_data
+
+# Two people getting to know each other, as in chit-chat corpora: both ask, both tell of themselves.
+CHATS = [
+    [
+        "hi there! how are you doing today?",
+        "i am great, just got back from a long hike with my dog. you?",
+        "nice! i love hiking too, but i mostly stay home and paint.",
+        "what do you like to paint?",
+        "mostly landscapes. my grandmother taught me when i was little.",
+        "that is so sweet. i wish i could draw, i am terrible at it!",
+        "i bet you are better than you think. what do you do for work?",
+        "i teach math at a high school. the kids keep me busy.",
+        "oh wow, i was never good at math. do you enjoy it?",
+        "i do! i also coach the chess club on fridays.",
+    ],
+    [
+        "hey, do you have any pets?",
+        "yes, two cats. they are named salt and pepper. do you?",
+        "no, i am allergic, sadly. i have a fish tank though.",
+        "fish are cool! my brother has a big aquarium.",
+        "i spend hours watching mine. it helps me relax after work.",
+        "what kind of work do you do?",
+        "i am a nurse at the local hospital. long shifts!",
+        "that must be tiring. i work from home, writing code.",
+        "do you like working from home?",
+        "i do, but i miss talking to people sometimes.",
+    ],
+]
+
+
+def _tiage_file(path: Path, dialogues: list[Dialogue]) -> Path:
+    """Dialogues in TIAGE's format: no speakers, a "1" at the first turn of each new topic."""
+    data = {}
+    for d in dialogues:
+        starts = [False] + [bool(e) for e in d.ends_segment[:-1]]
+        labels = ["-1"] + ["1" if s else "0" for s in starts[1:]]
+        data[d.id] = [[t, label] for t, label in zip(d.texts, labels, strict=True)]
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_booking_conversation_without_speakers_is_read_with_its_agent_as_the_assistant(tmp_path: Path):
+    booking = booking_dialogues.dialogues()[:40]
+    incar = incar_dialogues.dialogues()[:40]
+    for written in (booking, incar):
+        read = load(_tiage_file(tmp_path / "tasks.json", written))
+        assert [d.texts for d in read] == [d.texts for d in written]
+        # The templates alternate user and agent, so the agent's side is the assistant's turns.
+        right = sum(r.roles == w.roles for r, w in zip(read, written, strict=True))
+        assert right >= 0.9 * len(written)
+        assert all(r.roles in (w.roles, ["user"] * len(w.roles)) for r, w in zip(read, written, strict=True))
+        # As written, nobody is a bot: two people chatting.
+        assert all(set(d.roles) == {"user"} for d in load(tmp_path / "tasks.json", speakers=None))
+
+
+def test_people_chatting_stay_people(tmp_path: Path):
+    chats = [Dialogue(f"chat-{i}", ["user"] * len(t), t, [0] * len(t)) for i, t in enumerate(CHATS)]
+    read = load(_tiage_file(tmp_path / "chats.json", chats))
+    assert all(set(d.roles) == {"user"} for d in read)
+    model = shipped_speakers()
+    for t in CHATS:
+        assert max(model.probability(t[0::2], t[1::2]), model.probability(t[1::2], t[0::2])) < model.bar
+
+
+def test_a_defdts_file_of_two_unnamed_speakers_reads_its_bot_by_name_not_by_turn(tmp_path: Path):
+    written = booking_dialogues.dialogues()[:10]
+    # The agent answers twice in a row somewhere: its turns are found by its name, not by position.
+    d0 = written[0]
+    extra = d0.roles.index("assistant")
+    d0 = Dialogue(
+        d0.id,
+        d0.roles[: extra + 1] + ["assistant"] + d0.roles[extra + 1 :],
+        d0.texts[: extra + 1] + ["Let me check that for you."] + d0.texts[extra + 1 :],
+        d0.ends_segment[: extra + 1] + [0] + d0.ends_segment[extra + 1 :],
+    )
+    written = [d0, *written[1:]]
+    path = tmp_path / "ab.jsonl"
+    write_defdts(path, written)
+    path.write_text(path.read_text().replace('"user: ', '"A: ').replace("[NEWLINE]user: ", "[NEWLINE]A: "))
+    path.write_text(path.read_text().replace('"agent: ', '"B: ').replace("[NEWLINE]agent: ", "[NEWLINE]B: "))
+    read = load(path)
+    assert sum(r.roles == w.roles for r, w in zip(read, written, strict=True)) >= 9
+    assert read[0].roles == d0.roles
+
+
+def test_a_named_bot_three_speakers_or_short_sides_are_left_as_written(tmp_path: Path):
+    turns = [line for d in booking_dialogues.dialogues()[:1] for line in d.texts]
+    speakers = ["A", "B", "C"]
+    lines = {
+        "named": [f"{'user' if i % 2 == 0 else 'agent'}: {t}" for i, t in enumerate(turns)],
+        "three": [f"{speakers[i % 3]}: {t}" for i, t in enumerate(turns)],
+        "short": [f"{'A' if i % 2 == 0 else 'B'}: {t}" for i, t in enumerate(turns[: 2 * MIN_TURNS - 2])],
+    }
+    path = tmp_path / "as_written.jsonl"
+    path.write_text("".join(json.dumps({"id": k, "dialogue": "[NEWLINE]".join(v)}) + "\n" for k, v in lines.items()))
+    named, three, short = load(path)
+    assert named.roles == ["user", "assistant"] * (len(turns) // 2) + ["user"] * (len(turns) % 2)
+    assert set(three.roles) == {"user"} and set(short.roles) == {"user"}
+
+
+def test_the_trainer_sets_its_bar_above_every_people_dialogue_and_refits_the_same_bytes(tmp_path: Path):
+    tiage, superseg = write_tiny_data(tmp_path / "data")
+    out = tmp_path / "speakers.json"
+    model = run(tmp_path / "data", out, lambda _: None)
+    training_part = [d for d in superseg if not is_tune(d.id)]
+    again, _ = fit(load(tmp_path / "data" / "anno_train.json", speakers=None), training_part)
+    assert SpeakerModel.from_json(json.loads(out.read_text())).bar == model.bar
+    assert np.array_equal(again.weights, model.weights) and again.bar == model.bar
+    for d in tiage:
+        even, odd = d.texts[0::2], d.texts[1::2]
+        if min(len(even), len(odd)) >= MIN_TURNS:
+            assert max(model.probability(even, odd), model.probability(odd, even)) <= model.bar
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["dialogues"]["people"] == len(tiage)
+
+
+def test_the_shipped_weights_match_the_inputs_and_a_mismatch_is_refused():
+    data = json.loads(shipped_weights_path().read_text())
+    assert data["inputs"] == list(INPUTS) and len(data["weights"]) == len(INPUTS) + 1
+    assert 0.5 <= data["bar"] < 1 and data["summary"]["people_highest"] <= data["bar"]
+    with pytest.raises(ValueError, match="retrain"):
+        SpeakerModel.from_json({**data, "inputs": data["inputs"][:-1]})
