@@ -677,6 +677,11 @@ def bench_topicseg(
         help="also score the segmenter (with --weights, those) with this closed-thread bar as `candidate` "
         "(1 turns the thanks rules off), with its paired lead over the shipped segmenter",
     ),
+    as_written: bool = typer.Option(
+        False,
+        "--as-written",
+        help="read no bot from how the speakers talk: a speaker the file does not name as one is a person",
+    ),
 ) -> None:
     """Topic segmentation with the workers' segmenter: Pk, WD, F1 and Score."""
     from chatmem.adapters.boundary_pair import with_pair_model
@@ -712,6 +717,7 @@ def bench_topicseg(
             candidate_config=config,
             learned=learned,
             ms_a_message=ms,
+            as_written=as_written,
         )
         _print_topicseg(data.name, scores)
         console.print(
@@ -724,7 +730,8 @@ def bench_topicseg(
         llm = c.llm("bench", timeout_s=settings.segment_llm_timeout_s)
         band = settings.segment_llm_band if llm_band is None else llm_band
         assist = LLMBoundaryAssist(llm, band, Cooldown())
-        _print_topicseg(data.name, run(data, out, embedder, baseline, assist, candidate, config, learned))
+        scores = run(data, out, embedder, baseline, assist, candidate, config, learned, as_written=as_written)
+        _print_topicseg(data.name, scores)
     finally:
         c.close()
     n = assist.counts

@@ -13,7 +13,14 @@ their difference, and gives the probability that the side is a bot. It learns fr
 training dialogues (two people: neither side) and from SuperDialseg's training part (a user and
 a support agent), and its bar is set above every TIAGE training dialogue, so that no
 conversation among the people it learned from reads as having a bot
-(bench/train_speakers.py). A side needs a few turns before it is judged."""
+(bench/train_speakers.py). A side needs a few turns before it is judged.
+
+Named speakers are sides by name. Where a file names none, its speakers alternate, but a file of
+conversations joined one after another changes who speaks at even positions wherever a
+conversation ended on the user's turn. So the positions are read turn by turn: the model over
+the few turns around each one says which position is the bot there, the likeliest sequence of
+those readings (a change is rare) marks the bot's turns, and the model then reads those turns
+against the rest as one side each."""
 
 from __future__ import annotations
 
@@ -56,19 +63,32 @@ STYLE = {
 }
 FEATURES = (*STYLE, "length")
 INPUTS = tuple(f"{where}_{f}" for where in ("own", "other", "difference") for f in FEATURES)
+CHANGE = 0.01  # chance that the two positions change speakers at a turn (a conversation ended on the user)
 
 
-def side_style(turns: Sequence[str]) -> np.ndarray:
+def turn_style(texts: Sequence[str]) -> np.ndarray:
+    """One row a turn: whether it matches each pattern, and its word count."""
+    return np.array([[bool(p.search(t)) for p in STYLE.values()] + [len(t.split())] for t in texts], dtype=float)
+
+
+def side_style(rows: np.ndarray) -> np.ndarray:
     """A side's rates: the share of its turns that match each pattern, and log(1 + mean words)."""
-    n = max(len(turns), 1)
-    rates = [sum(bool(p.search(t)) for t in turns) / n for p in STYLE.values()]
-    words = sum(len(t.split()) for t in turns) / n
-    return np.array([*rates, math.log1p(words)])
+    mean = rows.sum(axis=0) / max(len(rows), 1)
+    return np.array([*mean[:-1], math.log1p(mean[-1])])
 
 
 def side_inputs(own: Sequence[str], other: Sequence[str]) -> np.ndarray:
+    return _inputs(turn_style(own).reshape(-1, len(FEATURES)), turn_style(other).reshape(-1, len(FEATURES)))
+
+
+def _inputs(own: np.ndarray, other: np.ndarray) -> np.ndarray:
     a, b = side_style(own), side_style(other)
     return np.concatenate([a, b, a - b])
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-9), 1 - 1e-9)
+    return math.log(p / (1 - p))
 
 
 @dataclass(frozen=True)
@@ -77,11 +97,15 @@ class SpeakerModel:
     scale: np.ndarray
     weights: np.ndarray  # one per input, then the constant
     bar: float
+    window: int = 0  # turns each way that give a position's local reading; 0: the whole dialogue
+
+    def _p(self, own: np.ndarray, other: np.ndarray) -> float:
+        z = (_inputs(own, other) - self.mean) / self.scale
+        return 1.0 / (1.0 + math.exp(-float(np.clip(z @ self.weights[:-1] + self.weights[-1], -30, 30))))
 
     def probability(self, own: Sequence[str], other: Sequence[str]) -> float:
         """P(the speaker of `own` is a bot), the other speaker having said `other`."""
-        z = (side_inputs(own, other) - self.mean) / self.scale
-        return 1.0 / (1.0 + math.exp(-float(np.clip(z @ self.weights[:-1] + self.weights[-1], -30, 30))))
+        return self._p(turn_style(own).reshape(-1, len(FEATURES)), turn_style(other).reshape(-1, len(FEATURES)))
 
     def bot_of(self, sides: Mapping[str, Sequence[str]]) -> str | None:
         """The speaker of two who reads as a bot, or None: not two speakers, a side too short to
@@ -93,10 +117,38 @@ class SpeakerModel:
         best, p = (a, pa) if pa >= pb else (b, pb)
         return best if p > self.bar else None
 
-    def roles_by_parity(self, texts: Sequence[str]) -> list[str]:
-        """Roles of alternating speakers (TIAGE's format): a bot's turns are the assistant's."""
-        bot = self.bot_of({"even": texts[0::2], "odd": texts[1::2]})
-        return ["assistant" if bot == ("even" if i % 2 == 0 else "odd") else "user" for i in range(len(texts))]
+    def position_reading(self, texts: Sequence[str]) -> tuple[np.ndarray, float] | None:
+        """Speakers that alternate (TIAGE's format) but may change places where a conversation
+        ended on the user: which turns read as the bot's, and P of that side, before the bar.
+
+        Each turn's local reading is the model over the turns within `window` of it, by position;
+        the most likely sequence of readings (a change costs `CHANGE`) marks the bot's turns; the
+        model then reads those turns against the rest. None when a side is too short."""
+        n = len(texts)
+        rows = turn_style(texts).reshape(-1, len(FEATURES))
+        even = np.arange(n) % 2 == 0
+        if min(even.sum(), (~even).sum()) < MIN_TURNS:
+            return None
+        if self.window == 0:
+            p_even, p_odd = self._p(rows[even], rows[~even]), self._p(rows[~even], rows[even])
+            return (even, p_even) if p_even >= p_odd else (~even, p_odd)
+        lean = np.zeros(n)  # > 0: the even positions read as the bot's here
+        for i in range(n):
+            lo, hi = max(0, i - self.window), min(n, i + self.window + 1)
+            e, o = rows[lo:hi][even[lo:hi]], rows[lo:hi][~even[lo:hi]]
+            if min(len(e), len(o)) >= 2:
+                lean[i] = _logit(self._p(e, o)) - _logit(self._p(o, e))
+        bot = even == _viterbi(lean, CHANGE)
+        if min(bot.sum(), (~bot).sum()) < MIN_TURNS:
+            return None
+        return bot, self._p(rows[bot], rows[~bot])
+
+    def roles_by_position(self, texts: Sequence[str]) -> list[str]:
+        """Roles where the file names no speaker: a bot's turns are the assistant's."""
+        read = self.position_reading(texts)
+        if read is None or read[1] <= self.bar:
+            return ["user"] * len(texts)
+        return ["assistant" if b else "user" for b in read[0]]
 
     def to_json(self, summary: dict | None = None) -> dict:
         return {
@@ -105,6 +157,7 @@ class SpeakerModel:
             "scale": self.scale.round(6).tolist(),
             "weights": self.weights.round(6).tolist(),
             "bar": self.bar,
+            "window": self.window,
             **({"summary": summary} if summary else {}),
         }
 
@@ -117,9 +170,30 @@ class SpeakerModel:
             np.array(data["scale"], dtype=float),
             np.array(data["weights"], dtype=float),
             float(data["bar"]),
+            int(data["window"]),
         )
 
 
 @lru_cache(maxsize=1)
 def shipped_speakers() -> SpeakerModel:
     return SpeakerModel.from_json(json.loads(resources.files("chatmem.bench").joinpath(WEIGHTS_FILE).read_text()))
+
+
+def _viterbi(lean: np.ndarray, change: float) -> np.ndarray:
+    """The likeliest sequence of two states (True: the even positions are the bot's) given each
+    turn's log-odds `lean` for True, changing state with probability `change`."""
+    n = len(lean)
+    stay, move = math.log(1 - change), math.log(change)
+    score = np.array([lean[0] / 2, -lean[0] / 2])  # [True, False]
+    back = np.zeros((n, 2), dtype=int)
+    for i in range(1, n):
+        to_true = (score[0] + stay, score[1] + move)
+        to_false = (score[0] + move, score[1] + stay)
+        back[i] = (int(np.argmax(to_true)), int(np.argmax(to_false)))
+        score = np.array([max(to_true) + lean[i] / 2, max(to_false) - lean[i] / 2])
+    state = int(np.argmax(score))
+    path = np.zeros(n, dtype=int)
+    for i in range(n - 1, -1, -1):
+        path[i] = state
+        state = back[i][state]
+    return path == 0

@@ -77,7 +77,7 @@ def _tiage(did: str, turns: list, speakers: SpeakerModel | None) -> Dialogue:
     starts = [str(t[1]) == "1" for t in turns]
     ends = [1 if i + 1 < len(turns) and starts[i + 1] else 0 for i in range(len(turns))]
     # Two speakers alternating: people chatting, unless one of them talks like a bot.
-    roles = speakers.roles_by_parity(texts) if speakers is not None else ["user"] * len(texts)
+    roles = speakers.roles_by_position(texts) if speakers is not None else ["user"] * len(texts)
     return Dialogue(did, roles, texts, ends)
 
 
@@ -231,6 +231,7 @@ def run(
     candidate_config: SegmenterConfig | None = None,
     learned: Scorer | None = None,
     ms_a_message: dict[str, float] | None = None,
+    as_written: bool = False,
 ) -> dict[str, Scores]:
     """Scores of the learned segmenter with the workers' scorer `learned` (its predictions go to
     `out`), with `assist` also of the learned segmenter with it (then its predictions go to `out`),
@@ -238,8 +239,9 @@ def run(
     when `learned` reads the words (the pair model) also of the bag alone (`bag`, the segmenter
     before the pair model), and with `baseline` of the rule-based one, all on the same vectors and
     dialogues, so any two compare pairwise. `ms_a_message`, if given, gets each segmenter's time a
-    message, the vectors being computed before: the segment step's own cost."""
-    dialogues = load(data)
+    message, the vectors being computed before: the segment step's own cost. `as_written` reads no
+    bot from the words: a speaker the file does not name as one is a person."""
+    dialogues = load(data, speakers=None if as_written else "shipped")
     vectors = embed_all(dialogues, embedder)
     scores: dict[str, Scores] = {}
     first = "learned+llm" if assist is not None else "learned"

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from chatmem.bench import booking_dialogues, incar_dialogues
-from chatmem.bench.speakers import INPUTS, MIN_TURNS, SpeakerModel, shipped_speakers
+from chatmem.bench.speakers import CHANGE, INPUTS, MIN_TURNS, SpeakerModel, _viterbi, shipped_speakers
 from chatmem.bench.topicseg import Dialogue, load
 from chatmem.bench.train_segmenter import is_tune, write_defdts
-from chatmem.bench.train_speakers import fit, run, shipped_weights_path
+from chatmem.bench.train_speakers import BAR_STEP, WINDOWS, fit, run, shipped_weights_path
 from tests.unit.test_segmentation import write_tiny_data
 
 # Two people getting to know each other, as in chit-chat corpora: both ask, both tell of themselves.
@@ -64,9 +66,49 @@ def test_a_booking_conversation_without_speakers_is_read_with_its_agent_as_the_a
         # The templates alternate user and agent, so the agent's side is the assistant's turns.
         right = sum(r.roles == w.roles for r, w in zip(read, written, strict=True))
         assert right >= 0.9 * len(written)
-        assert all(r.roles in (w.roles, ["user"] * len(w.roles)) for r, w in zip(read, written, strict=True))
+        turns = [a == b for r, w in zip(read, written, strict=True) for a, b in zip(r.roles, w.roles, strict=True)]
+        assert sum(turns) >= 0.95 * len(turns)
         # As written, nobody is a bot: two people chatting.
         assert all(set(d.roles) == {"user"} for d in load(tmp_path / "tasks.json", speakers=None))
+
+
+def _ended_on_the_user(d: Dialogue) -> Dialogue:
+    """`d` with its agent's last turn of every other conversation dropped: from there on, the
+    positions of a file without speakers change places."""
+    roles, texts, ends = [], [], []
+    bounds = [0] + [i + 1 for i, e in enumerate(d.ends_segment) if e] + [len(d.texts)]
+    for k, (start, end) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        if k % 2 == 0 and end < len(d.texts) and end - start >= 3 and d.roles[end - 1] == "assistant":
+            end -= 1
+        roles += d.roles[start:end]
+        texts += d.texts[start:end]
+        ends += [0] * (end - start - 1) + [1]
+    ends[-1] = 0
+    return Dialogue(d.id, roles, texts, ends)
+
+
+def test_positions_that_change_speakers_after_a_conversation_ended_on_the_user_are_still_read(tmp_path: Path):
+    written = [_ended_on_the_user(d) for d in booking_dialogues.dialogues()[:40]]
+    assert sum(any(a == b for a, b in zip(d.roles, d.roles[1:], strict=False)) for d in written) >= 30  # they do change
+    model = shipped_speakers()
+    assert model.window > 0
+
+    def right(m: SpeakerModel) -> float:
+        read = [m.roles_by_position(d.texts) for d in written]
+        turns = [a == b for r, d in zip(read, written, strict=True) for a, b in zip(r, d.roles, strict=True)]
+        return sum(turns) / len(turns)
+
+    by_turn, whole = right(model), right(replace(model, window=0))
+    assert by_turn >= 0.85 and by_turn > whole + 0.1
+    read = load(_tiage_file(tmp_path / "changed.json", written))
+    assert [d.roles for d in read] == [model.roles_by_position(d.texts) for d in written]
+
+
+def test_the_reading_changes_places_only_where_the_turns_say_so_firmly():
+    lean = np.array([3.0, 2.5, -0.4, 3.1, 2.8, 2.9, -3.0, -2.7, -3.3, -2.9, -3.1])
+    path = _viterbi(lean, CHANGE)
+    assert path.tolist() == [True] * 6 + [False] * 5  # one weak dissent is outvoted; a run of firm ones is not
+    assert _viterbi(np.full(7, -0.1), CHANGE).tolist() == [False] * 7
 
 
 def test_people_chatting_stay_people(tmp_path: Path):
@@ -123,16 +165,18 @@ def test_the_trainer_sets_its_bar_above_every_people_dialogue_and_refits_the_sam
     assert SpeakerModel.from_json(json.loads(out.read_text())).bar == model.bar
     assert np.array_equal(again.weights, model.weights) and again.bar == model.bar
     for d in tiage:
-        even, odd = d.texts[0::2], d.texts[1::2]
-        if min(len(even), len(odd)) >= MIN_TURNS:
-            assert max(model.probability(even, odd), model.probability(odd, even)) <= model.bar
+        read = model.position_reading(d.texts)
+        assert read is None or read[1] <= model.bar
     summary = json.loads(out.read_text())["summary"]
     assert summary["dialogues"]["people"] == len(tiage)
+    # The window chosen is the smallest whose bar is no higher than reading each dialogue whole.
+    bars = {int(w): math.ceil(h / BAR_STEP) * BAR_STEP for w, h in summary["people_highest"].items()}
+    assert model.window == next((w for w in WINDOWS if bars[w] <= bars[0]), 0)
 
 
 def test_the_shipped_weights_match_the_inputs_and_a_mismatch_is_refused():
     data = json.loads(shipped_weights_path().read_text())
     assert data["inputs"] == list(INPUTS) and len(data["weights"]) == len(INPUTS) + 1
-    assert 0.5 <= data["bar"] < 1 and data["summary"]["people_highest"] <= data["bar"]
+    assert 0.5 <= data["bar"] < 1 and data["summary"]["people_highest"][str(data["window"])] <= data["bar"]
     with pytest.raises(ValueError, match="retrain"):
         SpeakerModel.from_json({**data, "inputs": data["inputs"][:-1]})
