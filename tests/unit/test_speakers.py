@@ -180,3 +180,16 @@ def test_the_shipped_weights_match_the_inputs_and_a_mismatch_is_refused():
     assert 0.5 <= data["bar"] < 1 and data["summary"]["people_highest"][str(data["window"])] <= data["bar"]
     with pytest.raises(ValueError, match="retrain"):
         SpeakerModel.from_json({**data, "inputs": data["inputs"][:-1]})
+
+
+def test_the_bench_reads_a_task_file_without_speakers_as_a_bot_s_unless_asked_to_read_it_as_written(tmp_path: Path):
+    from chatmem.bench.topicseg import run
+    from chatmem.memory.boundary_scorer import shipped_scorer
+    from tests.fakes import FakeEmbedder
+
+    data = _tiage_file(tmp_path / "tasks.json", booking_dialogues.dialogues()[:6])
+    read = run(data, None, FakeEmbedder(), baseline=False, learned=shipped_scorer())
+    written = run(data, None, FakeEmbedder(), baseline=False, learned=shipped_scorer(), as_written=True)
+    # Read as people, every agent turn is a candidate boundary: other decisions on the same turns.
+    assert len(read["learned"].dialogues) == len(written["learned"].dialogues) == 6
+    assert read["learned"] != written["learned"]
