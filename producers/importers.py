@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import mimetypes
 import re
@@ -31,6 +32,11 @@ from chatmem.schemas.events import (
 from chatmem.schemas.settings import Settings
 
 LOCOMO_DATE_FORMAT = "%I:%M %p on %d %B, %Y"
+# Spellings of a session's time that the format's own files do not use but an edited copy may.
+LOCOMO_DATE_VARIANTS = (LOCOMO_DATE_FORMAT, "%I:%M %p on %d %B %Y", "%I:%M %p on %B %d, %Y", "%d %B, %Y", "%d %B %Y")
+LOCOMO_GAP = timedelta(hours=1)  # a session with no readable time: this long after the one before
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -80,8 +86,19 @@ def locomo_events(path: Path, samples: set[str] | None = None) -> Iterator[Messa
             (k for k, v in conv.items() if re.fullmatch(r"session_\d+", k) and isinstance(v, list)),
             key=lambda k: int(k.split("_")[1]),
         )
+        last: datetime | None = None
         for key in sessions:
-            start = datetime.strptime(conv[f"{key}_date_time"], LOCOMO_DATE_FORMAT).replace(tzinfo=UTC)
+            start = locomo_session_time(conv.get(f"{key}_date_time"))
+            if start is None:
+                # The turns keep their place after the session before; questions about its dates lose.
+                log.warning(
+                    "LoCoMo %s %s: no readable session time (%r); placed after the session before",
+                    sample_id,
+                    key,
+                    conv.get(f"{key}_date_time"),
+                )
+                start = (last or datetime(2000, 1, 1, tzinfo=UTC)) + LOCOMO_GAP
+            last = start + timedelta(seconds=len(conv[key]))
             for index, turn in enumerate(conv[key]):
                 urls = turn.get("img_url") or []
                 original = (urls[0] if urls else None) if isinstance(urls, list) else urls
@@ -95,12 +112,25 @@ def locomo_events(path: Path, samples: set[str] | None = None) -> Iterator[Messa
                     thread_id=sample_id,
                     user_id=re.sub(r"[^\w.:@-]", "_", turn["speaker"]),
                     platform="locomo",
-                    text=turn["text"],
+                    text=turn.get("text") or "",
                     occurred_at=start + timedelta(seconds=index),
                     platform_message_id=turn["dia_id"],
                     attachments=attachments,
                     metadata={"author_name": turn["speaker"], **({"img_url": original} if original else {})},
                 )
+
+
+def locomo_session_time(value: object) -> datetime | None:
+    """A session's time as LoCoMo writes it ("1:56 pm on 8 May, 2023"), or None."""
+    if not isinstance(value, str):
+        return None
+    text = " ".join(value.split())
+    for fmt in LOCOMO_DATE_VARIANTS:
+        try:
+            return datetime.strptime(text, fmt).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+    return None
 
 
 def publish_locomo(pub: Publisher, path: Path, samples: set[str] | None = None, batch: int = 500) -> ImportResult:

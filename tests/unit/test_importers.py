@@ -53,6 +53,23 @@ def test_locomo_turns_become_message_events(tmp_path):
     assert len({e.event_id for e in events}) == 7  # derived from the turn: a re-import dedupes
 
 
+def test_a_locomo_session_time_spelled_otherwise_or_missing_keeps_the_conversation(tmp_path, caplog):
+    path = write_sample(tmp_path)
+    data = json.loads(path.read_text())
+    conv = data[0]["conversation"]
+    conv["session_1_date_time"] = "1:56 pm on 8 May 2023"  # no comma
+    del conv["session_2_date_time"]
+    conv["session_2"][0].pop("text")
+    path.write_text(json.dumps(data))
+    events = list(locomo_events(path))
+    assert [e.platform_message_id for e in events] == ["D1:1", "D1:2", "D1:3", "D1:4", "D2:1", "D2:2", "D2:3"]
+    assert events[0].occurred_at == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    # Placed an hour after the session before, in order; the warning names the session.
+    assert events[4].occurred_at == events[3].occurred_at + timedelta(seconds=1, hours=1)
+    assert events[4].text == "" and events[5].occurred_at > events[4].occurred_at
+    assert "conv-test session_2" in caplog.text
+
+
 def test_only_selected_samples(tmp_path):
     assert list(locomo_events(write_sample(tmp_path), {"other"})) == []
 
