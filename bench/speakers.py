@@ -68,7 +68,8 @@ CHANGE = 0.01  # chance that the two positions change speakers at a turn (a conv
 
 def turn_style(texts: Sequence[str]) -> np.ndarray:
     """One row a turn: whether it matches each pattern, and its word count."""
-    return np.array([[bool(p.search(t)) for p in STYLE.values()] + [len(t.split())] for t in texts], dtype=float)
+    rows = [[bool(p.search(t)) for p in STYLE.values()] + [len(t.split())] for t in texts]
+    return np.array(rows, dtype=float).reshape(-1, len(FEATURES))
 
 
 def side_style(rows: np.ndarray) -> np.ndarray:
@@ -78,7 +79,7 @@ def side_style(rows: np.ndarray) -> np.ndarray:
 
 
 def side_inputs(own: Sequence[str], other: Sequence[str]) -> np.ndarray:
-    return _inputs(turn_style(own).reshape(-1, len(FEATURES)), turn_style(other).reshape(-1, len(FEATURES)))
+    return _inputs(turn_style(own), turn_style(other))
 
 
 def _inputs(own: np.ndarray, other: np.ndarray) -> np.ndarray:
@@ -105,7 +106,7 @@ class SpeakerModel:
 
     def probability(self, own: Sequence[str], other: Sequence[str]) -> float:
         """P(the speaker of `own` is a bot), the other speaker having said `other`."""
-        return self._p(turn_style(own).reshape(-1, len(FEATURES)), turn_style(other).reshape(-1, len(FEATURES)))
+        return self._p(turn_style(own), turn_style(other))
 
     def bot_of(self, sides: Mapping[str, Sequence[str]]) -> str | None:
         """The speaker of two who reads as a bot, or None: not two speakers, a side too short to
@@ -125,7 +126,7 @@ class SpeakerModel:
         the most likely sequence of readings (a change costs `CHANGE`) marks the bot's turns; the
         model then reads those turns against the rest. None when a side is too short."""
         n = len(texts)
-        rows = turn_style(texts).reshape(-1, len(FEATURES))
+        rows = turn_style(texts)
         even = np.arange(n) % 2 == 0
         if min(even.sum(), (~even).sum()) < MIN_TURNS:
             return None
