@@ -34,6 +34,8 @@ from importlib import resources
 
 import numpy as np
 
+from chatmem.memory.boundary_pair import sigmoid
+
 WEIGHTS_FILE = "speaker_weights.json"
 MIN_TURNS = 3  # a side of one or two turns says too little about who speaks
 
@@ -102,7 +104,7 @@ class SpeakerModel:
 
     def _p(self, own: np.ndarray, other: np.ndarray) -> float:
         z = (_inputs(own, other) - self.mean) / self.scale
-        return 1.0 / (1.0 + math.exp(-float(np.clip(z @ self.weights[:-1] + self.weights[-1], -30, 30))))
+        return sigmoid(float(z @ self.weights[:-1] + self.weights[-1]))
 
     def probability(self, own: Sequence[str], other: Sequence[str]) -> float:
         """P(the speaker of `own` is a bot), the other speaker having said `other`."""

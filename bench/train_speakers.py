@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chatmem.bench.speakers import MIN_TURNS, WEIGHTS_FILE, SpeakerModel, side_inputs
+from chatmem.bench.speakers import INPUTS, MIN_TURNS, WEIGHTS_FILE, SpeakerModel, side_inputs
 from chatmem.bench.topicseg import Dialogue, load
 from chatmem.bench.train_segmenter import fit_logistic, is_tune
 
@@ -52,7 +52,7 @@ def rows(dialogues: Sequence[Dialogue]) -> tuple[np.ndarray, np.ndarray]:
             continue
         x += [side_inputs(even, odd), side_inputs(odd, even)]
         y += [even_bot, odd_bot]
-    return np.array(x, dtype=float).reshape(-1, len(side_inputs(["a"], ["b"]))), np.array(y, dtype=float)
+    return np.array(x, dtype=float).reshape(-1, len(INPUTS)), np.array(y, dtype=float)
 
 
 def fit(people: Sequence[Dialogue], with_bots: Sequence[Dialogue]) -> tuple[SpeakerModel, dict]:
