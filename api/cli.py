@@ -680,7 +680,8 @@ def bench_topicseg(
     as_written: bool = typer.Option(
         False,
         "--as-written",
-        help="read no bot from how the speakers talk: a speaker the file does not name as one is a person",
+        help="read no bot from how the speakers talk: names are taken as written, and a speaker the file "
+        "does not name as one is a person",
     ),
 ) -> None:
     """Topic segmentation with the workers' segmenter: Pk, WD, F1 and Score."""

@@ -8,7 +8,9 @@ one thread with no time gaps. A Def-DTS speaker named like a bot or a support ag
 importers count every author not named as the bot's. A file that names no bot (TIAGE's format,
 whose speakers alternate, or a Def-DTS file of two speakers such as "A:" and "B:") has its bot
 read from how each speaker talks (bench/speakers.py): when one of the two reads as a bot, its
-turns are the assistant's, else both are people chatting. A line with no short speaker name
+turns are the assistant's, else both are people chatting. So does a Def-DTS file whose names only
+follow the positions ("user", "agent", "user", ... in every dialogue, as a copy of a corpus that
+never recorded its speakers names them): it is read as TIAGE's positions are. A line with no short speaker name
 before a colon is all text, said by a person. Scores follow the
 SuperDialseg protocol: per utterance `ends_segment` (the last utterance is always 0); Pk and
 WindowDiff as in NLTK with k = max(2, round(n / (boundaries + 1) / 2)); binary F1 (0 when
@@ -52,9 +54,22 @@ def load(path: Path, speakers: SpeakerModel | Literal["shipped"] | None = "shipp
     (None: nobody is, the file as written)."""
     model = shipped_speakers() if speakers == "shipped" else speakers
     if path.suffix == ".jsonl":
-        return [_defdts(json.loads(line), model) for line in path.read_text().splitlines() if line.strip()]
+        rows = [_defdts_lines(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+        by_position = model is not None and names_follow_positions([r.names for r in rows])
+        return [_defdts(r, model, by_position) for r in rows]
     data = json.loads(path.read_text())
     return [_tiage(did, turns, model) for did, turns in data.items()]
+
+
+def names_follow_positions(names: list[list[str]]) -> bool:
+    """Whether a file's speaker names say no more than the positions do: every dialogue has two
+    named speakers who take strict turns. A copy made from a corpus that never recorded who spoke
+    names them that way ("user", "agent", "user", ...), and such names are wrong wherever a joined
+    conversation ended on the user, or wherever the two are people. A file that records its
+    speakers has a speaker who says two things in a row somewhere."""
+    return any(len(set(n)) == 2 for n in names) and all(
+        len(set(n)) <= 2 and "" not in n and all(a != b for a, b in zip(n, n[1:], strict=False)) for n in names
+    )
 
 
 # Speaker names that the dialogue corpora in this format give a bot, a system or a support agent
@@ -81,9 +96,16 @@ def _tiage(did: str, turns: list, speakers: SpeakerModel | None) -> Dialogue:
     return Dialogue(did, roles, texts, ends)
 
 
-def _defdts(row: dict, speakers: SpeakerModel | None) -> Dialogue:
+@dataclass(frozen=True)
+class _Lines:
+    id: str
+    names: list[str]  # as written, lower case; "" for a line with no speaker
+    texts: list[str]
+    ends: list[int]
+
+
+def _defdts_lines(row: dict) -> _Lines:
     names: list[str] = []
-    roles: list[str] = []
     texts: list[str] = []
     ends: list[int] = []
     for line in row["dialogue"].split("[NEWLINE]"):
@@ -98,20 +120,26 @@ def _defdts(row: dict, speakers: SpeakerModel | None) -> Dialogue:
         if not colon or len(role.split()) > MAX_SPEAKER_WORDS:
             role, text = "", line  # no speaker named: the whole line is what was said, by a person
         names.append(role.strip().lower())
-        roles.append(speaker_role(role))
         texts.append(text.strip())
         ends.append(0)
     if ends:
         ends[-1] = 0
+    return _Lines(str(row["id"]), names, texts, ends)
+
+
+def _defdts(lines: _Lines, speakers: SpeakerModel | None, by_position: bool) -> Dialogue:
+    if speakers is not None and by_position:  # the names are positions: read them as TIAGE's are
+        return Dialogue(lines.id, speakers.roles_by_position(lines.texts), lines.texts, lines.ends)
+    roles = [speaker_role(name) for name in lines.names]
     if speakers is not None and "assistant" not in roles:
         sides: dict[str, list[str]] = {}
-        for name, text in zip(names, texts, strict=True):
+        for name, text in zip(lines.names, lines.texts, strict=True):
             if name:  # a line with no speaker is a person's
                 sides.setdefault(name, []).append(text)
         bot = speakers.bot_of(sides)
         if bot is not None:
-            roles = ["assistant" if name == bot else role for name, role in zip(names, roles, strict=True)]
-    return Dialogue(str(row["id"]), roles, texts, ends)
+            roles = ["assistant" if name == bot else role for name, role in zip(lines.names, roles, strict=True)]
+    return Dialogue(lines.id, roles, lines.texts, lines.ends)
 
 
 def predict(

@@ -12,7 +12,7 @@ import pytest
 
 from chatmem.bench import booking_dialogues, incar_dialogues
 from chatmem.bench.speakers import CHANGE, INPUTS, MIN_TURNS, SpeakerModel, _viterbi, shipped_speakers
-from chatmem.bench.topicseg import Dialogue, load
+from chatmem.bench.topicseg import Dialogue, load, names_follow_positions
 from chatmem.bench.train_segmenter import is_tune, write_defdts
 from chatmem.bench.train_speakers import BAR_STEP, WINDOWS, fit, run, shipped_weights_path
 from tests.unit.test_segmentation import write_tiny_data
@@ -154,6 +154,43 @@ def test_a_named_bot_three_speakers_or_short_sides_are_left_as_written(tmp_path:
     named, three, short = load(path)
     assert named.roles == ["user", "assistant"] * (len(turns) // 2) + ["user"] * (len(turns) % 2)
     assert set(three.roles) == {"user"} and set(short.roles) == {"user"}
+
+
+def _named_by_position(path: Path, dialogues: list[Dialogue]) -> Path:
+    """Dialogues in Def-DTS's format with "user" and "agent" given by position, as a copy of a
+    corpus that never recorded who spoke names them."""
+    positional = [Dialogue(d.id, ["user", "assistant"] * len(d.texts), d.texts, d.ends_segment) for d in dialogues]
+    write_defdts(path, [replace(d, roles=d.roles[: len(d.texts)]) for d in positional])
+    return path
+
+
+def test_names_that_only_follow_the_positions_are_read_as_positions(tmp_path: Path):
+    chats = [Dialogue(f"chat-{i}", ["user"] * len(t), t, [0] * len(t)) for i, t in enumerate(CHATS)]
+    # People named "user" and "agent" by position: read as people, as in TIAGE's own format.
+    assert all(set(d.roles) == {"user"} for d in load(_named_by_position(tmp_path / "chats.jsonl", chats)))
+    assert all("assistant" in d.roles for d in load(tmp_path / "chats.jsonl", speakers=None))  # as written
+    # Joined task conversations, some ended on the user: past such an end the names are wrong.
+    written = [_ended_on_the_user(d) for d in booking_dialogues.dialogues()[:40]]
+    read = load(_named_by_position(tmp_path / "tasks.jsonl", written))
+    model = shipped_speakers()
+    assert [d.roles for d in read] == [model.roles_by_position(d.texts) for d in written]
+
+    def right(dialogues: list[Dialogue]) -> float:
+        turns = [a == b for r, w in zip(dialogues, written, strict=True) for a, b in zip(r.roles, w.roles, strict=True)]
+        return sum(turns) / len(turns)
+
+    assert right(read) > right(load(tmp_path / "tasks.jsonl", speakers=None)) + 0.1
+    # The same conversations with their real speakers (the user speaks twice in a row): as written.
+    write_defdts(tmp_path / "recorded.jsonl", written)
+    assert [d.roles for d in load(tmp_path / "recorded.jsonl")] == [d.roles for d in written]
+
+
+def test_names_follow_positions_only_when_every_dialogue_takes_strict_turns_between_two_names():
+    assert names_follow_positions([["user", "agent", "user"], ["a", "b"], ["user"]])
+    assert not names_follow_positions([["user", "agent", "user"], ["user", "user", "agent"]])  # said twice in a row
+    assert not names_follow_positions([["a", "b", "c", "a"]])  # three speakers
+    assert not names_follow_positions([["user", "", "user"]])  # a line with no speaker
+    assert not names_follow_positions([["user"], ["user"]])  # one speaker: nothing to read
 
 
 def test_the_trainer_sets_its_bar_above_every_people_dialogue_and_refits_the_same_bytes(tmp_path: Path):
