@@ -85,6 +85,9 @@ _ORDER = re.compile(
     r"забронируй|закажи|найди|покажи|напомни|добавь|отмени|поставь)\b",
     re.IGNORECASE,
 )
+# Tokenised corpora split contractions off their word ("that 's all", "do n't"): joined back, the
+# cues read them as written. Only the patterns see the joined text; word counts stay as sent.
+_SPLIT_CONTRACTION = re.compile(r"(?<=\w) (n't|'(?:s|m|d|ll|re|ve))\b", re.IGNORECASE)
 _THANKS_TO = re.compile(r"\bthanks to\b", re.IGNORECASE)  # "thanks to the storm ...": a cause, no thanks
 _CLAUSE = re.compile(r"[.!;,\n]+")
 NEW_REQUEST_WORDS = 5  # a clause this long with no thanks in it says something new
@@ -152,6 +155,8 @@ class TurnInfo:
 
     @classmethod
     def of(cls, seq: int, role: str, text: str, vector: np.ndarray | None) -> TurnInfo:
+        words = len(_WORD.findall(text))
+        text = joined_contractions(text)
         intro = "?" in text and bool(_INTRO.search(text))
         cues = (
             GREETING * bool(_GREETING.search(text))
@@ -165,7 +170,12 @@ class TurnInfo:
             | BACK * ("?" in text and not intro and bool(_BACK.search(text)))
         )
         vec = None if vector is None else np.asarray(vector, dtype=np.float32)
-        return cls(seq, role, vec, len(_WORD.findall(text)), "?" in text, cues)
+        return cls(seq, role, vec, words, "?" in text, cues)
+
+
+def joined_contractions(text: str) -> str:
+    """`text` with contractions a tokeniser split off joined back: "i 'd like" -> "i'd like"."""
+    return _SPLIT_CONTRACTION.sub(r"\1", text)
 
 
 def _ends_task(text: str) -> bool:

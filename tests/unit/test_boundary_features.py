@@ -63,3 +63,20 @@ def test_running_sums_give_the_spelled_out_features(seed):
     ]
     got = features(left, window)
     assert got[:15] == pytest.approx(spelled_out(left, window), abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("written", "tokenised"),
+    [
+        ("Thanks, that's all I need.", "thanks , that 's all i need ."),
+        ("No, I don't need anything else. You're welcome!", "no , i do n't need anything else . you 're welcome !"),
+        ("I'd like a taxi, please.", "i 'd like a taxi , please ."),
+        ("It's in the north. And what's the phone number?", "it 's in the north . and what 's the phone number ?"),
+    ],
+)
+def test_a_tokenised_turn_gives_the_cues_of_the_turn_as_written(written, tokenised):
+    # Corpora split contractions off their words; the cues read them joined, the word count as sent.
+    for role in ("user", "assistant"):
+        a, b = TurnInfo.of(0, role, written, None), TurnInfo.of(0, role, tokenised, None)
+        assert a.cues == b.cues and a.cues != 0
+        assert b.words == len(tokenised.replace(" ,", "").replace(" .", "").replace(" !", "").replace(" ?", "").split())

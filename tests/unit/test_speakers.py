@@ -230,3 +230,15 @@ def test_the_bench_reads_a_task_file_without_speakers_as_a_bot_s_unless_asked_to
     # Read as people, every agent turn is a candidate boundary: other decisions on the same turns.
     assert len(read["learned"].dialogues) == len(written["learned"].dialogues) == 6
     assert read["learned"] != written["learned"]
+
+
+def test_a_tokenised_turn_has_the_style_of_the_turn_as_written():
+    from chatmem.bench.speakers import turn_style
+
+    written = ["You're welcome. I've booked it, anything else?", "I'd like a cab, please. I don't mind when."]
+    tokenised = [
+        "you 're welcome . i 've booked it , anything else ?",
+        "i 'd like a cab , please . i do n't mind when .",
+    ]
+    a, b = turn_style(written), turn_style(tokenised)
+    assert np.array_equal(a[:, :-1], b[:, :-1]) and a[:, :-1].any()
