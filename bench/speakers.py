@@ -35,7 +35,7 @@ from importlib import resources
 import numpy as np
 
 from chatmem.memory.boundary_pair import sigmoid
-from chatmem.memory.boundary_scorer import joined_contractions
+from chatmem.memory.text import pattern_text
 
 WEIGHTS_FILE = "speaker_weights.json"
 MIN_TURNS = 3  # a side of one or two turns says too little about who speaks
@@ -71,7 +71,7 @@ CHANGE = 0.01  # chance that the two positions change speakers at a turn (a conv
 
 def turn_style(texts: Sequence[str]) -> np.ndarray:
     """One row a turn: whether it matches each pattern, and its word count."""
-    rows = [[bool(p.search(joined_contractions(t))) for p in STYLE.values()] + [len(t.split())] for t in texts]
+    rows = [[bool(p.search(pattern_text(t))) for p in STYLE.values()] + [len(t.split())] for t in texts]
     return np.array(rows, dtype=float).reshape(-1, len(FEATURES))
 
 

@@ -31,13 +31,14 @@ import numpy as np
 from chatmem.memory.boundary_pair import PairStack, candidate_text, context_text
 from chatmem.memory.mlp import Mlp
 from chatmem.memory.ports import PairEncoder
+from chatmem.memory.text import pattern_text
 
 WEIGHTS_FILE = "segmenter_weights.json"
 STAGES: tuple[str, ...] = ("open", "reply", "closed")
 LEFT_WIDTHS: tuple[int, ...] = (1, 2, 3, 4)
 LEFT_CONTEXT = 5  # turns before a candidate that features read (depth over 2-turn windows needs 5)
 
-_WORD = re.compile(r"[\w']+", re.UNICODE)
+_WORD = re.compile(r"[\w'\u2019\u02bc]+", re.UNICODE)  # "don't" and a phone's "don’t" are one word
 # Cues in English and Russian, the languages of the explicit markers. Matched at the start of a
 # message, except closings, which count anywhere ("ok thanks, bye").
 _GREETING = re.compile(
@@ -85,9 +86,6 @@ _ORDER = re.compile(
     r"забронируй|закажи|найди|покажи|напомни|добавь|отмени|поставь)\b",
     re.IGNORECASE,
 )
-# Tokenised corpora split contractions off their word ("that 's all", "do n't"): joined back, the
-# cues read them as written. Only the patterns see the joined text; word counts stay as sent.
-_SPLIT_CONTRACTION = re.compile(r"(?<=\w) (n't|'(?:s|m|d|ll|re|ve))\b", re.IGNORECASE)
 _THANKS_TO = re.compile(r"\bthanks to\b", re.IGNORECASE)  # "thanks to the storm ...": a cause, no thanks
 _CLAUSE = re.compile(r"[.!;,\n]+")
 NEW_REQUEST_WORDS = 5  # a clause this long with no thanks in it says something new
@@ -156,7 +154,7 @@ class TurnInfo:
     @classmethod
     def of(cls, seq: int, role: str, text: str, vector: np.ndarray | None) -> TurnInfo:
         words = len(_WORD.findall(text))
-        text = joined_contractions(text)
+        text = pattern_text(text)  # only the patterns read it; the word count is the turn's as sent
         intro = "?" in text and bool(_INTRO.search(text))
         cues = (
             GREETING * bool(_GREETING.search(text))
@@ -171,11 +169,6 @@ class TurnInfo:
         )
         vec = None if vector is None else np.asarray(vector, dtype=np.float32)
         return cls(seq, role, vec, words, "?" in text, cues)
-
-
-def joined_contractions(text: str) -> str:
-    """`text` with contractions a tokeniser split off joined back: "i 'd like" -> "i'd like"."""
-    return _SPLIT_CONTRACTION.sub(r"\1", text)
 
 
 def _ends_task(text: str) -> bool:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from chatmem.memory.text import pattern_text
+
 CATEGORIES = ("identity", "preference", "constraint", "instruction", "decision")
 
 
@@ -95,11 +97,12 @@ def extract(text: str, *, speaker_is_user: bool = True) -> list[FactCandidate]:
         return []
     found: list[FactCandidate] = []
     for sentence in _SENTENCE.split(text):
-        if "?" in sentence or _SPECULATION.search(sentence):
+        read = pattern_text(sentence)  # "I’m allergic to ..." as a phone types it
+        if "?" in read or _SPECULATION.search(read):
             continue
         taken: set[str] = set()
         for pattern, category, key, confidence, importance in _RULES:
-            m = pattern.search(sentence)
+            m = pattern.search(read)
             if not m:
                 continue
             value = _clean(" ".join(g for g in m.groups() if g))

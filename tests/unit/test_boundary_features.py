@@ -80,3 +80,11 @@ def test_a_tokenised_turn_gives_the_cues_of_the_turn_as_written(written, tokenis
         a, b = TurnInfo.of(0, role, written, None), TurnInfo.of(0, role, tokenised, None)
         assert a.cues == b.cues and a.cues != 0
         assert b.words == len(tokenised.replace(" ,", "").replace(" .", "").replace(" !", "").replace(" ?", "").split())
+
+
+def test_a_phone_s_typographic_apostrophes_give_the_cues_and_word_count_of_plain_ones():
+    plain = "No, I don't need anything else. You're welcome!"
+    typed = plain.replace("'", "\u2019")
+    for role in ("user", "assistant"):
+        a, b = TurnInfo.of(0, role, plain, None), TurnInfo.of(0, role, typed, None)
+        assert (a.cues, a.words) == (b.cues, b.words) and a.cues != 0

@@ -42,6 +42,21 @@ def test_greetings_questions_and_speculation_are_not_facts(text):
     assert extract(text) == []
 
 
+@pytest.mark.parametrize(
+    ("typed", "plain"),
+    [
+        ("I\u2019m allergic to peanuts.", "I'm allergic to peanuts."),  # a phone's keyboard types \u2019
+        ("I don\u2019t eat pork.", "I don't eat pork."),
+        ("Don\u02bct ever reply in French.", "Don't ever reply in French."),
+        ("i 'm based in Oslo .", "I'm based in Oslo."),  # a tokeniser's split contraction
+    ],
+)
+def test_typographic_apostrophes_and_split_contractions_state_the_same_fact(typed, plain):
+    facts = extract(typed)
+    assert kinds(typed) == kinds(plain) != []
+    assert facts[0].text == typed.strip()  # the sentence is kept as written
+
+
 def test_assistant_lines_are_never_facts_about_the_user():
     assert extract("My name is Assistant.", speaker_is_user=False) == []
 

@@ -1,0 +1,17 @@
+"""How the cue and fact patterns read a message: the same words however they were typed or
+tokenised. A phone's keyboard types "I’m" with a typographic apostrophe, and tokenised corpora
+split contractions off their word ("i 'd like", "do n't"); the patterns are written for "I'm"."""
+
+from __future__ import annotations
+
+import re
+
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
+_SPLIT_CONTRACTION = re.compile(r"(?<=\w) (n't|'(?:s|m|d|ll|re|ve))\b", re.IGNORECASE)
+
+
+def pattern_text(text: str) -> str:
+    """`text` with plain apostrophes and split contractions joined back: "I’m" -> "I'm",
+    "i 'd like" -> "i'd like", "do n't" -> "don't". For matching only; what is stored, quoted or
+    counted stays as written."""
+    return _SPLIT_CONTRACTION.sub(r"\1", text.translate(_APOSTROPHES))
