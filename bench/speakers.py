@@ -20,7 +20,8 @@ conversations joined one after another changes who speaks at even positions wher
 conversation ended on the user's turn. So the positions are read turn by turn: the model over
 the few turns around each one says which position is the bot there, the likeliest sequence of
 those readings (a change is rare) marks the bot's turns, and the model then reads those turns
-against the rest as one side each."""
+against the rest as one side each. A window finds a change a few turns late, so each one is then
+moved to where the user closed a task and spoke again, if that lies within the window."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from importlib import resources
 import numpy as np
 
 from chatmem.memory.boundary_pair import sigmoid
+from chatmem.memory.boundary_scorer import CLOSING, TurnInfo, closes_conversation
 from chatmem.memory.text import pattern_text
 
 WEIGHTS_FILE = "speaker_weights.json"
@@ -152,7 +154,7 @@ class SpeakerModel:
         read = self.position_reading(texts)
         if read is None or read[1] <= self.bar:
             return ["user"] * len(texts)
-        return ["assistant" if b else "user" for b in read[0]]
+        return ["assistant" if b else "user" for b in at_closings(texts, read[0], self.window)]
 
     def to_json(self, summary: dict | None = None) -> dict:
         return {
@@ -181,6 +183,33 @@ class SpeakerModel:
 @lru_cache(maxsize=1)
 def shipped_speakers() -> SpeakerModel:
     return SpeakerModel.from_json(json.loads(resources.files("chatmem.bench").joinpath(WEIGHTS_FILE).read_text()))
+
+
+def at_closings(texts: Sequence[str], bot: np.ndarray, reach: int) -> np.ndarray:
+    """`bot` with each change of places moved to the nearest turn, within `reach` either way and
+    short of the changes beside it, that follows a user's closing (a thanks or goodbye that asks
+    nothing more, as the segmenter reads one) and is no closing reply itself. There the user
+    spoke twice: one conversation ended on the user and the next began. A window's reading finds
+    such a change a turn or a few late, on the turn that opens the next conversation."""
+    n = len(texts)
+    if n < 2:
+        return bot
+    even = np.arange(n) % 2 == 0
+    state = even == bot  # True where the even positions are the bot's
+    cues = [TurnInfo.of(i, "user", t, None) for i, t in enumerate(texts)]
+    after_closing = [False] + [closes_conversation(cues[i - 1]) and not cues[i].cues & CLOSING for i in range(1, n)]
+    changes = [i for i in range(1, n) if state[i] != state[i - 1]]
+    bounds = [0, *changes, n]
+    for k, at in enumerate(changes):
+        lo, hi = max(bounds[k] + 1, at - reach), min(bounds[k + 2] - 1, at + reach)
+        near = [c for c in range(lo, hi + 1) if after_closing[c]]
+        if not near:
+            continue
+        to = min(near, key=lambda c: (abs(c - at), c))
+        before, after = state[at - 1], state[at]
+        state[min(at, to) : max(at, to)] = after if to < at else before
+        bounds[k + 1] = to
+    return even == state
 
 
 def _viterbi(lean: np.ndarray, change: float) -> np.ndarray:
