@@ -24,6 +24,7 @@ from chatmem.memory.prompts import (
     RollupSummary,
     RunningSummary,
 )
+from chatmem.memory.text import pattern_text
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -119,9 +120,9 @@ class OfflineLLM:
             topic=(sentences(summary) or [summary])[0][:200] if summary else "",
             topic_label=" ".join(label_words[:4]) or "conversation",
             summary=summary,
-            decisions=_dedupe(s for s in all_sents if DECISION.search(s)),
-            todos=_dedupe(s for s in all_sents if OPEN_LOOP.search(s) and "?" not in s),
-            facts_candidates=_dedupe(s for s in user_sents if FACT.search(s) and "?" not in s),
+            decisions=_dedupe(s for s in all_sents if DECISION.search(pattern_text(s))),
+            todos=_dedupe(s for s in all_sents if OPEN_LOOP.search(pattern_text(s)) and "?" not in s),
+            facts_candidates=_dedupe(s for s in user_sents if FACT.search(pattern_text(s)) and "?" not in s),
             entities=entities(lines),
             artifacts=_dedupe(
                 m.group(0) for ln in lines for m in re.finditer(r"\[(image|file)#[0-9a-f]+\][^\n]*", ln.text)
@@ -184,7 +185,7 @@ class OfflineLLM:
 
 
 def open_loops(lines: list[Line]) -> list[str]:
-    loops = [s for ln in lines for s in sentences(ln.text) if OPEN_LOOP.search(s) and "?" not in s]
+    loops = [s for ln in lines for s in sentences(ln.text) if OPEN_LOOP.search(pattern_text(s)) and "?" not in s]
     return _dedupe([*unanswered_questions(lines), *loops])[:8]
 
 

@@ -51,6 +51,18 @@ def test_open_loops_and_unanswered_questions():
     assert len(open_loops(ru)) == 2
 
 
+def test_a_phone_s_typographic_apostrophes_still_make_loops_decisions_and_fact_candidates():
+    typed = [
+        Line(seq=1, role="user", text="I\u2019ll send the signed lease tomorrow."),
+        Line(seq=2, role="user", text="Let\u2019s go with the blue sofa."),
+        Line(seq=3, role="user", text="I\u2019m allergic to cats."),
+    ]
+    assert open_loops(typed) == ["I\u2019ll send the signed lease tomorrow."]  # quoted as written
+    out = OfflineLLM(WordEmbedder()).complete(final_summary(typed), FinalSummary)
+    assert out.decisions == ["Let\u2019s go with the blue sofa."]
+    assert out.facts_candidates == ["I\u2019m allergic to cats."]
+
+
 def test_offline_running_summary_picks_central_messages():
     out = OfflineLLM(WordEmbedder(), max_sentences=2).complete(running_summary(LINES), RunningSummary)
     assert out.summary and "Hi!" not in out.summary
