@@ -58,6 +58,7 @@ from chatmem.memory.boundary_scorer import (
     closes_conversation,
     shipped_scorer,
 )
+from chatmem.memory.text import pattern_text
 
 DEFAULT_MARKERS: tuple[str, ...] = (
     # English
@@ -256,10 +257,15 @@ class SegmenterState:
         )
 
 
+def _folded(text: str) -> str:
+    return text.lower().replace("ё", "е")
+
+
 def has_marker(text: str, markers: Sequence[str]) -> bool:
-    """A marker counts at the start of the message or of a sentence in it."""
-    lowered = text.lower()
-    for marker in markers:
+    """A marker counts at the start of the message or of a sentence in it. Read as the patterns
+    read a message (a phone's "let’s" is "let's"), and with ё as е, which Russian typists drop."""
+    lowered = _folded(pattern_text(text))
+    for marker in map(_folded, markers):
         idx = lowered.find(marker)
         while idx != -1:
             before = lowered[:idx].rstrip()

@@ -177,6 +177,9 @@ def test_russian_and_english_markers_split_at_once():
     assert has_marker("By the way, can you remind me", CFG.markers)
     assert has_marker("Ok. Давай про другое: ноутбуки", CFG.markers)
     assert not has_marker("the way I see it, flights are fine", CFG.markers)
+    # As phones and Russian typists write them: a typographic apostrophe, е for ё.
+    assert has_marker("Ok. Let\u2019s talk about something else: laptops", CFG.markers)
+    assert has_marker("А вот еще: сколько стоит билет?", CFG.markers)
 
 
 def _streamed(turns: list[SegTurn], cfg: SegmenterConfig) -> list[tuple[Boundary, int]]:
