@@ -11,6 +11,7 @@ from chatmem.adapters.keys_pg import EventKeys, wrapped_key_sql
 from chatmem.adapters.sql import one, scalar
 from chatmem.memory.fact_jobs import FactWrite, UserLine
 from chatmem.memory.facts import FactCandidate, resolve
+from chatmem.memory.text import TYPO_APOSTROPHES
 
 
 class PostgresFactStore:
@@ -156,16 +157,26 @@ class PostgresFactStore:
 
     def forget(self, *, user_id: str, text: str, event_id: str) -> list[tuple[int, str | None]]:
         # position(), not LIKE: the text is the user's, and % or _ must not act as wildcards.
+        # Apostrophes are compared plain on both sides: a phone types "Peter’s", the pattern
+        # extractor stores "Peter's", and a model may write either.
         with self.pool.connection() as conn, conn.transaction():
             rows = conn.execute(
-                """UPDATE facts SET is_active = false, archived_at = now(), archived_reason = 'forgotten',
+                """WITH q AS (SELECT translate(lower(%(text)s), %(typo)s, %(plain)s) AS t)
+                   UPDATE facts SET is_active = false, archived_at = now(), archived_reason = 'forgotten',
                           archived_by = %(event)s
+                   FROM q
                    WHERE user_id = %(user)s AND is_active AND (
-                         position(lower(value) IN lower(%(text)s)) > 0
-                      OR position(lower(%(text)s) IN lower(value)) > 0
-                      OR (length(key) > 2 AND position(lower(key) IN lower(%(text)s)) > 0))
+                         position(translate(lower(value), %(typo)s, %(plain)s) IN q.t) > 0
+                      OR position(q.t IN translate(lower(value), %(typo)s, %(plain)s)) > 0
+                      OR (length(key) > 2 AND position(translate(lower(key), %(typo)s, %(plain)s) IN q.t) > 0))
                    RETURNING id, mem0_id""",
-                {"event": event_id, "user": user_id, "text": text.strip()},
+                {
+                    "event": event_id,
+                    "user": user_id,
+                    "text": text.strip(),
+                    "typo": TYPO_APOSTROPHES,
+                    "plain": "'" * len(TYPO_APOSTROPHES),
+                },
             ).fetchall()
         return [(r[0], r[1]) for r in rows]
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 
-_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
+TYPO_APOSTROPHES = "\u2019\u2018\u02bc"  # ’ ‘ ʼ: what keyboards type for '
+_APOSTROPHES = str.maketrans(dict.fromkeys(TYPO_APOSTROPHES, "'"))
 _SPLIT_CONTRACTION = re.compile(r"(?<=\w) (n't|'(?:s|m|d|ll|re|ve))\b", re.IGNORECASE)
 
 

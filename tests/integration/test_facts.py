@@ -81,6 +81,30 @@ def test_remember_and_forget_round_trip_through_events(container):
     assert container.mem0.search("vegetarian", user_id="ann") == []
 
 
+def test_a_fact_typed_with_a_phone_s_apostrophe_is_stored_plain_and_forgotten_either_way(container):
+    d = Driver(container)
+    d.publish(
+        [
+            say("t", "cy", 1, "I\u2019m from Saint Peter\u2019s.", 0),  # as a phone's keyboard types it
+            say("t", "cy", 2, "I live in O'Fallon.", 1),
+            command("t", "close_episode", 1, 2, "cy"),
+        ]
+    )
+    d.advance("t")
+    d.run_jobs(with_facts=True)
+    assert sorted(f[2] for f in facts(container, "cy")) == ["O'Fallon", "Saint Peter's"]
+    d.publish(
+        [
+            command("t", "forget", 2, 3, "cy", text="Saint Peter's"),
+            command("t", "forget", 3, 4, "cy", text="O\u2019Fallon"),
+        ]
+    )
+    d.advance("t")
+    d.run_jobs()
+    assert facts(container, "cy") == []
+    assert [f[4] for f in facts(container, "cy", history=True)] == ["forgotten", "forgotten"]
+
+
 def test_users_never_see_each_others_facts(container):
     d = Driver(container)
     d.publish(
