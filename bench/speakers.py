@@ -196,8 +196,8 @@ def at_closings(texts: Sequence[str], bot: np.ndarray, reach: int) -> np.ndarray
         return bot
     even = np.arange(n) % 2 == 0
     state = even == bot  # True where the even positions are the bot's
-    cues = [TurnInfo.of(i, "user", t, None) for i, t in enumerate(texts)]
-    after_closing = [False] + [closes_conversation(cues[i - 1]) and not cues[i].cues & CLOSING for i in range(1, n)]
+    turns = [TurnInfo.of(i, "user", t, None) for i, t in enumerate(texts)]
+    after_closing = [False] + [closes_conversation(turns[i - 1]) and not turns[i].cues & CLOSING for i in range(1, n)]
     changes = [i for i in range(1, n) if state[i] != state[i - 1]]
     bounds = [0, *changes, n]
     for k, at in enumerate(changes):

@@ -45,6 +45,7 @@ import base64
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, Protocol
 
 import numpy as np
@@ -261,11 +262,16 @@ def _folded(text: str) -> str:
     return text.lower().replace("ё", "е")
 
 
+@lru_cache(maxsize=8)
+def _folded_markers(markers: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(map(_folded, markers))  # once per configuration, not once a message
+
+
 def has_marker(text: str, markers: Sequence[str]) -> bool:
     """A marker counts at the start of the message or of a sentence in it. Read as the patterns
     read a message (a phone's "let’s" is "let's"), and with ё as е, which Russian typists drop."""
     lowered = _folded(pattern_text(text))
-    for marker in map(_folded, markers):
+    for marker in _folded_markers(tuple(markers)):
         idx = lowered.find(marker)
         while idx != -1:
             before = lowered[:idx].rstrip()

@@ -50,7 +50,7 @@ from chatmem.memory.recall import (
 from chatmem.memory.segmentation import SegmenterConfig, SegmenterState
 from chatmem.memory.sequencer import advance_thread
 from chatmem.memory.summaries import LevelItem, StaleGeneration, SummaryRecord
-from chatmem.memory.text import TYPO_APOSTROPHES
+from chatmem.memory.text import plain_apostrophes
 from chatmem.schemas.read import Citation
 from chatmem.schemas.records import (
     AcceptedEvent,
@@ -918,11 +918,10 @@ class FakeFactStore:
         return f["mem0_id"] if f else None
 
     def forget(self, *, user_id: str, text: str, event_id: str) -> list[tuple[int, str | None]]:
-        plain = str.maketrans(dict.fromkeys(TYPO_APOSTROPHES, "'"))  # as the SQL store compares
-        t = text.strip().lower().translate(plain)
+        t = plain_apostrophes(text.strip().lower())  # as the SQL store compares
         out = []
         for f in self.facts:
-            value, key = f["value"].lower().translate(plain), f["key"].lower().translate(plain)
+            value, key = plain_apostrophes(f["value"].lower()), plain_apostrophes(f["key"].lower())
             if f["user_id"] == user_id and f["is_active"] and (value in t or t in value or (len(key) > 2 and key in t)):
                 f.update(is_active=False, archived_reason="forgotten", archived_by=event_id)
                 out.append((f["id"], f["mem0_id"]))

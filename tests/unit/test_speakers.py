@@ -11,7 +11,16 @@ import numpy as np
 import pytest
 
 from chatmem.bench import booking_dialogues, incar_dialogues
-from chatmem.bench.speakers import CHANGE, INPUTS, MIN_TURNS, SpeakerModel, _viterbi, at_closings, shipped_speakers
+from chatmem.bench.speakers import (
+    CHANGE,
+    INPUTS,
+    MIN_TURNS,
+    SpeakerModel,
+    _viterbi,
+    at_closings,
+    shipped_speakers,
+    turn_style,
+)
 from chatmem.bench.topicseg import Dialogue, load, names_follow_positions
 from chatmem.bench.train_segmenter import is_tune, write_defdts
 from chatmem.bench.train_speakers import BAR_STEP, WINDOWS, fit, run, shipped_weights_path
@@ -257,8 +266,6 @@ def test_the_bench_reads_a_task_file_without_speakers_as_a_bot_s_unless_asked_to
 
 
 def test_a_tokenised_turn_has_the_style_of_the_turn_as_written():
-    from chatmem.bench.speakers import turn_style
-
     written = ["You're welcome. I've booked it, anything else?", "I'd like a cab, please. I don't mind when."]
     tokenised = [
         "you 're welcome . i 've booked it , anything else ?",
