@@ -19,9 +19,10 @@ Named speakers are sides by name. Where a file names none, its speakers alternat
 conversations joined one after another changes who speaks at even positions wherever a
 conversation ended on the user's turn. So the positions are read turn by turn: the model over
 the few turns around each one says which position is the bot there, the likeliest sequence of
-those readings (a change is rare) marks the bot's turns, and the model then reads those turns
-against the rest as one side each. A window finds a change a few turns late, so each one is then
-moved to where the user closed a task and spoke again, if that lies within the window."""
+those readings (a change is rare) marks the bot's turns. A window finds a change a few turns late,
+so each one is then moved to where the user closed a task and spoke again, if that lies within
+the window; and where a user's closing is followed by a request read as the bot's, the positions
+change there too. The model then reads the bot's turns against the rest as one side each."""
 
 from __future__ import annotations
 
@@ -128,8 +129,9 @@ class SpeakerModel:
         ended on the user: which turns read as the bot's, and P of that side, before the bar.
 
         Each turn's local reading is the model over the turns within `window` of it, by position;
-        the most likely sequence of readings (a change costs `CHANGE`) marks the bot's turns; the
-        model then reads those turns against the rest. None when a side is too short."""
+        the most likely sequence of readings (a change costs `CHANGE`) marks the bot's turns, with
+        its changes placed where a user closed a task (`at_closings`, `at_new_requests`); the model
+        then reads those turns against the rest. None when a side is too short."""
         n = len(texts)
         rows = turn_style(texts)
         even = np.arange(n) % 2 == 0
@@ -144,7 +146,7 @@ class SpeakerModel:
             e, o = rows[lo:hi][even[lo:hi]], rows[lo:hi][~even[lo:hi]]
             if min(len(e), len(o)) >= 2:
                 lean[i] = _logit(self._p(e, o)) - _logit(self._p(o, e))
-        bot = even == _viterbi(lean, CHANGE)
+        bot = at_new_requests(texts, at_closings(texts, even == _viterbi(lean, CHANGE), self.window))
         if min(bot.sum(), (~bot).sum()) < MIN_TURNS:
             return None
         return bot, self._p(rows[bot], rows[~bot])
@@ -154,7 +156,7 @@ class SpeakerModel:
         read = self.position_reading(texts)
         if read is None or read[1] <= self.bar:
             return ["user"] * len(texts)
-        return ["assistant" if b else "user" for b in at_closings(texts, read[0], self.window)]
+        return ["assistant" if b else "user" for b in read[0]]
 
     def to_json(self, summary: dict | None = None) -> dict:
         return {
@@ -196,8 +198,7 @@ def at_closings(texts: Sequence[str], bot: np.ndarray, reach: int) -> np.ndarray
         return bot
     even = np.arange(n) % 2 == 0
     state = even == bot  # True where the even positions are the bot's
-    turns = [TurnInfo.of(i, "user", t, None) for i, t in enumerate(texts)]
-    after_closing = [False] + [closes_conversation(turns[i - 1]) and not turns[i].cues & CLOSING for i in range(1, n)]
+    after_closing = _after_closings(texts)
     changes = [i for i in range(1, n) if state[i] != state[i - 1]]
     bounds = [0, *changes, n]
     for k, at in enumerate(changes):
@@ -210,6 +211,34 @@ def at_closings(texts: Sequence[str], bot: np.ndarray, reach: int) -> np.ndarray
         state[min(at, to) : max(at, to)] = after if to < at else before
         bounds[k + 1] = to
     return even == state
+
+
+def at_new_requests(texts: Sequence[str], bot: np.ndarray) -> np.ndarray:
+    """`bot` with the positions changed from each turn read as the bot's that follows a user's
+    closing, asks for something and offers nothing (`STYLE`'s request and offer), up to the
+    reading's next change. The user spoke twice there. Two conversations ended on the user a few
+    turns apart change places twice within one window, which the reading cannot tell apart from
+    no change at all."""
+    after_closing = _after_closings(texts)
+    bot = bot.copy()
+    even = np.arange(len(texts)) % 2 == 0
+    for i in range(1, len(texts)):
+        if not (after_closing[i] and bot[i] and not bot[i - 1]):
+            continue
+        text = pattern_text(texts[i])
+        if not STYLE["request"].search(text) or STYLE["offer"].search(text):
+            continue
+        state = even == bot
+        end = next((j for j in range(i + 1, len(texts)) if state[j] != state[j - 1]), len(texts))
+        bot[i:end] = ~bot[i:end]
+    return bot
+
+
+def _after_closings(texts: Sequence[str]) -> list[bool]:
+    """Whether each turn follows a user's closing (a thanks or goodbye that asks nothing more, as
+    the segmenter reads one) and is no closing reply itself."""
+    turns = [TurnInfo.of(i, "user", t, None) for i, t in enumerate(texts)]
+    return [False] + [closes_conversation(turns[i - 1]) and not turns[i].cues & CLOSING for i in range(1, len(texts))]
 
 
 def _viterbi(lean: np.ndarray, change: float) -> np.ndarray:

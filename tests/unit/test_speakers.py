@@ -18,6 +18,7 @@ from chatmem.bench.speakers import (
     SpeakerModel,
     _viterbi,
     at_closings,
+    at_new_requests,
     shipped_speakers,
     turn_style,
 )
@@ -113,13 +114,19 @@ def test_positions_that_change_speakers_after_a_conversation_ended_on_the_user_a
     assert [d.roles for d in read] == [model.roles_by_position(d.texts) for d in written]
 
 
+# A task done, ended on the user's closing.
+TAXI_BOOKED = [
+    "I need a taxi to the station.",
+    "When would you like to leave?",
+    "At 5 pm.",
+    "Booked. Your reference is AB12.",
+    "Great, thanks. That's all.",
+]
+
+
 def test_a_change_of_places_moves_to_where_the_user_closed_a_task_and_spoke_again():
     texts = [
-        "I need a taxi to the station.",
-        "When would you like to leave?",
-        "At 5 pm.",
-        "Booked. Your reference is AB12.",
-        "Great, thanks. That's all.",
+        *TAXI_BOOKED,
         "I also need a hotel in the north.",  # the user again: the positions change places here
         "What price range would you like?",
         "Cheap, please.",
@@ -135,6 +142,27 @@ def test_a_change_of_places_moves_to_where_the_user_closed_a_task_and_spoke_agai
     # A closing answered by a closing reply ("You're welcome!") is no change of places.
     replied = [*texts[:5], "You're welcome! Anything else?", *texts[6:]]
     assert at_closings(replied, late, 4).tolist() == late.tolist()
+
+
+def test_a_request_after_a_user_s_closing_read_as_the_bot_s_changes_places_until_the_next_change():
+    texts = [
+        *TAXI_BOOKED,
+        "Where is the nearest museum?",  # the user again
+        "The Fitzwilliam is on Trumpington Street.",
+        "Perfect, thank you.",
+        "I need a hotel in the north.",  # and again, three turns on: two changes in one window
+        "What price range would you like?",
+        "Cheap, please.",
+        "The Alpha is cheap.",
+    ]
+    truth = np.array([False, True, False, True, False, False, True, False, False, True, False, True])
+    alternating = np.arange(len(texts)) % 2 == 1  # the reading found no change
+    assert at_new_requests(texts, alternating).tolist() == truth.tolist()
+    assert at_new_requests(texts, truth).tolist() == truth.tolist()  # read right: nothing to change
+    # After a closing, a turn that offers something is the bot's, even when it asks; and a
+    # statement is no request. Either way the reading stands.
+    for turn in ("How can I help you further?", "Your taxi is a red Skoda."):
+        assert at_new_requests([*texts[:5], turn, *texts[6:]], alternating).tolist() == alternating.tolist()
 
 
 def test_the_reading_changes_places_only_where_the_turns_say_so_firmly():
