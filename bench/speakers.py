@@ -22,7 +22,10 @@ the few turns around each one says which position is the bot there, the likelies
 those readings (a change is rare) marks the bot's turns. A window finds a change a few turns late,
 so each one is then moved to where the user closed a task and spoke again, if that lies within
 the window; and where a user's closing is followed by a request read as the bot's, the positions
-change there too. The model then reads the bot's turns against the rest as one side each."""
+change there too. The model then reads the bot's turns against the rest as one side each.
+
+A file is one corpus. Where most of its dialogues read as conversations with a bot, every dialogue
+of it is read with its bot, also one whose turns say too little to pass the bar on their own."""
 
 from __future__ import annotations
 
@@ -114,15 +117,28 @@ class SpeakerModel:
         """P(the speaker of `own` is a bot), the other speaker having said `other`."""
         return self._p(turn_style(own), turn_style(other))
 
-    def bot_of(self, sides: Mapping[str, Sequence[str]]) -> str | None:
-        """The speaker of two who reads as a bot, or None: not two speakers, a side too short to
-        judge, or neither above the bar."""
+    def side_reading(self, sides: Mapping[str, Sequence[str]]) -> tuple[str, float] | None:
+        """The speaker of two who reads more like a bot, and P of that, before the bar; None when
+        there are not two speakers or a side is too short to judge."""
         if len(sides) != 2 or any(len(turns) < MIN_TURNS for turns in sides.values()):
             return None
         (a, ta), (b, tb) = sides.items()
         pa, pb = self.probability(ta, tb), self.probability(tb, ta)
-        best, p = (a, pa) if pa >= pb else (b, pb)
-        return best if p > self.bar else None
+        return (a, pa) if pa >= pb else (b, pb)
+
+    def bots_of(self, dialogues: Sequence[Mapping[str, Sequence[str]]]) -> list[str | None]:
+        """Per dialogue of one file (its speakers' turns), the speaker who is a bot, or None: as
+        `side_reading` reads it, above the bar, or anywhere in a file of bots' conversations."""
+        reads = [self.side_reading(sides) for sides in dialogues]
+        of_bots = self.of_bots([r[1] for r in reads if r is not None])
+        return [r[0] if r is not None and (of_bots or r[1] > self.bar) else None for r in reads]
+
+    def of_bots(self, probabilities: Sequence[float]) -> bool:
+        """Whether a file is a corpus of conversations with a bot: most of the dialogues that can
+        be read are read with one. A file is one corpus, so then the rest have a bot too, even where
+        their turns say too little to pass the bar (a short conversation, a quiet agent). Among
+        people no TIAGE dialogue passes the bar, so their files stay people's."""
+        return sum(p > self.bar for p in probabilities) > len(probabilities) / 2
 
     def position_reading(self, texts: Sequence[str]) -> tuple[np.ndarray, float] | None:
         """Speakers that alternate (TIAGE's format) but may change places where a conversation
@@ -153,8 +169,17 @@ class SpeakerModel:
 
     def roles_by_position(self, texts: Sequence[str]) -> list[str]:
         """Roles where the file names no speaker: a bot's turns are the assistant's."""
-        read = self.position_reading(texts)
-        if read is None or read[1] <= self.bar:
+        return self._roles(texts, self.position_reading(texts), of_bots=False)
+
+    def file_roles_by_position(self, dialogues: Sequence[Sequence[str]]) -> list[list[str]]:
+        """`roles_by_position` for every dialogue of one file, where a file of bots'
+        conversations (`of_bots`) reads its bot in each dialogue, above the bar or not."""
+        reads = [self.position_reading(texts) for texts in dialogues]
+        of_bots = self.of_bots([r[1] for r in reads if r is not None])
+        return [self._roles(texts, read, of_bots) for texts, read in zip(dialogues, reads, strict=True)]
+
+    def _roles(self, texts: Sequence[str], read: tuple[np.ndarray, float] | None, of_bots: bool) -> list[str]:
+        if read is None or (read[1] <= self.bar and not of_bots):
             return ["user"] * len(texts)
         return ["assistant" if b else "user" for b in read[0]]
 

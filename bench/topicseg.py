@@ -8,7 +8,8 @@ one thread with no time gaps. A Def-DTS speaker named like a bot or a support ag
 importers count every author not named as the bot's. A file that names no bot (TIAGE's format,
 whose speakers alternate, or a Def-DTS file of two speakers such as "A:" and "B:") has its bot
 read from how each speaker talks (bench/speakers.py): when one of the two reads as a bot, its
-turns are the assistant's, else both are people chatting. So does a Def-DTS file whose names only
+turns are the assistant's, else both are people chatting. A file is one corpus: where most of its
+dialogues read as a bot's conversations, each of them is read with its bot. So does a Def-DTS file whose names only
 follow the positions ("user", "agent", "user", ... in every dialogue, as a copy of a corpus that
 never recorded its speakers names them): it is read as TIAGE's positions are. A line with no short speaker name
 before a colon is all text, said by a person. Scores follow the
@@ -56,9 +57,8 @@ def load(path: Path, speakers: SpeakerModel | Literal["shipped"] | None = "shipp
     if path.suffix == ".jsonl":
         rows = [_defdts_lines(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
         by_position = model is not None and names_follow_positions([r.names for r in rows])
-        return [_defdts(r, model, by_position) for r in rows]
-    data = json.loads(path.read_text())
-    return [_tiage(did, turns, model) for did, turns in data.items()]
+        return _defdts(rows, model, by_position)
+    return _tiage(json.loads(path.read_text()), model)
 
 
 def names_follow_positions(names: list[list[str]]) -> bool:
@@ -87,13 +87,16 @@ def speaker_role(name: str) -> str:
     return "assistant" if any(w in ASSISTANT_NAMES for w in _NAME_WORD.findall(name.lower())) else "user"
 
 
-def _tiage(did: str, turns: list, speakers: SpeakerModel | None) -> Dialogue:
-    texts = [t[0] for t in turns]
-    starts = [str(t[1]) == "1" for t in turns]
-    ends = [1 if i + 1 < len(turns) and starts[i + 1] else 0 for i in range(len(turns))]
+def _tiage(data: dict, speakers: SpeakerModel | None) -> list[Dialogue]:
+    texts = [[t[0] for t in turns] for turns in data.values()]
     # Two speakers alternating: people chatting, unless one of them talks like a bot.
-    roles = speakers.roles_by_position(texts) if speakers is not None else ["user"] * len(texts)
-    return Dialogue(did, roles, texts, ends)
+    roles = speakers.file_roles_by_position(texts) if speakers is not None else [["user"] * len(t) for t in texts]
+    out = []
+    for (did, turns), said, role in zip(data.items(), texts, roles, strict=True):
+        starts = [str(t[1]) == "1" for t in turns]
+        ends = [1 if i + 1 < len(turns) and starts[i + 1] else 0 for i in range(len(turns))]
+        out.append(Dialogue(did, role, said, ends))
+    return out
 
 
 @dataclass(frozen=True)
@@ -127,19 +130,25 @@ def _defdts_lines(row: dict) -> _Lines:
     return _Lines(str(row["id"]), names, texts, ends)
 
 
-def _defdts(lines: _Lines, speakers: SpeakerModel | None, by_position: bool) -> Dialogue:
+def _defdts(rows: list[_Lines], speakers: SpeakerModel | None, by_position: bool) -> list[Dialogue]:
     if speakers is not None and by_position:  # the names are positions: read them as TIAGE's are
-        return Dialogue(lines.id, speakers.roles_by_position(lines.texts), lines.texts, lines.ends)
-    roles = [speaker_role(name) for name in lines.names]
-    if speakers is not None and "assistant" not in roles:
-        sides: dict[str, list[str]] = {}
-        for name, text in zip(lines.names, lines.texts, strict=True):
-            if name:  # a line with no speaker is a person's
-                sides.setdefault(name, []).append(text)
-        bot = speakers.bot_of(sides)
-        if bot is not None:
-            roles = ["assistant" if name == bot else role for name, role in zip(lines.names, roles, strict=True)]
-    return Dialogue(lines.id, roles, lines.texts, lines.ends)
+        roles = speakers.file_roles_by_position([r.texts for r in rows])
+        return [Dialogue(r.id, role, r.texts, r.ends) for r, role in zip(rows, roles, strict=True)]
+    roles = [[speaker_role(name) for name in r.names] for r in rows]
+    unnamed = [i for i, role in enumerate(roles) if "assistant" not in role]
+    if speakers is not None and unnamed:
+        sides: list[dict[str, list[str]]] = []
+        for i in unnamed:
+            sides.append({})
+            for name, text in zip(rows[i].names, rows[i].texts, strict=True):
+                if name:  # a line with no speaker is a person's
+                    sides[-1].setdefault(name, []).append(text)
+        for i, bot in zip(unnamed, speakers.bots_of(sides), strict=True):
+            if bot is not None:
+                roles[i] = [
+                    "assistant" if name == bot else role for name, role in zip(rows[i].names, roles[i], strict=True)
+                ]
+    return [Dialogue(r.id, role, r.texts, r.ends) for r, role in zip(rows, roles, strict=True)]
 
 
 def predict(

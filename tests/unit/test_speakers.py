@@ -111,7 +111,7 @@ def test_positions_that_change_speakers_after_a_conversation_ended_on_the_user_a
     by_turn, whole = right(model), right(replace(model, window=0))
     assert by_turn >= 0.93 and by_turn > whole + 0.1
     read = load(_tiage_file(tmp_path / "changed.json", written))
-    assert [d.roles for d in read] == [model.roles_by_position(d.texts) for d in written]
+    assert [d.roles for d in read] == model.file_roles_by_position([d.texts for d in written])
 
 
 # A task done, ended on the user's closing.
@@ -163,6 +163,33 @@ def test_a_request_after_a_user_s_closing_read_as_the_bot_s_changes_places_until
     # statement is no request. Either way the reading stands.
     for turn in ("How can I help you further?", "Your taxi is a red Skoda."):
         assert at_new_requests([*texts[:5], turn, *texts[6:]], alternating).tolist() == alternating.tolist()
+
+
+def test_a_file_of_bots_conversations_reads_a_bot_in_a_dialogue_under_the_bar(tmp_path: Path):
+    model = shipped_speakers()
+    tasks = booking_dialogues.dialogues()[:40]
+    reads = [model.position_reading(d.texts) for d in tasks]
+    assert model.of_bots([r[1] for r in reads if r is not None])  # most task dialogues read as a bot's
+    # A bar no dialogue passes: alone, none is read with a bot; as one file of mostly bots' conversations, all are.
+    strict = replace(model, bar=max(r[1] for r in reads if r is not None))
+    assert all(set(roles) == {"user"} for roles in (strict.roles_by_position(d.texts) for d in tasks))
+    assert not strict.of_bots([r[1] for r in reads if r is not None])
+    lower = replace(model, bar=float(np.quantile([r[1] for r in reads if r is not None], 0.4)))  # 60% pass
+    assert lower.of_bots([r[1] for r in reads if r is not None])
+    by_file = lower.file_roles_by_position([d.texts for d in tasks])
+    alone = [lower.roles_by_position(d.texts) for d in tasks]
+    assert all("assistant" in roles for roles in by_file)
+    assert sum("assistant" not in roles for roles in alone) >= len(tasks) // 3
+    assert [roles for roles, a in zip(by_file, alone, strict=True) if "assistant" in a] == [
+        a for a in alone if "assistant" in a
+    ]  # a dialogue over the bar reads the same either way
+    # The same for two speakers named by name ("A", "B"), whom the file never calls a bot.
+    sides = [{"A": d.texts[0::2], "B": d.texts[1::2]} for d in tasks]
+    assert all(bot == "B" for bot in lower.bots_of(sides))
+    assert all(bot is None for bot in strict.bots_of(sides[:1]))  # one dialogue under the bar is its own file
+    # People's files stay people's: not one dialogue passes the bar.
+    chats = [Dialogue(f"chat-{i}", ["user"] * len(t), t, [0] * len(t)) for i, t in enumerate(CHATS)]
+    assert all(set(d.roles) == {"user"} for d in load(_tiage_file(tmp_path / "chats.json", chats)))
 
 
 def test_the_reading_changes_places_only_where_the_turns_say_so_firmly():
@@ -234,7 +261,7 @@ def test_names_that_only_follow_the_positions_are_read_as_positions(tmp_path: Pa
     written = [_ended_on_the_user(d) for d in booking_dialogues.dialogues()[:40]]
     read = load(_named_by_position(tmp_path / "tasks.jsonl", written))
     model = shipped_speakers()
-    assert [d.roles for d in read] == [model.roles_by_position(d.texts) for d in written]
+    assert [d.roles for d in read] == model.file_roles_by_position([d.texts for d in written])
 
     def right(dialogues: list[Dialogue]) -> float:
         turns = [a == b for r, w in zip(dialogues, written, strict=True) for a, b in zip(r.roles, w.roles, strict=True)]
