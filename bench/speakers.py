@@ -162,7 +162,9 @@ class SpeakerModel:
             e, o = rows[lo:hi][even[lo:hi]], rows[lo:hi][~even[lo:hi]]
             if min(len(e), len(o)) >= 2:
                 lean[i] = _logit(self._p(e, o)) - _logit(self._p(o, e))
-        bot = at_new_requests(texts, at_closings(texts, even == _viterbi(lean, CHANGE), self.window))
+        after = _after_closings(texts)  # read once for both moves
+        bot = even == _viterbi(lean, CHANGE)
+        bot = at_new_requests(texts, at_closings(texts, bot, self.window, after), after)
         if min(bot.sum(), (~bot).sum()) < MIN_TURNS:
             return None
         return bot, self._p(rows[bot], rows[~bot])
@@ -212,18 +214,21 @@ def shipped_speakers() -> SpeakerModel:
     return SpeakerModel.from_json(json.loads(resources.files("chatmem.bench").joinpath(WEIGHTS_FILE).read_text()))
 
 
-def at_closings(texts: Sequence[str], bot: np.ndarray, reach: int) -> np.ndarray:
+def at_closings(
+    texts: Sequence[str], bot: np.ndarray, reach: int, after_closing: Sequence[bool] | None = None
+) -> np.ndarray:
     """`bot` with each change of places moved to the nearest turn, within `reach` either way and
     short of the changes beside it, that follows a user's closing (a thanks or goodbye that asks
     nothing more, as the segmenter reads one) and is no closing reply itself. There the user
     spoke twice: one conversation ended on the user and the next began. A window's reading finds
-    such a change a turn or a few late, on the turn that opens the next conversation."""
+    such a change a turn or a few late, on the turn that opens the next conversation.
+    `after_closing`: `_after_closings(texts)`, when already read."""
     n = len(texts)
     if n < 2:
         return bot
     even = np.arange(n) % 2 == 0
     state = even == bot  # True where the even positions are the bot's
-    after_closing = _after_closings(texts)
+    after_closing = _after_closings(texts) if after_closing is None else after_closing
     changes = [i for i in range(1, n) if state[i] != state[i - 1]]
     bounds = [0, *changes, n]
     for k, at in enumerate(changes):
@@ -238,13 +243,13 @@ def at_closings(texts: Sequence[str], bot: np.ndarray, reach: int) -> np.ndarray
     return even == state
 
 
-def at_new_requests(texts: Sequence[str], bot: np.ndarray) -> np.ndarray:
+def at_new_requests(texts: Sequence[str], bot: np.ndarray, after_closing: Sequence[bool] | None = None) -> np.ndarray:
     """`bot` with the positions changed from each turn read as the bot's that follows a user's
     closing, asks for something and offers nothing (`STYLE`'s request and offer), up to the
     reading's next change. The user spoke twice there. Two conversations ended on the user a few
     turns apart change places twice within one window, which the reading cannot tell apart from
-    no change at all."""
-    after_closing = _after_closings(texts)
+    no change at all. `after_closing`: `_after_closings(texts)`, when already read."""
+    after_closing = _after_closings(texts) if after_closing is None else after_closing
     bot = bot.copy()
     even = np.arange(len(texts)) % 2 == 0
     for i in range(1, len(texts)):

@@ -12,8 +12,8 @@ turns are the assistant's, else both are people chatting. So does a Def-DTS file
 follow the positions ("user", "agent", "user", ... in every dialogue, as a copy of a corpus that
 never recorded its speakers names them): it is read as TIAGE's positions are. A file is one
 corpus: where most of its dialogues read as a bot's conversations, each of them is read with its
-bot. A line with no short speaker name before a colon is all text, said by a person. Scores follow the
-SuperDialseg protocol: per utterance `ends_segment` (the last utterance is always 0); Pk and
+bot. A line with no short speaker name before a colon is all text, said by a person. Scores follow
+the SuperDialseg protocol: per utterance `ends_segment` (the last utterance is always 0); Pk and
 WindowDiff as in NLTK with k = max(2, round(n / (boundaries + 1) / 2)); binary F1 (0 when
 undefined); each averaged over dialogues; Score = 0.5·F1 + 0.25·(1 − Pk) + 0.25·(1 − WD). Each
 Score comes with its bootstrap interval over the dialogues, and the learned segmenter's lead over
