@@ -30,10 +30,13 @@ class FakeOpenAI(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802
         type(self).requests.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
         time.sleep(type(self).delay_s)
-        data = json.dumps(type(self).body).encode()
+        self._send(type(self).status, json.dumps(type(self).body).encode())
+
+    def _send(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
         try:
-            self.send_response(type(self).status)
-            self.send_header("Content-Type", "application/json")
+            self.send_response(status)
+            for key, value in {"Content-Type": "application/json", **(headers or {})}.items():
+                self.send_header(key, value)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

@@ -49,17 +49,6 @@ class FlakyOpenAI(FakeOpenAI):
             reply["choices"][0]["message"]["content"] = "Sure! Here is the summary: {topic: t"
             self._send(200, json.dumps(reply).encode())
 
-    def _send(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
-        try:
-            self.send_response(status)
-            for key, value in {"Content-Type": "application/json", **(headers or {})}.items():
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # a stalled reply comes after the client has timed out and gone, as it should
-
 
 @contextmanager
 def flaky_endpoint(mode: str) -> Iterator[str]:
