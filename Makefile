@@ -28,8 +28,9 @@ run: install
 
 # `make test` runs everything, the whole fault matrix included; `make chaos` runs only the matrix.
 # The matrix spends most of its 7-9 minutes waiting out the outages it injects, so it runs beside
-# the rest of the suite, with its own embedded services, and its report follows the rest's (about
-# 11 minutes on two cores instead of 15-17). Either part failing fails the target.
+# the rest of the suite, with its own embedded services, and its report follows the rest's (a fresh
+# clone: about 11.5 minutes on two cores, install included, instead of 15.5-17). Either part
+# failing fails the target.
 test: install
 	@log=$$(mktemp); \
 	$(PY) -m pytest -q -p no:cacheprovider tests/chaos >$$log 2>&1 & matrix=$$!; \
