@@ -47,3 +47,25 @@ class Mlp:
         a = lambda k: np.asarray(data[k], dtype=np.float64)  # noqa: E731
         skip = a("skip") if "skip" in data else None
         return cls(a("mean"), a("scale"), a("w1"), a("b1"), a("w2"), float(data["b2"]), skip)
+
+
+@dataclass(frozen=True)
+class Bag:
+    """Networks trained alike from different seeds, read as one: the mean of their logits. One
+    network's ranking hangs on its seed; the mean does not."""
+
+    members: tuple[Mlp, ...]
+
+    def __post_init__(self) -> None:
+        if not self.members:
+            raise ValueError("a bag needs at least one network")
+
+    def logit(self, inputs: np.ndarray) -> np.ndarray:
+        return np.mean([m.logit(inputs) for m in self.members], axis=0)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [m.to_json() for m in self.members]
+
+    @classmethod
+    def from_json(cls, data: list[dict[str, Any]]) -> Bag:
+        return cls(tuple(Mlp.from_json(m) for m in data))

@@ -3,7 +3,8 @@
 SQL lives in adapters/recall_pg.py.
 
 Why this shape (measured on the LoCoMo dev split, see docs/read-path.md):
-- turns are ranked by a small learned model over pool-relative features (`TURN_FEATURES`:
+- turns are ranked by a small learned model (a bag of five networks from different seeds, their
+  logits averaged) over pool-relative features (`TURN_FEATURES`:
   both signals as z-scores, the neighbours' (answers sit next to their questions), the
   sitting's best, a matching summary's lift, the named day and author, the turn's shape); it
   replaced a hand-tuned linear rule (`linear_scores`, kept for comparison) that had stopped
@@ -34,7 +35,7 @@ import numpy as np
 
 from chatmem.memory.attachments.surrogates import ATTACHMENT_LINE, label, short_id
 from chatmem.memory.dates import Period, query_period, utc_day
-from chatmem.memory.mlp import Mlp
+from chatmem.memory.mlp import Bag
 from chatmem.memory.ports import Embedder
 from chatmem.schemas.events import validate_identifier
 from chatmem.schemas.read import CONTEXT_CHARS, SNIPPET_CHARS, Citation, RecallHit, RecallResult, Scope, SourceKind
@@ -359,15 +360,15 @@ def turn_features(
     ).astype(float)
 
 
-def load_ranker(text: str) -> Mlp:
+def load_ranker(text: str) -> Bag:
     data = json.loads(text)
     if list(data["features"]) != list(TURN_FEATURES):
         raise ValueError("ranker weights were trained on other features; retrain with `make train-ranker`")
-    return Mlp.from_json(data["mlp"])
+    return Bag.from_json(data["mlps"])
 
 
 @lru_cache(maxsize=1)
-def shipped_ranker() -> Mlp:
+def shipped_ranker() -> Bag:
     """The model trained by `chatmem bench train-ranker` (bench/train_ranker.py), package data."""
     return load_ranker(resources.files("chatmem.memory").joinpath(RANKER_FILE).read_text())
 
@@ -379,7 +380,7 @@ def rank_turns(
     episode_boost: dict[str, float] | None = None,
     period: Period | None = None,
     limit: int | None = None,
-    ranker: Mlp | None = None,
+    ranker: Bag | None = None,
 ) -> list[tuple[TurnCandidate, float]]:
     """Candidates best first; the sitting cap orders the first `limit` (all when None). With a
     `ranker` its score over `turn_features` decides; without, the hand-tuned linear rule."""
@@ -498,7 +499,7 @@ class Recall:
     embedder: Embedder
     facts: FactSearch | None = None
     params: RankParams = field(default_factory=RankParams)
-    ranker: Mlp | None = field(default_factory=shipped_ranker)  # None: the hand-tuned linear rule
+    ranker: Bag | None = field(default_factory=shipped_ranker)  # None: the hand-tuned linear rule
 
     def __call__(
         self,

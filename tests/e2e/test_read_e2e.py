@@ -62,13 +62,13 @@ def test_imported_conversation_is_recalled_with_dia_id_citations(container, tmp_
 
     # The ranker's trainer reads the same pools recall ranks: each question's evidence is among
     # its candidates, and a model fitted on them puts it first (in-sample, three questions).
-    from chatmem.bench.train_ranker import collect, fit_ranker, weights_json
+    from chatmem.bench.train_ranker import collect, fit_bag, weights_json
     from chatmem.memory.recall import load_ranker
     from tests.locomo_sample import SAMPLE
 
     pools = collect(container, SAMPLE, container.recall.embedder)
     assert len(pools) == 3 and all(p.relevant.sum() == 1 for p in pools)
-    model = load_ranker(weights_json(fit_ranker(pools), {}))
+    model = load_ranker(weights_json(fit_bag(pools), {}))
     assert all(p.relevant[int(model.logit(p.features).argmax())] for p in pools)
 
     # `bench locomo --bundles`: the bundles a bot gets quote each question's evidence. At the
@@ -102,7 +102,8 @@ def test_the_ranker_trainer_runs_end_to_end_on_a_sample(container, tmp_path):
     assert cv["all"]["questions"] == 3 and cv["all"]["linear"] > 0
     assert "one conversation" in printed.getvalue()  # nothing to hold out: said, not scored 0
     model = load_ranker(out.read_text())
-    assert json.loads(out.read_text())["trained"]["questions"] == 3 and model.skip is not None
+    assert json.loads(out.read_text())["trained"]["questions"] == 3
+    assert len(model.members) == 5 and all(m.skip is not None for m in model.members)
 
 
 def test_the_recall_latency_bench_compares_the_query_vectors_the_parallel_search_and_a_frozen_heap(container, tmp_path):

@@ -5,8 +5,9 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from chatmem.bench.train_ranker import Pool, cross_validate, fit_ranker, recall_at, weights_json
+from chatmem.bench.train_ranker import BAG, Pool, cross_validate, fit_bag, fit_ranker, recall_at, weights_json
 from chatmem.memory.dates import query_period
+from chatmem.memory.mlp import Bag
 from chatmem.memory.recall import (
     TURN_FEATURES,
     RankParams,
@@ -43,7 +44,7 @@ def synthetic_pools(n: int, seed: int) -> list[Pool]:
 
 def test_the_trainer_learns_the_signal_and_beats_noise_on_held_out_conversations():
     pools = synthetic_pools(80, seed=1)
-    cv = cross_validate(pools, epochs=200)
+    cv = cross_validate(pools, epochs=200, bag=2)
     assert cv["all"]["questions"] == 80
     assert cv["all"]["learned"] > 0.9 > 0.6 > cv["all"]["linear"]
     # With its interval, and the lead over the rule on the same questions, which is clear here.
@@ -55,8 +56,22 @@ def test_the_trainer_learns_the_signal_and_beats_noise_on_held_out_conversations
 
 def test_training_is_deterministic_for_a_seed():
     pools = synthetic_pools(20, seed=2)
-    assert weights_json(fit_ranker(pools, epochs=50), {}) == weights_json(fit_ranker(pools, epochs=50), {})
-    assert weights_json(fit_ranker(pools, seed=1, epochs=50), {}) != weights_json(fit_ranker(pools, epochs=50), {})
+    assert weights_json(fit_bag(pools, epochs=50), {}) == weights_json(fit_bag(pools, epochs=50), {})
+    assert weights_json(fit_bag(pools, seed=1, epochs=50), {}) != weights_json(fit_bag(pools, epochs=50), {})
+
+
+def test_the_bag_ranks_by_its_networks_mean_logit():
+    pools = synthetic_pools(20, seed=3)
+    bag = fit_bag(pools, epochs=50, bag=3)
+    # Its networks are the single ranker's recipe from successive seeds, and they differ.
+    assert [m.to_json() for m in bag.members] == [fit_ranker(pools, seed=k, epochs=50).to_json() for k in range(3)]
+    x = pools[0].features
+    logits = [m.logit(x) for m in bag.members]
+    assert not np.allclose(logits[0], logits[1])
+    assert np.allclose(bag.logit(x), np.mean(logits, axis=0))
+    assert np.array_equal(Bag(bag.members[:1]).logit(x), logits[0])
+    with pytest.raises(ValueError):
+        Bag(())
 
 
 def test_a_pool_without_evidence_teaches_nothing_and_counts_zero():
@@ -103,15 +118,16 @@ def test_a_question_is_read_from_the_senders_words_not_the_caption_after_them():
 
 def test_the_shipped_ranker_loads_and_puts_a_clear_match_first():
     model = shipped_ranker()
-    assert model.skip is not None and model.w1.shape == (len(TURN_FEATURES), 8)
+    assert len(model.members) == BAG
+    assert all(m.skip is not None and m.w1.shape == (len(TURN_FEATURES), 8) for m in model.members)
     stats = TermStats(docs=50, avg_len=8, df=(3,))
     turns = [turn(i, sim=0.1) for i in range(1, 40, 3)] + [turn(20, sim=0.8, tf=(2,))]
     assert rank_turns(turns, stats, RankParams(), ranker=model)[0][0].seq == 20
 
 
 def test_weights_for_other_features_are_refused():
-    text = weights_json(fit_ranker(synthetic_pools(8, seed=4), epochs=5), {})
-    assert load_ranker(text).w1.shape[0] == len(TURN_FEATURES)
+    text = weights_json(fit_bag(synthetic_pools(8, seed=4), epochs=5, bag=2), {})
+    assert [m.w1.shape[0] for m in load_ranker(text).members] == [len(TURN_FEATURES)] * 2
     with pytest.raises(ValueError, match="retrain"):
         load_ranker(text.replace('"vector"', '"dense"'))
 
