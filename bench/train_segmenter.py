@@ -13,7 +13,11 @@ A second family concatenates whole SuperDialseg conversations, each one segment 
 task-oriented set counts it, most of them ended by a closing exchange ("Thanks, that's all" ·
 "Glad I could help"): it teaches that a follow-up within a conversation continues it and that a
 request after a closing opens the next one. Their rows weigh a quarter (more weight traded
-SuperDialseg's fine segments for fewer splits).
+SuperDialseg's fine segments for fewer splits). A third joins real task dialogues, single-service
+conversations of the Schema-Guided Dialogue dataset (bench/task_dialogues.py), 2-5 whole ones of a
+fold one after another, each one segment: a bot's user asks follow-ups within a task ("What's the
+humidity?") that SuperDialseg would count as new topics. Their rows weigh half, and they do not
+choose the bots' bar.
 
 The features are read through the segmenter itself (`feed` with a recording scorer), so training
 sees exactly what the workers compute, stage by stage of each candidate's window. The model is a
@@ -37,7 +41,9 @@ whole conversations are (`taskconcat_closed_tune.jsonl`), its whole conversation
 second family joins the training part's (`conversations_tune.jsonl`), and the in-car template
 check (`incar_tasks.jsonl`,
 bench/incar_dialogues.py) and the booking template check (`booking_tasks.jsonl`, several things
-booked in one conversation; bench/booking_dialogues.py), all in Def-DTS format for `chatmem bench topicseg --data`."""
+booked in one conversation; bench/booking_dialogues.py), and the real task dialogues' check
+(`sgd_tasks.jsonl`, other SGD dialogues than those trained on; bench/task_dialogues.py), all in
+Def-DTS format for `chatmem bench topicseg --data`."""
 
 from __future__ import annotations
 
@@ -53,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from chatmem.bench import booking_dialogues, incar_dialogues
+from chatmem.bench import booking_dialogues, incar_dialogues, task_dialogues
 from chatmem.bench.topicseg import Dialogue, Scores, evaluate, load
 from chatmem.memory.boundary_pair import PairStack
 from chatmem.memory.boundary_scorer import (
@@ -95,10 +101,14 @@ TASK_EVAL_DIALOGUES = 300
 CONVERSATIONS_PER_FOLD = 100  # concatenations of whole conversations, each one segment
 CONVERSATION_WEIGHT = 0.25  # per row: as 50 at 0.5 (both measured), with more conversations seen
 CLOSED_SHARE = 0.7  # of those conversations, the share that ends with a closing exchange
+TASK_WEIGHT = 0.5  # per row, for concatenated real task dialogues, as for the synthetic ones
 # Which cross-validated Scores choose each threshold and margin. People chatting: TIAGE. With an
 # assistant: SuperDialseg's sub-questions and task conversations (pieces, and whole ones ended by
 # a thanks) weigh alike, as the two ways such conversations are labelled.
 PEER_KINDS = ("tiage",)
+# The bots' bar is chosen on these; real task dialogues ("tasks") teach the networks but do not
+# choose it: with them in the objective the bar moved to fewer splits and SuperDialseg's tune part
+# lost 0.07 (docs/benchmarks.md, "Real task dialogues").
 BOT_KINDS = ("superseg", "synthetic", "conversations")
 # Closing exchanges for whole conversations. Task dialogues end this way and the next task opens
 # after them; the development data almost never do (32 of 1,322 SuperDialseg dialogues). Worded
@@ -156,7 +166,7 @@ class EmbeddingCache:
 class Labelled:
     dialogue: Dialogue
     vectors: list[np.ndarray]
-    kind: str  # tiage | superseg | synthetic | conversations
+    kind: str  # tiage | superseg | synthetic | conversations | tasks
     fold: int
 
 
@@ -523,8 +533,10 @@ def train(
     bag: int = BAG,
     closings: Closings | None = None,
     pair: dict[str, Any] | None = None,
+    tasks: Sequence[Labelled] = (),
 ) -> Trained:
     rng = random.Random(seed)
+    task_rng = random.Random(seed + 7)  # its own draws: the other families stay as they were
     base = [*tiage, *superseg]
     synth: list[Labelled] = []
     for fold in range(FOLDS):
@@ -550,10 +562,13 @@ def train(
             prefix=f"conversations-{fold}",
         )
         synth += [replace(it, kind="conversations") for it in joined]
+        own = [it for it in tasks if it.fold == fold]
+        joined = synthetic(own, len(own), task_rng, first_only=True, near=0.5, sizes=(2, 5), prefix=f"tasks-{fold}")
+        synth += [replace(it, kind="tasks") for it in joined]
     items = [*base, *synth]
     rows = read_rows(items)
     folds = np.array([items[k].fold for k in rows.item])
-    weight_of = {"synthetic": SYNTHETIC_WEIGHT, "conversations": CONVERSATION_WEIGHT}
+    weight_of = {"synthetic": SYNTHETIC_WEIGHT, "conversations": CONVERSATION_WEIGHT, "tasks": TASK_WEIGHT}
     weights = np.array([weight_of.get(items[k].kind, 1.0) for k in rows.item])
     oof = np.zeros(len(rows.y))
     for fold in range(FOLDS):
@@ -582,7 +597,7 @@ def train(
     summary = {
         "seed": seed,
         "bag": bag,
-        "dialogues": {kind: sum(it.kind == kind for it in items) for kind in (*PEER_KINDS, *BOT_KINDS)},
+        "dialogues": {kind: sum(it.kind == kind for it in items) for kind in (*PEER_KINDS, *BOT_KINDS, "tasks")},
         "rows": len(rows.y),
         "cross_validated": {
             kind: {"pk": round(s.pk, 4), "wd": round(s.wd, 4), "f1": round(s.f1, 4), "score": round(s.score, 4)}
@@ -634,22 +649,34 @@ def shipped_weights_path() -> Path:
 
 
 def run(
-    data_dir: Path, cache_dir: Path, out: Path | None, embedder: Embedder, say: Callable[[str], None], seed: int = SEED
+    data_dir: Path,
+    cache_dir: Path,
+    out: Path | None,
+    embedder: Embedder,
+    say: Callable[[str], None],
+    seed: int = SEED,
+    tasks_file: Path | None = None,
 ) -> Trained:
-    """Train, write the weights to `out` (default: the package's), and write the held-out sets."""
+    """Train, write the weights to `out` (default: the package's), and write the held-out sets.
+    `tasks_file`: the real task dialogues learned from (default: the package's)."""
     out = out or shipped_weights_path()
     cache = EmbeddingCache(embedder, cache_dir)
     tiage = labelled(load(data_dir / "anno_train.json"), cache, "tiage")
     superseg_all = load(data_dir / "superseg_validation.defdts.jsonl")
     superseg = labelled([d for d in superseg_all if not is_tune(d.id)], cache, "superseg")
     tune = [d for d in superseg_all if is_tune(d.id)]
-    say(f"training on {len(tiage)} TIAGE and {len(superseg)} SuperDialseg dialogues (+ synthetic)")
+    sgd = task_dialogues.load(tasks_file or task_dialogues.packaged(task_dialogues.TRAIN_FILE))
+    tasks = labelled([d for _, d in sgd], cache, "tasks")
+    say(
+        f"training on {len(tiage)} TIAGE and {len(superseg)} SuperDialseg dialogues and {len(tasks)} task "
+        "dialogues (+ synthetic)"
+    )
     closings = closings_of(cache.embed)
     pair_file = cache_dir / PAIR_FILE
     pair = json.loads(pair_file.read_text()) if pair_file.exists() else None
     if pair is None:
         say(f"no {pair_file}: the bag alone, with no pair model among people (`chatmem bench train-pair` writes it)")
-    trained = train(tiage, superseg, seed, closings=closings, pair=pair)
+    trained = train(tiage, superseg, seed, closings=closings, pair=pair, tasks=tasks)
     out.write_text(json.dumps(trained.scorer.to_json(trained.summary), separators=(",", ":")) + "\n")
     say(
         f"wrote {out} ({out.stat().st_size:,} bytes): shift_threshold {trained.scorer.threshold}, "
@@ -706,12 +733,15 @@ def run(
     write_defdts(cache_dir / "incar_tasks.jsonl", incar)
     booking = booking_dialogues.dialogues()
     write_defdts(cache_dir / "booking_tasks.jsonl", booking)
+    checks = task_dialogues.check_set(task_dialogues.packaged(task_dialogues.CHECK_FILE))
+    write_defdts(cache_dir / "sgd_tasks.jsonl", checks)
     say(
         f"held-out sets for `chatmem bench topicseg --data`: {cache_dir / 'superseg_tune.jsonl'} ({len(tune)}), "
         f"{cache_dir / 'taskconcat_tune.jsonl'} ({len(task)}), "
         f"{cache_dir / 'conversations_tune.jsonl'} ({len(joined)}, whole conversations), "
         f"{cache_dir / 'taskconcat_closed_tune.jsonl'} ({len(closed)}, tasks ended by a thanks), "
         f"{cache_dir / 'incar_tasks.jsonl'} ({len(incar)}, templates), "
-        f"{cache_dir / 'booking_tasks.jsonl'} ({len(booking)}, templates)"
+        f"{cache_dir / 'booking_tasks.jsonl'} ({len(booking)}, templates), "
+        f"{cache_dir / 'sgd_tasks.jsonl'} ({len(checks)}, real task dialogues)"
     )
     return trained

@@ -121,14 +121,14 @@ def test_scripted_conversation_yields_the_expected_episodes(container):
     assert any("prefer" in f for f in finals[0][6]["facts_candidates"])
 
 
-THANKS = [  # a bot's user closes a task with a thanks; "Where is it?" follows the next one up
+THANKS = [  # a bot's user closes a task with a thanks; "What about parking?" follows the next one up
     ("user", "What's the weather in Boston tomorrow?"),
     ("assistant", "Sunny with a high of 70F."),
     ("user", "Thanks, that's all."),
     ("assistant", "You're welcome!"),
     ("user", "Take me to the closest coffee shop."),
     ("assistant", "Philz Coffee is 3 miles away, route set."),
-    ("user", "Where is it?"),
+    ("user", "What about parking?"),
     ("assistant", "It is on Main St."),
     ("user", "ok"),
 ]
@@ -136,7 +136,8 @@ THANKS = [  # a bot's user closes a task with a thanks; "Where is it?" follows t
 
 def test_after_a_thanks_a_follow_up_stays_with_its_task_through_the_stored_state(container):
     # Batches of two: the segmenter's state, the closed-thread flags with it, goes through Postgres
-    # between them. The shipped scorer splits "Where is it?" (seq 7) with the bar off.
+    # between them. The shipped scorer splits "What about parking?" (seq 7) with the bar off; it
+    # keeps "Where is it?", "How far is it?" and most other follow-ups with their task by itself.
     d = Driver(container)
 
     def said(thread: str) -> list[MessageEvent]:
@@ -200,12 +201,9 @@ def test_a_group_doorbell_embeds_its_threads_in_one_model_call_and_segments_as_a
         assert [e[1:] for e in episodes(c, g)] == [e[1:] for e in episodes(c, a)]
 
 
-@pytest.mark.xfail(strict=True, reason="known over-split of the shipped scorer (docs/benchmarks.md)")
 def test_a_follow_up_on_the_same_subject_after_a_shift_is_no_boundary():
-    # The script's laptop follow-up (seq 13) right after the shift to the laptop (seq 11): the
-    # scorer splits once the reply is in (it does so even with the hotel turns out of its left
-    # context). Strict: a scorer that gets it right fails this, and EXPECTED_STARTS
-    # (tests/scripted.py) should then lose 13.
+    # The script's laptop follow-up (seq 13) right after the shift to the laptop (seq 11). The
+    # scorer split it once the reply was in, until it learned from real task conversations.
     from chatmem.adapters.embedders import OnnxMiniLMEmbedder
     from chatmem.memory.segmentation import SegmenterConfig, SegTurn, segment
 
@@ -241,7 +239,7 @@ def test_replay_reproduces_the_same_episodes_and_summaries(settings_factory):
     from chatmem.adapters.services import ServiceUrls
     from chatmem.bootstrap import Container
 
-    s = settings_factory(rollup_fanin=2, rollup_keep=1)  # 6 closed episodes: two level-2 roll-ups
+    s = settings_factory(rollup_fanin=2, rollup_keep=1)  # 4 closed episodes: one level-2 roll-up
     container = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
     d = Driver(container)
     d.publish(script_events())
@@ -253,7 +251,7 @@ def test_replay_reproduces_the_same_episodes_and_summaries(settings_factory):
     assert llm.calls == 0  # warm caches: no new LLM work
     assert episodes(container, generation=2) == episodes(container, generation=1)
     assert summaries(container, generation=2) == summaries(container, generation=1)
-    assert [r[2] for r in summaries(container, generation=2) if r[1] == "rollup"] == [2, 2]
+    assert [r[2] for r in summaries(container, generation=2) if r[1] == "rollup"] == [2]
     assert scalar(container, "SELECT generation FROM threads WHERE thread_id = 'script'") == 2
     removed = container.projections.gc()
     assert removed["messages"] == 16 and episodes(container, generation=1) == []
@@ -422,8 +420,9 @@ def test_close_summarize_now_and_configure_commands(container):
     assert [j.kind for _, _, j in d.jobs][:2] == ["running", "final"]
     eps = episodes(container)
     # closed by command after message 3; the 8-hour gap no longer splits (time_gap_hours=100): only
-    # topic shifts split after it (the cat at seq 5, the hotel at seq 9)
-    assert [(e[2], e[3], e[5]) for e in eps][:2] == [(1, 3, "first"), (4, 4, "command")]
+    # topic shifts split after it (the hotel at seq 9; the cat at seq 5, whose episode holds only the
+    # assistant's flights before it, stays)
+    assert [(e[2], e[3], e[5]) for e in eps][:2] == [(1, 3, "first"), (4, 8, "command")]
     assert {e[5] for e in eps[2:]} == {"shift"}
 
 

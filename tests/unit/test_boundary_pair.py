@@ -28,7 +28,7 @@ from chatmem.memory.boundary_pair import (
 from chatmem.memory.boundary_scorer import BoundaryScorer, TurnInfo, shipped_scorer
 from chatmem.memory.segmentation import SegmenterConfig, SegmenterState, SegTurn, feed, segment, thread_scorer
 from tests.fakes import FakeEmbedder
-from tests.unit.test_segmentation import T0, TOPICS, _labelled, _tiny_corpus, write_tiny_data
+from tests.unit.test_segmentation import T0, TOPICS, _labelled, _tiny_corpus, write_tiny_data, write_tiny_tasks
 
 CFG = SegmenterConfig()
 
@@ -230,7 +230,7 @@ def test_the_training_script_writes_the_pair_section_the_segmenter_loads(tmp_pat
     (cache / PAIR_FILE).write_text(json.dumps(_pair_file(t_items, read_rows(t_items), noise=1.0)))
     out = tmp_path / "weights.json"
     said: list[str] = []
-    run(data, cache, out, FakeEmbedder(dim=16), said.append)
+    run(data, cache, out, FakeEmbedder(dim=16), said.append, tasks_file=write_tiny_tasks(tmp_path / "tasks.jsonl"))
     scorer = BoundaryScorer.from_json(json.loads(out.read_text()))
     assert scorer.pair is not None and scorer.pair.model_sha256 == "f" * 64
     assert any("with the pair model among people" in line for line in said)

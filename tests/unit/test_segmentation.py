@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from chatmem.bench import task_dialogues
 from chatmem.bench.topicseg import Dialogue, evaluate, load, pk, window_k, windowdiff
 from chatmem.bench.train_segmenter import (
     AGENT_CLOSINGS,
@@ -619,12 +620,22 @@ def write_tiny_data(data: Path) -> tuple[list[Dialogue], list[Dialogue]]:
     return tiage, superseg
 
 
+def write_tiny_tasks(path: Path, n: int = 40) -> Path:
+    """The first `n` real task dialogues the trainer learns from, as a smaller file of the same kind
+    (enough for each fold to join some)."""
+    lines = task_dialogues.packaged(task_dialogues.TRAIN_FILE).read_text().splitlines()[:n]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def test_training_script_writes_weights_the_segmenter_loads(tmp_path: Path):
     data = tmp_path / "data"
     tiage, _ = write_tiny_data(data)
     out = tmp_path / "weights.json"
     embedder = FakeEmbedder(dim=16)
-    run(data, tmp_path / "cache", out, embedder, lambda _: None)
+    trained = run(data, tmp_path / "cache", out, embedder, lambda _: None, tasks_file=write_tiny_tasks(tmp_path / "t"))
+    assert trained.summary["dialogues"]["tasks"] > 0  # real task dialogues joined end to end
+    assert len(load(tmp_path / "cache" / "sgd_tasks.jsonl")) > 40  # their check set, other dialogues
     scorer = BoundaryScorer.from_json(json.loads(out.read_text()))
     assert json.loads(out.read_text())["features"] == list(FEATURES)
     assert (tmp_path / "cache" / "superseg_tune.jsonl").exists()
