@@ -33,6 +33,9 @@ from chatmem.schemas.settings import Settings
 log = logging.getLogger(__name__)
 
 DATABASE_NAME = "chatmem"
+# A fast stop writes a shutdown checkpoint first: with gigabytes of shared buffers dirty on a busy
+# machine it took longer than pg_ctl's default 60 s to wait, and the stop was reported failed.
+STOP_WAIT_S = 300
 
 
 @dataclass(frozen=True)
@@ -197,7 +200,7 @@ class EmbeddedPostgres:
         if exe is None or exe.parent.resolve() == ours:
             return
         log.warning("a Postgres from %s runs on %s: stopping it to start the current one", exe.parent, self.pgdata)
-        _pg_ctl(exe.parent, ["-w", "-m", "fast", "stop", "-D", str(self.pgdata)])
+        _pg_ctl(exe.parent, ["-w", "-t", str(STOP_WAIT_S), "-m", "fast", "stop", "-D", str(self.pgdata)])
 
     def stop(self) -> bool:
         info = _postmaster(self.pgdata)
@@ -206,7 +209,7 @@ class EmbeddedPostgres:
         exe = _process_exe(info.pid)
         _pg_ctl(
             exe.parent if exe else _bin_paths()[self.major_version() or 18],
-            ["-w", "-m", "fast", "stop", "-D", str(self.pgdata)],
+            ["-w", "-t", str(STOP_WAIT_S), "-m", "fast", "stop", "-D", str(self.pgdata)],
         )
         return True
 
