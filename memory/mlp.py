@@ -51,7 +51,8 @@ class Mlp:
 
 @dataclass(frozen=True)
 class Bag:
-    """Networks trained alike from different seeds, read as one: the mean of their logits. One
+    """Networks trained alike from different seeds, read as one: the mean of their logits (the
+    recall ranker's; the boundary scorer's bag averages probabilities, being read as one). One
     network's ranking hangs on its seed; the mean does not."""
 
     members: tuple[Mlp, ...]
