@@ -420,9 +420,8 @@ def test_close_summarize_now_and_configure_commands(container):
     assert [j.kind for _, _, j in d.jobs][:2] == ["running", "final"]
     eps = episodes(container)
     # closed by command after message 3; the 8-hour gap no longer splits (time_gap_hours=100): only
-    # topic shifts split after it (the hotel at seq 9; the cat at seq 5, whose episode holds only the
-    # assistant's flights before it, stays)
-    assert [(e[2], e[3], e[5]) for e in eps][:2] == [(1, 3, "first"), (4, 8, "command")]
+    # topic shifts split after it (the cat at seq 5, the hotel at seq 9)
+    assert [(e[2], e[3], e[5]) for e in eps][:2] == [(1, 3, "first"), (4, 4, "command")]
     assert {e[5] for e in eps[2:]} == {"shift"}
 
 
