@@ -16,8 +16,8 @@ request after a closing opens the next one. Their rows weigh a quarter (more wei
 SuperDialseg's fine segments for fewer splits). A third joins real task dialogues, single-service
 conversations of the Schema-Guided Dialogue dataset (bench/task_dialogues.py), 2-5 whole ones of a
 fold one after another, each one segment: a bot's user asks follow-ups within a task ("What's the
-humidity?") that SuperDialseg would count as new topics. Their rows weigh a quarter (at half the
-proxy of the held-out task set lost 0.012), and they do not choose the bots' bar.
+humidity?") that SuperDialseg would count as new topics. Their rows weigh a quarter (at half,
+the task proxy scored 0.012 lower), and they do not choose the bots' bar.
 
 The features are read through the segmenter itself (`feed` with a recording scorer), so training
 sees exactly what the workers compute, stage by stage of each candidate's window. The model is a

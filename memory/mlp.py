@@ -52,7 +52,7 @@ class Mlp:
 @dataclass(frozen=True)
 class Bag:
     """Networks trained alike from different seeds, read as one: the mean of their logits (the
-    recall ranker's; the boundary scorer's bag averages probabilities, being read as one). One
+    recall ranker's bag; the boundary scorer averages its networks' probabilities instead). One
     network's ranking hangs on its seed; the mean does not."""
 
     members: tuple[Mlp, ...]
