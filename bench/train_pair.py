@@ -8,7 +8,9 @@ Data: TIAGE train (people chatting; the development splits, `../shared/eval/topi
 after the first is a candidate; the label is TIAGE's. All layers learn, with a linear head on the
 mean of the token embeddings: AdamW, EPOCHS epochs, batch BATCH, cross-entropy weighted so the
 positives weigh as much as the negatives, no dropout, fixed seed and thread count, so a retrain
-on one machine writes the same files.
+on one machine writes the same files. Another CPU (another instruction set or vendor) sums the
+floats in another order, and the weights differ in their last bits (docs/benchmarks.md, "Real
+task dialogues").
 
 Written:
 - the model trained on all of TIAGE train, as the shipped embedder's ONNX file is made
