@@ -5,6 +5,7 @@ after the commit."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -37,6 +38,9 @@ CONFIGURABLE: dict[str, type] = {
     "running_summary_tokens": int,
     "chunk_summary_every": int,
 }
+
+# Settings whose 0 means "off" rather than nonsense: a shift threshold of 0 turns topic shifts off.
+ZERO_TURNS_OFF = frozenset({"shift_threshold"})
 
 
 @dataclass(frozen=True)
@@ -184,12 +188,18 @@ def validate_configure(args: dict[str, Any]) -> tuple[dict[str, Any], str | None
                 return {}, f"{key}: must be a list of non-empty strings"
             clean[key] = [v.strip().lower() for v in value]
         else:
+            # JSON true is no number; "inf" and "nan" convert, and would wedge the thread: Postgres
+            # refuses them in the stored configuration on every try.
             try:
-                number = want(value)
-            except (TypeError, ValueError):
+                number = want(value) if not isinstance(value, bool) else None
+            except (TypeError, ValueError, OverflowError):
+                number = None
+            if number is None:
                 return {}, f"{key}: must be a number"
-            if number <= 0:
-                return {}, f"{key}: must be positive"
+            if not math.isfinite(number):
+                return {}, f"{key}: must be a finite number"
+            if number < 0 or (number == 0 and key not in ZERO_TURNS_OFF):
+                return {}, f"{key}: must be positive" + (" or 0" if key in ZERO_TURNS_OFF else "")
             clean[key] = number
     return clean, None
 

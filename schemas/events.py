@@ -4,6 +4,7 @@ exported to `schemas/jsonschema/`."""
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from datetime import UTC, datetime
@@ -54,6 +55,32 @@ def _aware(value: datetime) -> datetime:
 
 
 AwareDatetime = Annotated[datetime, AfterValidator(_aware)]
+
+
+def _finite_numbers(value: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no NaN or Infinity, yet Python's json writes them and reads them back, and reads a
+    number beyond ±1.8e308 as Infinity. Such a value would be logged as null by the model's own
+    JSON, or refused by Postgres, so it is refused here, where the producer or the dead letter
+    can say where it is."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{path or '/'} is {item}: JSON has no NaN or Infinity (nor a number beyond ±1.8e308)")
+        if isinstance(item, dict):
+            stack.extend((f"{path}/{_pointer(key)}", inner) for key, inner in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{path}/{n}", inner) for n, inner in enumerate(item))
+    return value
+
+
+def _pointer(key: str) -> str:
+    """A key as a JSON Pointer step (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+# The free-form parts of an event (metadata, a command's args): any JSON object.
+JsonObject = Annotated[dict[str, Any], AfterValidator(_finite_numbers)]
 
 
 class Role(StrEnum):
@@ -128,7 +155,7 @@ class _EventBase(BaseModel):
     user_id: Identifier = Field(description="who the event is about or from")
     platform: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[\w.\-]+$")] = "generic"
     occurred_at: AwareDatetime = Field(default_factory=lambda: datetime.now(UTC))
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
 
     @field_validator("schema_version")
     @classmethod
@@ -168,7 +195,7 @@ class MessageEditedEvent(_EventBase):
 class CommandEvent(_EventBase):
     type: Literal["command"] = "command"
     command: CommandName
-    args: dict[str, Any] = Field(default_factory=dict, description="command arguments, e.g. {'text': ...}")
+    args: JsonObject = Field(default_factory=dict, description="command arguments, e.g. {'text': ...}")
 
 
 Event = Annotated[MessageEvent | MessageEditedEvent | CommandEvent, Field(discriminator="type")]

@@ -425,6 +425,20 @@ def test_close_summarize_now_and_configure_commands(container):
     assert {e[5] for e in eps[2:]} == {"shift"}
 
 
+def test_a_configure_to_infinity_is_rejected_and_the_thread_goes_on(container):
+    # "inf" converts to a float; stored, it would be Infinity, which Postgres refuses on every try.
+    d = Driver(container)
+    events = script_events()
+    d.publish([*events[:3], command("script", "configure", 1, 3, time_gap_hours="inf"), *events[3:6]])
+    d.advance("script")
+    with container.pool.connection() as conn:
+        acks = conn.execute("SELECT command, status, detail FROM commands_applied").fetchall()
+        config = conn.execute("SELECT config FROM threads WHERE thread_id = 'script'").fetchone()[0]
+    assert acks == [("configure", "rejected", "time_gap_hours: must be a finite number")]
+    assert scalar(container, "SELECT count(*) FROM messages") == 6
+    assert not config
+
+
 def test_summary_inputs_come_from_the_log_as_of_the_ranges_last_message(container):
     """An edit before the range's end is in the lines; a later one, and an attachment surrogate
     written whenever its job ran, are not: the lines are the same whenever the job runs."""

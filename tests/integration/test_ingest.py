@@ -57,6 +57,8 @@ def test_bad_entries_go_to_dead_letters_with_reasons_and_block_nothing(settings_
         json.dumps({**base, "event_id": "b3", "text": 42}).encode(): "text: Input should be a valid string",
         json.dumps({**base, "event_id": "b4", "text": "x" * 101}).encode(): "above the limit of 100",
         json.dumps({**base, "event_id": "b5", "schema_version": 7}).encode(): "unsupported schema_version 7",
+        # Python's json writes Infinity; Postgres refuses it, and the model's own JSON would log null.
+        json.dumps({**base, "event_id": "b6", "metadata": {"score": float("inf")}}).encode(): "metadata: /score is inf",
     }
     xadd_raw(c, good(1))
     for payload in bad:

@@ -3,6 +3,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from chatmem.schemas.events import InvalidEvent, MessageEvent, parse_event, validate_identifier
 from chatmem.schemas.export import write_schemas
@@ -64,6 +65,28 @@ def test_data_uri_limit():
     assert "above the limit of 100" in reason(wire(attachments=[{"url": big}]), max_data_uri_bytes=100)
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "where"),
+    [
+        ("metadata", {"score": float("inf")}, "metadata: /score is inf"),
+        ("metadata", {"a": [1, {"b": float("nan")}]}, "metadata: /a/1/b is nan"),
+        ("metadata", {"a/b~": -float("inf")}, "metadata: /a~1b~0 is -inf"),
+    ],
+)
+def test_nan_and_infinity_are_refused_where_they_are(field, value, where):
+    # Python's json writes them (Infinity, NaN) and reads them back; the model's JSON would log null.
+    assert where in reason(wire(**{field: value}))
+    with pytest.raises(ValidationError, match="JSON has no NaN or Infinity"):
+        MessageEvent(thread_id="t1", user_id="u1", **{field: value})
+
+
+def test_a_number_beyond_a_double_is_refused_and_large_finite_ones_kept():
+    raw = '{"type": "command", "event_id": "c1", "thread_id": "t1", "user_id": "u1", "command": "configure", '
+    assert "args: /time_gap_hours is inf" in reason(raw + '"args": {"time_gap_hours": 1e400}}')
+    event = parse_event(wire(metadata={"big": 1e308, "huge_int": 10**30}))
+    assert parse_event(event.model_dump_json()) == event
+
+
 def test_identifier_validation_refuses_wildcards_and_quotes():
     assert validate_identifier("telegram:123") == "telegram:123"
     for bad in ["*", "%", "' OR 1=1 --", "", "a b", "x" * 129]:
@@ -96,7 +119,7 @@ _FIELDS = [
     "args",
 ]
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=6,
 )

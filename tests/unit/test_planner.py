@@ -4,6 +4,8 @@ the jobs it plans (running / chunk / final summaries, remember / forget)."""
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
+
 from chatmem.memory.episodes import Job, SummaryPolicy, ThreadContext, plan_batch
 from chatmem.memory.segmentation import SegmenterConfig, SegmenterState, TaskEnds
 from chatmem.schemas.events import MessageEvent
@@ -137,6 +139,33 @@ def test_configure_changes_the_policy_and_rejects_unknown_settings():
     assert [a.status for a in p.commands] == ["rejected", "applied"]
     assert p.context.config == {"running_summary_every": 2}
     assert [j for j in p.jobs if j.kind == "running"] == [Job("running", "t#1", 1, 2)]
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "detail"),
+    [
+        ("time_gap_hours", "inf", "must be a finite number"),
+        ("shift_threshold", "nan", "must be a finite number"),
+        ("running_summary_every", float("inf"), "must be a number"),
+        ("running_summary_every", True, "must be a number"),
+        ("time_gap_hours", -1, "must be positive"),
+        ("time_gap_hours", 0, "must be positive"),
+        ("shift_threshold", -0.5, "must be positive or 0"),
+    ],
+)
+def test_configure_rejects_what_is_no_finite_positive_number(setting, value, detail):
+    # "inf" is a plain JSON string; taken, it would be stored as Infinity, which Postgres refuses.
+    # (The wire refuses a number that is Infinity; a log written before it did may hold one.)
+    ev = LoggedEvent(1, "t-c", "command", "t", "alex", T0, {"command": "configure", "args": {setting: value}})
+    p = plan_batch(fresh(), [ev], {}, NO_SHIFT, SummaryPolicy())
+    assert [(a.status, a.detail) for a in p.commands] == [("rejected", f"{setting}: {detail}")]
+    assert p.context.config == {}
+
+
+def test_configure_takes_a_shift_threshold_of_0_which_turns_shifts_off():
+    p = plan([command("t", "configure", 1, 0, shift_threshold=0), say(1, "One", 1)])
+    assert [a.status for a in p.commands] == ["applied"]
+    assert p.context.config == {"shift_threshold": 0.0}
 
 
 def test_an_unknown_command_in_the_log_is_rejected():
