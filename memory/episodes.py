@@ -184,8 +184,10 @@ def validate_configure(args: dict[str, Any]) -> tuple[dict[str, Any], str | None
     for key, value in args.items():
         want = CONFIGURABLE[key]
         if want is list:
-            if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-                return {}, f"{key}: must be a list of non-empty strings"
+            # NUL: Postgres cannot store it in the thread's settings (an older log may hold one).
+            words = value if isinstance(value, list) else [None]
+            if not all(isinstance(v, str) and v.strip() and "\x00" not in v for v in words):
+                return {}, f"{key}: must be a list of non-empty strings without NUL"
             clean[key] = [v.strip().lower() for v in value]
         else:
             # JSON true is no number; "inf" and "nan" convert, and would wedge the thread: Postgres

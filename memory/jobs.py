@@ -70,7 +70,9 @@ class Jobs:
             generation=generation,
             event_id=event_id,
             user_id=cmd["user_id"],
-            text=str((cmd["args"] or {}).get("text", "")),
+            # The wire refuses NUL in arguments; a log written before it did may hold one, which
+            # Postgres text cannot.
+            text=str((cmd["args"] or {}).get("text", "")).replace("\x00", ""),
         )
 
     def run_inline(self, llm: LLM, thread_id: str, generation: int, job: Job) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -57,30 +58,49 @@ def _aware(value: datetime) -> datetime:
 AwareDatetime = Annotated[datetime, AfterValidator(_aware)]
 
 
+def _leaves(value: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """Every key and value inside a JSON object, each with its JSON Pointer (RFC 6901)."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        yield path or "/", item
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                step = f"{path}/{_pointer_step(key)}"
+                yield step, key
+                stack.append((step, inner))
+        elif isinstance(item, list):
+            stack.extend((f"{path}/{n}", inner) for n, inner in enumerate(item))
+
+
+def _pointer_step(key: str) -> str:
+    # NUL is shown escaped: a reason is stored in Postgres text, which cannot hold it.
+    return key.replace("~", "~0").replace("/", "~1").replace("\x00", "\\u0000")
+
+
 def _finite_numbers(value: dict[str, Any]) -> dict[str, Any]:
     """JSON has no NaN or Infinity, yet Python's json writes them and reads them back, and reads a
     number beyond ±1.8e308 as Infinity. Such a value would be logged as null by the model's own
     JSON, or refused by Postgres, so it is refused here, where the producer or the dead letter
     can say where it is."""
-    stack: list[tuple[str, Any]] = [("", value)]
-    while stack:
-        path, item = stack.pop()
+    for path, item in _leaves(value):
         if isinstance(item, float) and not math.isfinite(item):
-            raise ValueError(f"{path or '/'} is {item}: JSON has no NaN or Infinity (nor a number beyond ±1.8e308)")
-        if isinstance(item, dict):
-            stack.extend((f"{path}/{_pointer(key)}", inner) for key, inner in item.items())
-        elif isinstance(item, list):
-            stack.extend((f"{path}/{n}", inner) for n, inner in enumerate(item))
+            raise ValueError(f"{path} is {item}: JSON has no NaN or Infinity (nor a number beyond ±1.8e308)")
     return value
 
 
-def _pointer(key: str) -> str:
-    """A key as a JSON Pointer step (RFC 6901)."""
-    return key.replace("~", "~0").replace("/", "~1")
+def _no_nul_inside(value: dict[str, Any]) -> dict[str, Any]:
+    # A command's arguments reach Postgres text and jsonb (a thread's settings, a remembered fact),
+    # which cannot hold NUL; metadata is only logged, sealed (docs/architecture.md, "Bad input").
+    for path, item in _leaves(value):
+        if isinstance(item, str) and "\x00" in item:
+            raise ValueError(f"{path} contains a NUL character")
+    return value
 
 
-# The free-form parts of an event (metadata, a command's args): any JSON object.
+# The free-form parts of an event: any JSON object.
 JsonObject = Annotated[dict[str, Any], AfterValidator(_finite_numbers)]
+CommandArgs = Annotated[JsonObject, AfterValidator(_no_nul_inside)]
 
 
 class Role(StrEnum):
@@ -195,7 +215,7 @@ class MessageEditedEvent(_EventBase):
 class CommandEvent(_EventBase):
     type: Literal["command"] = "command"
     command: CommandName
-    args: JsonObject = Field(default_factory=dict, description="command arguments, e.g. {'text': ...}")
+    args: CommandArgs = Field(default_factory=dict, description="command arguments, e.g. {'text': ...}")
 
 
 Event = Annotated[MessageEvent | MessageEditedEvent | CommandEvent, Field(discriminator="type")]

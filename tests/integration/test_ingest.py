@@ -59,6 +59,11 @@ def test_bad_entries_go_to_dead_letters_with_reasons_and_block_nothing(settings_
         json.dumps({**base, "event_id": "b5", "schema_version": 7}).encode(): "unsupported schema_version 7",
         # Python's json writes Infinity; Postgres refuses it, and the model's own JSON would log null.
         json.dumps({**base, "event_id": "b6", "metadata": {"score": float("inf")}}).encode(): "metadata: /score is inf",
+        # A command's arguments reach Postgres text and jsonb, which cannot hold NUL.
+        json.dumps(
+            {"type": "command", "event_id": "b7", "thread_id": "t1", "user_id": "u1", "command": "remember"}
+            | {"args": {"text": "a\u0000b"}}
+        ).encode(): "args: /text contains a NUL character",
     }
     xadd_raw(c, good(1))
     for payload in bad:

@@ -87,6 +87,22 @@ def test_a_number_beyond_a_double_is_refused_and_large_finite_ones_kept():
     assert parse_event(event.model_dump_json()) == event
 
 
+@pytest.mark.parametrize(
+    ("args", "where"),
+    [
+        ({"text": "I like\x00 tea"}, "args: /text contains a NUL character"),
+        ({"markers": ["a", "new\x00topic"]}, "args: /markers/1 contains a NUL character"),
+        ({"k\x00": 1}, "args: /k\\u0000 contains a NUL character"),  # escaped: reasons are stored as text
+    ],
+)
+def test_nul_in_a_commands_arguments_is_refused_and_in_metadata_kept(args, where):
+    # Arguments reach Postgres text and jsonb; metadata is only logged, sealed.
+    command = {"type": "command", "event_id": "c1", "thread_id": "t1", "user_id": "u1", "command": "remember"}
+    got = reason(json.dumps({**command, "args": args}))
+    assert got == where and "\x00" not in got
+    assert parse_event(wire(metadata={"note": "a\x00b"})).metadata == {"note": "a\x00b"}
+
+
 def test_identifier_validation_refuses_wildcards_and_quotes():
     assert validate_identifier("telegram:123") == "telegram:123"
     for bad in ["*", "%", "' OR 1=1 --", "", "a b", "x" * 129]:

@@ -16,7 +16,7 @@ from chatmem.memory.recall import FactSearch
 from chatmem.memory.summaries import SummaryStore, run_job
 from chatmem.memory.sweeper import STALE_ATTACHMENT_S, LostAttachments, LostFinals, Sweeper
 from chatmem.memory.tokens import TokenCounter
-from chatmem.schemas.events import MessageEvent
+from chatmem.schemas.events import CommandEvent, MessageEvent
 from tests.fakes import (
     FakeAttachmentStore,
     FakeEmbedder,
@@ -259,6 +259,19 @@ def test_remember_once_even_when_retried():
     assert facts(rig) == [("constraint", "peanuts", "peanuts", True, None)]
     assert rig.facts.facts[0]["confidence"] == 1.0 and rig.mem0.adds == 1
     assert rig.db.commands[(job.event_id, g)]["detail"] == detail
+
+
+def test_a_nul_in_an_older_logs_remember_is_dropped_from_the_fact():
+    # The wire refuses it now; built without validation, as a log written before that may hold it.
+    valid = command("t", "remember", 1, 1, text="I am allergic to peanuts")
+    old = CommandEvent.model_construct(**{**valid.model_dump(), "args": {"text": "I am allergic\x00 to peanuts"}})
+    rig = MemoryRig()
+    rig.publish([say("t", 1, "Hi", 0), old])
+    rig.drain("t")
+    (_, g, job), *_ = [q for q in rig.queued if q[2].kind == "remember"]
+    rig.jobs.fact_command("t", g, job.event_id)
+    assert facts(rig) == [("constraint", "peanuts", "peanuts", True, None)]
+    assert "\x00" not in str(rig.facts.facts) and "\x00" not in str(rig.mem0.of_user("alex"))
 
 
 def test_forget_archives_matching_facts_and_deletes_them_from_mem0():

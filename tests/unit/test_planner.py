@@ -151,9 +151,10 @@ def test_configure_changes_the_policy_and_rejects_unknown_settings():
         ("time_gap_hours", -1, "must be positive"),
         ("time_gap_hours", 0, "must be positive"),
         ("shift_threshold", -0.5, "must be positive or 0"),
+        ("markers", ["new\x00topic"], "must be a list of non-empty strings without NUL"),
     ],
 )
-def test_configure_rejects_what_is_no_finite_positive_number(setting, value, detail):
+def test_configure_rejects_what_postgres_or_the_segmenter_cannot_take(setting, value, detail):
     # "inf" is a plain JSON string; taken, it would be stored as Infinity, which Postgres refuses.
     # (The wire refuses a number that is Infinity; a log written before it did may hold one.)
     ev = LoggedEvent(1, "t-c", "command", "t", "alex", T0, {"command": "configure", "args": {setting: value}})
