@@ -214,31 +214,23 @@ class MemoryTools:
     ) -> Queued:
         user = self.user(key, user_id)
         thread = self.writable_thread(user, thread_id)
-        common = {"event_id": f"mcp-{uuid.uuid4().hex}", "thread_id": thread, "user_id": user, "platform": PLATFORM}
-        try:
-            event: MessageEvent | CommandEvent = (
-                MessageEvent(**common, text=text)
-                if kind == "message"
-                else CommandEvent(**common, command=CommandName.REMEMBER, args={"text": text})
-            )
-        except ValidationError as error:
-            raise ToolError(describe_validation_error(error)) from None
-        return self._publish(event)
+        if kind == "message":
+            return self._publish(MessageEvent, thread=thread, user=user, text=text)
+        return self._publish(CommandEvent, thread=thread, user=user, command=CommandName.REMEMBER, args={"text": text})
 
     def forget(self, key: KeyInfo, text: str, thread_id: str | None, user_id: str | None) -> Queued:
         user = self.user(key, user_id)
         thread = self.writable_thread(user, thread_id)
-        event = CommandEvent(
-            event_id=f"mcp-{uuid.uuid4().hex}",
-            thread_id=thread,
-            user_id=user,
-            platform=PLATFORM,
-            command=CommandName.FORGET,
-            args={"text": text},
-        )
-        return self._publish(event)
+        return self._publish(CommandEvent, thread=thread, user=user, command=CommandName.FORGET, args={"text": text})
 
-    def _publish(self, event: MessageEvent | CommandEvent) -> Queued:
+    def _publish(self, kind: type[MessageEvent | CommandEvent], *, thread: str, user: str, **fields: Any) -> Queued:
+        """The event built (what it refuses, the tool's error says) and published."""
+        try:
+            event = kind(
+                event_id=f"mcp-{uuid.uuid4().hex}", thread_id=thread, user_id=user, platform=PLATFORM, **fields
+            )
+        except ValidationError as error:
+            raise ToolError(describe_validation_error(error)) from None
         with self._publish_lock:
             self._publisher().publish_nowait(event)
         return Queued(event_id=event.event_id, thread_id=event.thread_id, user_id=event.user_id)

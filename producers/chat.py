@@ -90,6 +90,7 @@ def command_event(origin: Origin, command: ChatCommand, arg: str) -> CommandEven
     if name is None or (command is ChatCommand.FORGET_ME and arg.lower() != FORGET_ME_CONFIRM):
         return None
     args: dict[str, Any] = {}
+    arg = arg.replace("\x00", "")  # as in message text: the event refuses NUL, Postgres cannot hold it
     if command in (ChatCommand.REMEMBER, ChatCommand.FORGET):
         args["text"] = arg
     elif command is ChatCommand.SUMMARY and arg:

@@ -18,3 +18,10 @@ def test_confirmed_forget_me_becomes_a_forget_me_command_event():
     event = command_event(ORIGIN, command, arg)
     assert event is not None and event.command == "forget_me" and event.user_id == "telegram:7"
     assert "cannot be undone" in command_reply(None, command, arg, thread_id="telegram:1", user_id="telegram:7")
+
+
+def test_a_nul_in_a_commands_text_is_dropped_as_in_message_text():
+    # The event refuses NUL in a command's arguments; a bot's handler must not fail on it.
+    command, arg = parse_command("/remember I like\x00 green tea")
+    event = command_event(ORIGIN, command, arg)
+    assert event is not None and event.args == {"text": "I like green tea"}

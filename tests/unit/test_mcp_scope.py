@@ -61,3 +61,14 @@ def test_an_episode_summary_is_the_final_one_else_the_latest_running_one():
     final = {"kind": "final", "upto_seq": 8, "text": "done", "content": {"open_questions": ["q"], "todos": ["t"]}}
     assert _summary_parts([*running, final]) == ("done", ["q", "t"], [])
     assert _summary_parts([]) == (None, [], [])
+
+
+def test_what_an_event_refuses_is_the_tools_error_for_every_write(tools):
+    # NUL cannot reach Postgres through a command's text; the tool says so instead of failing.
+    alice = KeyInfo("a", ("alice",))
+    with pytest.raises(ToolError, match="args: /text contains a NUL character"):
+        tools.add_memory(alice, "I like\x00 tea", "remember", None, None)
+    with pytest.raises(ToolError, match="args: /text contains a NUL character"):
+        tools.forget(alice, "tea\x00", None, None)
+    with pytest.raises(ToolError, match="text: must not contain NUL"):
+        tools.add_memory(alice, "hi\x00", "message", None, None)
