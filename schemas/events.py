@@ -175,7 +175,9 @@ class _EventBase(BaseModel):
     user_id: Identifier = Field(description="who the event is about or from")
     platform: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[\w.\-]+$")] = "generic"
     occurred_at: AwareDatetime = Field(default_factory=lambda: datetime.now(UTC))
-    metadata: JsonObject = Field(default_factory=dict)
+    metadata: JsonObject = Field(
+        default_factory=dict, description="any JSON object; its numbers must be finite (no NaN or Infinity)"
+    )
 
     @field_validator("schema_version")
     @classmethod
@@ -215,7 +217,10 @@ class MessageEditedEvent(_EventBase):
 class CommandEvent(_EventBase):
     type: Literal["command"] = "command"
     command: CommandName
-    args: CommandArgs = Field(default_factory=dict, description="command arguments, e.g. {'text': ...}")
+    args: CommandArgs = Field(
+        default_factory=dict,
+        description="command arguments, e.g. {'text': ...}; finite numbers, no NUL characters",
+    )
 
 
 Event = Annotated[MessageEvent | MessageEditedEvent | CommandEvent, Field(discriminator="type")]
