@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -58,24 +58,33 @@ def _aware(value: datetime) -> datetime:
 AwareDatetime = Annotated[datetime, AfterValidator(_aware)]
 
 
-def _leaves(value: dict[str, Any]) -> Iterator[tuple[str, Any]]:
-    """Every key and value inside a JSON object, each with its JSON Pointer (RFC 6901)."""
-    stack: list[tuple[str, Any]] = [("", value)]
-    while stack:
-        path, item = stack.pop()
-        yield path or "/", item
-        if isinstance(item, dict):
-            for key, inner in item.items():
-                step = f"{path}/{_pointer_step(key)}"
-                yield step, key
-                stack.append((step, inner))
-        elif isinstance(item, list):
-            stack.extend((f"{path}/{n}", inner) for n, inner in enumerate(item))
+def _find(item: dict[str, Any] | list[Any], kind: type, bad: Callable[[Any], bool]) -> list[str] | None:
+    """The path to the first key or value of type `kind` inside `item` that `bad` picks, or None.
+    Every event's metadata passes through here: a leaf of another type costs one type check."""
+    pairs: Iterable[tuple[Any, Any]] = item.items() if isinstance(item, dict) else enumerate(item)
+    for key, inner in pairs:
+        if isinstance(key, kind) and bad(key):
+            return [str(key)]
+        if isinstance(inner, dict | list):
+            found = _find(inner, kind, bad)
+            if found is not None:
+                return [str(key), *found]
+        elif isinstance(inner, kind) and bad(inner):
+            return [str(key)]
+    return None
 
 
-def _pointer_step(key: str) -> str:
-    # NUL is shown escaped: a reason is stored in Postgres text, which cannot hold it.
-    return key.replace("~", "~0").replace("/", "~1").replace("\x00", "\\u0000")
+def _pointer(path: list[str]) -> str:
+    """A path as a JSON Pointer (RFC 6901), NUL shown escaped: a reason is stored in Postgres text."""
+    return "".join("/" + p.replace("~", "~0").replace("/", "~1").replace("\x00", "\\u0000") for p in path) or "/"
+
+
+def _not_finite(item: float) -> bool:
+    return not math.isfinite(item)
+
+
+def _holds_nul(item: str) -> bool:
+    return "\x00" in item
 
 
 def _finite_numbers(value: dict[str, Any]) -> dict[str, Any]:
@@ -83,19 +92,26 @@ def _finite_numbers(value: dict[str, Any]) -> dict[str, Any]:
     number beyond ±1.8e308 as Infinity. Such a value would be logged as null by the model's own
     JSON, or refused by Postgres, so it is refused here, where the producer or the dead letter
     can say where it is."""
-    for path, item in _leaves(value):
-        if isinstance(item, float) and not math.isfinite(item):
-            raise ValueError(f"{path} is {item}: JSON has no NaN or Infinity (nor a number beyond ±1.8e308)")
+    path = _find(value, float, _not_finite)
+    if path is not None:
+        found = _dig(value, path)
+        raise ValueError(f"{_pointer(path)} is {found}: JSON has no NaN or Infinity (nor a number beyond ±1.8e308)")
     return value
 
 
 def _no_nul_inside(value: dict[str, Any]) -> dict[str, Any]:
     # A command's arguments reach Postgres text and jsonb (a thread's settings, a remembered fact),
     # which cannot hold NUL; metadata is only logged, sealed (docs/architecture.md, "Bad input").
-    for path, item in _leaves(value):
-        if isinstance(item, str) and "\x00" in item:
-            raise ValueError(f"{path} contains a NUL character")
+    path = _find(value, str, _holds_nul)
+    if path is not None:
+        raise ValueError(f"{_pointer(path)} contains a NUL character")
     return value
+
+
+def _dig(item: Any, path: list[str]) -> Any:
+    for step in path:
+        item = item[int(step)] if isinstance(item, list) else item[step]
+    return item
 
 
 # The free-form parts of an event: any JSON object.
