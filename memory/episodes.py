@@ -185,19 +185,19 @@ def validate_configure(args: dict[str, Any]) -> tuple[dict[str, Any], str | None
         want = CONFIGURABLE[key]
         if want is list:
             # NUL: Postgres cannot store it in the thread's settings (an older log may hold one).
-            words = value if isinstance(value, list) else [None]
-            if not all(isinstance(v, str) and v.strip() and "\x00" not in v for v in words):
+            fine = isinstance(value, list) and all(isinstance(v, str) and v.strip() and "\x00" not in v for v in value)
+            if not fine:
                 return {}, f"{key}: must be a list of non-empty strings without NUL"
             clean[key] = [v.strip().lower() for v in value]
         else:
-            # JSON true is no number; "inf" and "nan" convert, and would wedge the thread: Postgres
-            # refuses them in the stored configuration on every try.
-            try:
-                number = want(value) if not isinstance(value, bool) else None
-            except (TypeError, ValueError, OverflowError):
-                number = None
-            if number is None:
+            if isinstance(value, bool):  # JSON true is no number, though int(True) is 1
                 return {}, f"{key}: must be a number"
+            try:
+                number = want(value)
+            except (TypeError, ValueError, OverflowError):
+                return {}, f"{key}: must be a number"
+            # "inf" and "nan" convert, and would wedge the thread: Postgres refuses them in the
+            # stored settings on every try.
             if not math.isfinite(number):
                 return {}, f"{key}: must be a finite number"
             if number < 0 or (number == 0 and key not in ZERO_TURNS_OFF):

@@ -58,19 +58,20 @@ def _aware(value: datetime) -> datetime:
 AwareDatetime = Annotated[datetime, AfterValidator(_aware)]
 
 
-def _find(item: dict[str, Any] | list[Any], kind: type, bad: Callable[[Any], bool]) -> list[str] | None:
-    """The path to the first key or value of type `kind` inside `item` that `bad` picks, or None.
-    Every event's metadata passes through here: a leaf of another type costs one type check."""
+def _find(item: dict[str, Any] | list[Any], kind: type, bad: Callable[[Any], bool]) -> tuple[list[str], Any] | None:
+    """The first key or value of type `kind` inside `item` that `bad` picks, with its path; None
+    if there is none. Every event's metadata passes through here: a leaf of another type costs
+    one type check, and no path is built unless something is found."""
     pairs: Iterable[tuple[Any, Any]] = item.items() if isinstance(item, dict) else enumerate(item)
     for key, inner in pairs:
         if isinstance(key, kind) and bad(key):
-            return [str(key)]
+            return [str(key)], key
         if isinstance(inner, dict | list):
             found = _find(inner, kind, bad)
             if found is not None:
-                return [str(key), *found]
+                return [str(key), *found[0]], found[1]
         elif isinstance(inner, kind) and bad(inner):
-            return [str(key)]
+            return [str(key)], inner
     return None
 
 
@@ -92,26 +93,20 @@ def _finite_numbers(value: dict[str, Any]) -> dict[str, Any]:
     number beyond ±1.8e308 as Infinity. Such a value would be logged as null by the model's own
     JSON, or refused by Postgres, so it is refused here, where the producer or the dead letter
     can say where it is."""
-    path = _find(value, float, _not_finite)
-    if path is not None:
-        found = _dig(value, path)
-        raise ValueError(f"{_pointer(path)} is {found}: JSON has no NaN or Infinity (nor a number beyond ±1.8e308)")
+    found = _find(value, float, _not_finite)
+    if found is not None:
+        path, number = found
+        raise ValueError(f"{_pointer(path)} is {number}: JSON has no NaN or Infinity (nor a number beyond ±1.8e308)")
     return value
 
 
 def _no_nul_inside(value: dict[str, Any]) -> dict[str, Any]:
     # A command's arguments reach Postgres text and jsonb (a thread's settings, a remembered fact),
     # which cannot hold NUL; metadata is only logged, sealed (docs/architecture.md, "Bad input").
-    path = _find(value, str, _holds_nul)
-    if path is not None:
-        raise ValueError(f"{_pointer(path)} contains a NUL character")
+    found = _find(value, str, _holds_nul)
+    if found is not None:
+        raise ValueError(f"{_pointer(found[0])} contains a NUL character")
     return value
-
-
-def _dig(item: Any, path: list[str]) -> Any:
-    for step in path:
-        item = item[int(step)] if isinstance(item, list) else item[step]
-    return item
 
 
 # The free-form parts of an event: any JSON object.
