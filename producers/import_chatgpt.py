@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, TypeGuard
 
 import ijson
 
@@ -16,6 +16,7 @@ from chatmem.producers.importers import (
     Failed,
     ImportFormatError,
     ImportItem,
+    JsonFile,
     Skipped,
     dict_at,
     json_events,
@@ -49,7 +50,7 @@ def find_chatgpt_export(path: Path) -> Path:
     return path / "conversations.json"
 
 
-def chatgpt_items(fh: BinaryIO, base_dir: Path, options: ChatGPTOptions | None = None) -> Iterator[ImportItem]:
+def chatgpt_items(fh: JsonFile, base_dir: Path, options: ChatGPTOptions | None = None) -> Iterator[ImportItem]:
     """Events (and skip / failure records) conversation by conversation, one conversation in
     memory at a time."""
     options = options or ChatGPTOptions()
@@ -64,10 +65,10 @@ def chatgpt_items(fh: BinaryIO, base_dir: Path, options: ChatGPTOptions | None =
 def current_branch(mapping: dict[str, Any], current_node: object) -> list[str]:
     """Node ids from the root to `current_node` (the answer on screen). Without a usable
     current_node: from the root, always the last child (the latest regeneration or edit)."""
-    node_id = current_node if isinstance(current_node, str) and current_node in mapping else _last_leaf(mapping)
+    node_id = current_node if _node_in(current_node, mapping) else _last_leaf(mapping)
     path: list[str] = []
     seen: set[str] = set()
-    while isinstance(node_id, str) and node_id in mapping and node_id not in seen:
+    while _node_in(node_id, mapping) and node_id not in seen:
         seen.add(node_id)
         path.append(node_id)
         node = mapping[node_id]
@@ -76,13 +77,20 @@ def current_branch(mapping: dict[str, Any], current_node: object) -> list[str]:
     return path
 
 
+def _node_in(value: object, mapping: dict[str, Any]) -> TypeGuard[str]:
+    """Whether `value` names a node (node ids are the mapping's keys, always strings)."""
+    return isinstance(value, str) and value in mapping
+
+
 def _last_leaf(mapping: dict[str, Any]) -> str | None:
-    roots = [k for k, n in mapping.items() if isinstance(n, dict) and n.get("parent") not in mapping]
+    roots = [k for k, n in mapping.items() if isinstance(n, dict) and not _node_in(n.get("parent"), mapping)]
     node_id = roots[0] if roots else None
     seen: set[str] = set()
     while node_id is not None and node_id not in seen:
         seen.add(node_id)
-        children = [c for c in mapping[node_id].get("children") or [] if c in mapping]
+        node = mapping[node_id]
+        listed = node.get("children") if isinstance(node, dict) else None
+        children = [c for c in listed if _node_in(c, mapping)] if isinstance(listed, list) else []
         if not children:
             break
         node_id = children[-1]
@@ -166,6 +174,6 @@ def _skip_reason(role: object, message: dict[str, Any], content: dict[str, Any],
     if role == "assistant" and message.get("recipient") not in (None, "all"):
         return TOOL_CALL  # the model addressing a tool (browser, python, dalle), not the user
     content_type = content.get("content_type")
-    if content_type not in _TEXT_CONTENT:
+    if not isinstance(content_type, str) or content_type not in _TEXT_CONTENT:
         return f"non-text content ({content_type})"
     return ""

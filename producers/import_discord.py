@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import ijson
 
@@ -21,10 +21,12 @@ from chatmem.producers.importers import (
     Failed,
     ImportFormatError,
     ImportItem,
+    JsonFile,
     Skipped,
     attachment_kind,
     dict_at,
     json_top_level,
+    list_at,
     local_file_url,
     make_attachment,
     message_events,
@@ -57,7 +59,7 @@ def find_discord_exports(path: Path) -> list[Path]:
     return files
 
 
-def discord_items(fh: BinaryIO, base_dir: Path, options: DiscordOptions | None = None) -> Iterator[ImportItem]:
+def discord_items(fh: JsonFile, base_dir: Path, options: DiscordOptions | None = None) -> Iterator[ImportItem]:
     """Events (and skip / failure records) for every message of one channel, in file order."""
     options = options or DiscordOptions()
     header, seen = json_top_level(fh, what=WHAT, wanted={"channel"}, stream_key="messages")
@@ -159,7 +161,7 @@ class _Channel:
 
     def _attachments(self, message: dict[str, Any], ref: str) -> Iterator[Attachment | AttachmentSkipped]:
         count = 0
-        for item in message.get("attachments") or []:
+        for item in list_at(message, "attachments"):
             if not isinstance(item, dict) or not isinstance(item.get("url"), str) or not item["url"]:
                 continue
             reference: str = item["url"]
@@ -194,12 +196,12 @@ def _substitute_text(message: dict[str, Any]) -> str:
     """What stands for an empty `content`: the embeds' titles and descriptions (bots often post
     only embeds), else the stickers' names."""
     lines = []
-    for embed in message.get("embeds") or []:
+    for embed in list_at(message, "embeds"):
         if isinstance(embed, dict):
             lines += [str(embed[k]) for k in ("title", "description") if isinstance(embed.get(k), str) and embed[k]]
     if lines:
         return "\n".join(lines)
-    names = [str(s["name"]) for s in message.get("stickers") or [] if isinstance(s, dict) and s.get("name")]
+    names = [str(s["name"]) for s in list_at(message, "stickers") if isinstance(s, dict) and s.get("name")]
     return " ".join(f"[sticker: {n}]" for n in names)
 
 

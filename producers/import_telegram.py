@@ -7,7 +7,7 @@ import mimetypes
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import ijson
 
@@ -20,6 +20,7 @@ from chatmem.producers.importers import (
     ImportFormatError,
     ImportItem,
     JsonEvents,
+    JsonFile,
     Skipped,
     attachment_kind,
     json_array_items,
@@ -28,6 +29,7 @@ from chatmem.producers.importers import (
     json_skip,
     json_top_level,
     json_value,
+    list_at,
     local_file_url,
     make_attachment,
     message_events,
@@ -85,7 +87,7 @@ def find_telegram_export(path: Path) -> Path:
     return found[0]
 
 
-def telegram_items(fh: BinaryIO, base_dir: Path, options: TelegramOptions | None = None) -> Iterator[ImportItem]:
+def telegram_items(fh: JsonFile, base_dir: Path, options: TelegramOptions | None = None) -> Iterator[ImportItem]:
     """Events (and skip / failure records) for every message of the export, in file order."""
     options = options or TelegramOptions()
     header, seen = json_top_level(fh, what=WHAT, wanted=_HEADER, stream_key="messages", stop_at=_CHAT_LISTS)
@@ -281,7 +283,7 @@ def bot_api_chat_id(export_id: int | str, chat_type: object) -> str:
     bare = str(export_id)
     if not bare.lstrip("-").isdigit() or bare.startswith("-"):
         return bare
-    if chat_type in _SUPERGROUP_TYPES:
+    if isinstance(chat_type, str) and chat_type in _SUPERGROUP_TYPES:
         return f"-100{bare}"
     if chat_type == "private_group":
         return f"-{bare}"
@@ -318,7 +320,7 @@ def _substitute_text(message: dict[str, Any]) -> str:
         return str(message["sticker_emoji"])
     poll = message.get("poll")
     if isinstance(poll, dict) and isinstance(poll.get("question"), str):
-        answers = [a.get("text") for a in poll.get("answers") or [] if isinstance(a, dict)]
+        answers = [a.get("text") for a in list_at(poll, "answers") if isinstance(a, dict)]
         return f"Poll: {poll['question']} — " + " / ".join(str(a) for a in answers if a)
     return ""
 
@@ -335,7 +337,7 @@ def _service_text(message: dict[str, Any]) -> str:
     actor = message.get("actor") or "someone"
     action = str(message.get("action") or "service")
     title = message.get("title")
-    members = ", ".join(str(m) for m in message.get("members") or [] if m)
+    members = ", ".join(str(m) for m in list_at(message, "members") if m)
     texts = {
         "pin_message": f"{actor} pinned a message",
         "create_group": f"{actor} created the group “{title}”",

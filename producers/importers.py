@@ -211,14 +211,30 @@ class AttachmentSkipped:
 
 
 ImportItem = MessageEvent | Skipped | Failed | AttachmentSkipped
+
+
+class JsonFile(Protocol):
+    """What a parser reads an export from: a binary file, or LoneSurrogatesReplaced over one."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+    def tell(self) -> int: ...
+
+
 # (open export file, the folder it is in) -> what it holds, in file order.
-Parser = Callable[[BinaryIO, Path], Iterator[ImportItem]]
+Parser = Callable[[JsonFile, Path], Iterator[ImportItem]]
 
 
 def dict_at(obj: dict[str, Any], key: str) -> dict[str, Any]:
     """obj[key] if it is an object, else {} (export fields are not to be trusted for shape)."""
     value = obj.get(key)
     return value if isinstance(value, dict) else {}
+
+
+def list_at(obj: dict[str, Any], key: str) -> list[Any]:
+    """obj[key] if it is a list, else []."""
+    value = obj.get(key)
+    return value if isinstance(value, list) else []
 
 
 def str_at(obj: dict[str, Any], key: str) -> str | None:
@@ -363,6 +379,12 @@ class ImportReport:
         return self.published + self.already_imported + sum(self.skipped.values()) + self.failed
 
 
+def _reason(error: ijson.JSONError | UnicodeDecodeError) -> str:
+    if isinstance(error, UnicodeDecodeError):  # the C parser's output: bytes that are not UTF-8
+        return f"text that is not UTF-8: {error.reason}"
+    return str(error)
+
+
 class ChatImport:
     """Runs a parser over export files and publishes its events in batches, in file order.
 
@@ -397,7 +419,7 @@ class ChatImport:
             for path in files:
                 with open(path, "rb") as fh:
                     try:
-                        for count, item in enumerate(parse(fh, path.parent), start=1):
+                        for count, item in enumerate(parse(LoneSurrogatesReplaced(fh), path.parent), start=1):
                             if isinstance(item, MessageEvent):
                                 pending.append(item)
                                 if len(pending) >= self.batch_size:
@@ -409,11 +431,11 @@ class ChatImport:
                                 report.bytes_read = done + fh.tell()
                                 report.seconds = time.monotonic() - started
                                 self._progress()
-                    except ijson.JSONError as error:
+                    except (ijson.JSONError, UnicodeDecodeError) as error:
                         self._publish(pending)  # what was read before the damage is good
                         pending = []
                         raise ImportFormatError(
-                            f"{path.name}: not valid JSON near byte {fh.tell():,} ({error})"
+                            f"{path.name}: not valid JSON near byte {fh.tell():,} ({_reason(error)})"
                         ) from None
                     except ImportFormatError as error:
                         self._publish(pending)
@@ -460,6 +482,98 @@ class ChatImport:
             self.on_progress(self.report)
 
 
+# --- unpaired surrogates: the escape of half an emoji ------------------------------------------
+# `\\u` and a UTF-16 surrogate's hex digits: a high half (group 1), with the low half after it
+# (group 2), or a low half. Each pattern starts with a literal, which `re` finds at memchr speed.
+_SURROGATE_ESCAPE = re.compile(
+    rb"\\u(?:([dD][89abAB][0-9a-fA-F]{2})(\\u[dD][c-fC-F][0-9a-fA-F]{2})?|[dD][c-fC-F][0-9a-fA-F]{2})"
+)
+_HIGH_ESCAPE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}")
+_LOW_ESCAPE = re.compile(rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+# A superset of the lone halves, found in one C-speed search: a high half not followed by a low
+# one, or a low half not after a high one whose backslash stands alone (a longer run may make
+# the high half plain text; the exact pass below decides).
+_MAYBE_LONE = re.compile(
+    rb"\\u[dD](?:[89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+    rb"|[c-fC-F](?<!(?<!\\)\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F]))"
+)
+_LONGEST_PAIR = 12  # two escapes: what one decision may need to see
+
+
+class LoneSurrogatesReplaced:
+    """A JSON file read as the parser should see it: the escape of a UTF-16 surrogate without its
+    other half becomes `\\ufffd`, the replacement character. Exporters that count text in UTF-16
+    write one when they cut a text inside an emoji; the C parser reads a lone high half as '?' but
+    fails on a lone low half with UnicodeDecodeError, which would end the whole import. The
+    escape keeps its length, so byte offsets stay true."""
+
+    def __init__(self, raw: BinaryIO):
+        self.raw = raw
+        self.pending = b""  # read, not yet decided: it may end inside an escape or a pair
+
+    def read(self, size: int = -1) -> bytes:
+        if size == 0:
+            return b""  # ijson asks, to learn that the file gives bytes
+        while True:
+            data = self.raw.read(size)
+            final = not data or size < 0
+            decided, self.pending = replace_lone_surrogates(self.pending + data, final=final)
+            if decided or final:  # b"" only at the end
+                return decided
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if (offset, whence) != (0, 0):
+            raise OSError("this reader only rewinds")
+        self.raw.seek(0)
+        self.pending = b""
+        return 0
+
+    def tell(self) -> int:
+        return self.raw.tell() - len(self.pending)
+
+
+def replace_lone_surrogates(buf: bytes, *, final: bool) -> tuple[bytes, bytes]:
+    """(the decided start of `buf` with each unpaired surrogate escape as `\\ufffd`, the rest).
+    Unless `final`, the rest begins at the first run of backslashes within the last twelve bytes
+    (it may be an escape cut short), never between the halves of a pair."""
+    cut = len(buf) if final else _undecided_from(buf)
+    if _MAYBE_LONE.search(buf, 0, cut) is None:
+        return buf[:cut], buf[cut:]
+    out = bytearray(buf)
+    for match in _SURROGATE_ESCAPE.finditer(buf, 0, cut):
+        start = match.start()
+        if buf[start - 1 : start] == b"\\" and (start - _run_start(buf, start)) % 2:
+            if match.group(2) is None:
+                continue  # an escaped backslash, then a plain 'u'
+            hex_at = match.start(2) + 2  # and after it a low half that is an escape, alone
+        elif match.group(2) is not None:
+            continue  # a pair
+        else:
+            hex_at = start + 2
+        out[hex_at : hex_at + 4] = b"fffd"
+    return bytes(out[:cut]), buf[cut:]
+
+
+def _undecided_from(buf: bytes) -> int:
+    tail = buf.find(b"\\", max(0, len(buf) - _LONGEST_PAIR))
+    if tail < 0:
+        return len(buf)
+    cut = _run_start(buf, tail)  # the whole run: its length decides what it escapes
+    if cut >= 6 and _HIGH_ESCAPE.match(buf, cut - 6, cut):  # a high half just before
+        if _LOW_ESCAPE.match(buf, cut):
+            return cut + 6  # with its low half: decided together
+        if len(buf) - cut < 6:
+            return _run_start(buf, cut - 6)  # its other half may be coming
+    return cut
+
+
+def _run_start(buf: bytes, at: int) -> int:
+    """Where the run of backslashes that ends at `at` begins."""
+    while at > 0 and buf[at - 1] == 0x5C:
+        at -= 1
+    return at
+
+
 # --- streaming JSON: walk a document's structure without holding it ---------------------------
 # basic_parse yields (event, value) pairs; these helpers read one level of an object or array at
 # a time, so only the item being looked at is ever built.
@@ -468,7 +582,7 @@ _OPEN = ("start_map", "start_array")
 _CLOSE = ("end_map", "end_array")
 
 
-def json_events(fh: BinaryIO) -> JsonEvents:
+def json_events(fh: JsonFile) -> JsonEvents:
     return ijson.basic_parse(fh, use_float=True)
 
 
@@ -523,7 +637,7 @@ def json_skip(events: JsonEvents, first: str) -> None:
 
 
 def json_top_level(
-    fh: BinaryIO, *, what: str, wanted: set[str], stream_key: str, stop_at: frozenset[str] = frozenset()
+    fh: JsonFile, *, what: str, wanted: set[str], stream_key: str, stop_at: frozenset[str] = frozenset()
 ) -> tuple[dict[str, Any], set[str]]:
     """The wanted members of the top-level object (built whole: they are small) and the top-level
     keys seen. Stops at the array under `stream_key` once the wanted members are known (exports

@@ -1,6 +1,7 @@
 """`chatmem import telegram` as a user runs it: the real CLI in a subprocess against the embedded
 Postgres and Redis, then ingest, then the same import again (nothing new is published)."""
 
+import json
 import subprocess
 import sys
 import threading
@@ -68,3 +69,27 @@ def test_a_file_that_is_not_an_export_gets_a_message_not_a_traceback(container, 
     assert out.returncode == 2
     assert "not a Telegram export: no 'messages' or 'chats.list' key" in out.stdout
     assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_half_an_emoji_in_an_export_is_imported_as_the_replacement_character(container, tmp_path):
+    # A ChatGPT export written ASCII-escaped, one text cut inside "😀" after its first half and
+    # one before its second: both halves alone. Before, the second ended the import.
+    chatgpt = ROOT / "tests" / "fixtures" / "exports" / "chatgpt" / "conversations.json"
+    conversations = json.loads(chatgpt.read_text())
+    parts = conversations[0]["mapping"]["u1"]["message"]["content"]["parts"]
+    parts[0] = "\ude00 a grey cat, named for the tea \ud83d"
+    (tmp_path / "conversations.json").write_text(json.dumps(conversations, ensure_ascii=True))
+    out = chatmem(container.settings, "import", "chatgpt", str(tmp_path))
+    assert "Traceback" not in out.stdout + out.stderr and "new events published" in out.stdout, out.stdout
+    IngestRunner(container, "c").run(threading.Event(), until_idle=True)
+    texts = [e["payload"]["text"] for e in logged_events(container)]
+    assert "\ufffd a grey cat, named for the tea \ufffd" in texts
+    assert scalar(container, "SELECT count(*) FROM dead_letters") == 0
+
+    # A surrogate written as bytes is not UTF-8 at all: the import stops and says where.
+    damaged = tmp_path / "damaged" / "conversations.json"
+    damaged.parent.mkdir()
+    damaged.write_bytes((tmp_path / "conversations.json").read_bytes().replace(b"\\ude00", b"\xed\xb8\x80"))
+    out = chatmem(container.settings, "import", "chatgpt", str(damaged.parent))
+    assert out.returncode == 2 and "Traceback" not in out.stdout + out.stderr
+    assert "not valid JSON near byte" in out.stdout and "not UTF-8" in out.stdout, out.stdout
