@@ -8,10 +8,13 @@ folder, then timed three ways:
   - parse: the Telegram parser turning the file into events, nothing published;
   - import: `chatmem import telegram` as a user runs it, in a process of its own (parse, the
     known-ids check against Postgres, publish), with that process's peak memory.
+Then the cost of reading through LoneSurrogatesReplaced (half an emoji in an export), parse only,
+on a smaller export as written, ASCII-escaped with emoji, and escaped with some emoji cut in half.
 Runs in the scratch database and Redis db of `bench ingest`, removed at the end."""
 
 from __future__ import annotations
 
+import io
 import json
 import platform
 import random
@@ -30,6 +33,7 @@ from rich.table import Table
 from chatmem.bench.host import machine
 from chatmem.bench.ingest import scratch
 from chatmem.producers.import_telegram import TelegramOptions, telegram_items
+from chatmem.producers.importers import LoneSurrogatesReplaced
 from chatmem.producers.publisher import Publisher
 from chatmem.schemas.events import MessageEvent
 from chatmem.schemas.settings import Settings
@@ -145,8 +149,9 @@ def run(settings: Settings, console: Console, *, n_messages: int = 200_000) -> d
         options = TelegramOptions(max_text_chars=c.settings.max_text_chars)
 
         started = time.perf_counter()
-        with open(export, "rb") as fh:
-            events = [e for e in telegram_items(fh, export.parent, options) if isinstance(e, MessageEvent)]
+        with open(export, "rb") as fh:  # read as the import reads it
+            items = telegram_items(LoneSurrogatesReplaced(fh), export.parent, options)
+            events = [e for e in items if isinstance(e, MessageEvent)]
         parse_s = time.perf_counter() - started
 
         pub = Publisher.from_settings(c.settings, c.urls.redis_url)
@@ -205,4 +210,50 @@ def run(settings: Settings, console: Console, *, n_messages: int = 200_000) -> d
     console.print(table)
     peak = f"{peak_rss / 2**20:,.0f} MiB" if peak_rss else "not measured (no /proc)"
     console.print(f"peak memory of the import process: {peak} (VmHWM) for a {size / 2**20:,.0f} MiB export")
+    figures.update(reader_cost(console))
     return figures
+
+
+def reader_cost(console: Console, n_messages: int = 40_000, rounds: int = 7) -> dict[str, float]:
+    """Parse only, the file read directly and through LoneSurrogatesReplaced, alternated, the
+    fastest of `rounds` each. Escaped files are what exporters writing ASCII-only JSON produce:
+    every emoji is a pair of escapes, which the reader has to look at."""
+    with tempfile.TemporaryDirectory(prefix="chatmem-bench-reader-") as tmp:
+        doc = json.loads(write_telegram_export(Path(tmp), n_messages).read_bytes())
+    emoji = ["\U0001f600", "\U0001f44d", "\u2615", "\U0001f3d6"]
+    rng = random.Random(3)
+    for message in doc["messages"]:
+        if isinstance(message["text"], str) and message["text"]:
+            message["text"] += " " + rng.choice(emoji)
+    cut = json.loads(json.dumps(doc))
+    for message in cut["messages"][::100]:
+        if isinstance(message["text"], str):
+            message["text"] += " \ud83d"  # cut after the first half
+    files = {
+        "as written (UTF-8)": json.dumps(doc, ensure_ascii=False, indent=1).encode(),
+        "ASCII-escaped, an emoji a message": json.dumps(doc, indent=1).encode(),
+        "escaped, and 1 message in 100 ending in half an emoji": json.dumps(cut, indent=1).encode(),
+    }
+    when = f"{machine()} · {datetime.now(UTC):%Y-%m-%d}"
+    table = Table(title=f"reading through LoneSurrogatesReplaced, parse only · {when}")
+    for col in ("file", "MB", "direct", "through the reader", "ratio"):
+        table.add_column(col)
+    figures = {}
+    for name, raw in files.items():
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(rounds):
+            for through in (False, True):
+                times[through].append(_parse_seconds(raw, through))
+        direct, wrapped = min(times[False]), min(times[True])
+        table.add_row(name, f"{len(raw) / 1e6:.1f}", f"{direct:.3f} s", f"{wrapped:.3f} s", f"{wrapped / direct:.3f}")
+        figures[f"reader_ratio {name}"] = wrapped / direct
+    console.print(table)
+    return figures
+
+
+def _parse_seconds(raw: bytes, through: bool) -> float:
+    fh = io.BytesIO(raw)
+    started = time.perf_counter()
+    for _ in telegram_items(LoneSurrogatesReplaced(fh) if through else fh, Path(".")):
+        pass
+    return time.perf_counter() - started
