@@ -42,6 +42,7 @@ _NUMBER = {
     "a couple of": 2,
     "a couple": 2,
     "couple of": 2,
+    "couple": 2,
 }
 
 
@@ -232,7 +233,10 @@ def find_dates(text: str, at: datetime | date) -> list[DateMention]:
     found: list[tuple[int, int, Period]] = []
     for pattern, resolve in _RULES:
         for m in pattern.finditer(text):
-            found.append((m.start(), m.end(), resolve(m, today)))
+            try:
+                found.append((m.start(), m.end(), resolve(m, today)))
+            except (ValueError, OverflowError):  # a day past the calendar's ends (years 1 and 9999)
+                continue
     # Overlaps ("this past weekend" also holds "past weekend"): the earliest, then longest, wins.
     found.sort(key=lambda f: (f[0], -f[1]))
     mentions: list[DateMention] = []

@@ -4,6 +4,8 @@ from datetime import UTC, date, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chatmem.memory.dates import annotate, date_note, find_dates, query_period
 
@@ -45,6 +47,9 @@ def labels(text: str, at: datetime = MONDAY) -> list[str]:
         ("two days ago", "6 May 2023"),
         ("2 weeks ago", "24 to 30 April 2023"),
         ("a couple of weeks ago", "24 to 30 April 2023"),
+        ("couple weeks ago", "24 to 30 April 2023"),  # once a KeyError that stopped the thread
+        ("a couple days ago", "6 May 2023"),
+        ("couple of days ago", "6 May 2023"),
         ("three months ago", "February 2023"),
         ("five years ago", "2018"),
         ("in two weeks", "22 to 28 May 2023"),
@@ -61,6 +66,42 @@ def labels(text: str, at: datetime = MONDAY) -> list[str]:
 )
 def test_relative_forms_resolve_against_the_message_day(phrase, label):
     assert labels(f"I did it {phrase}, honestly.") == [label]
+
+
+# Phrases shaped as the rules read them, from every word each part may be, among other words.
+_COUNTS = ["a", "an", "one", "two", "twelve", "7", "12", "a couple", "couple", "a couple of", "couple of", "COUPLE"]
+_UNITS = ["day", "days", "week", "weeks", "month", "months", "year", "years", "weekend"]
+_WHICH = ["last", "this", "next", "this past", "past", "this coming", "coming"]
+_NAMES = ["monday", "Sunday", "week", "weekend", "month", "year", "May", "december", "spring", "winter", "fall"]
+_FIXED = ["the day before yesterday", "the day after tomorrow", "yesterday", "last night", "today", "tomorrow"]
+_PHRASE = st.one_of(
+    st.tuples(st.sampled_from(_COUNTS), st.sampled_from(_UNITS), st.sampled_from(["ago", "from now", ""])).map(
+        " ".join
+    ),
+    st.tuples(st.just("in"), st.sampled_from(_COUNTS), st.sampled_from(_UNITS)).map(" ".join),
+    st.tuples(st.sampled_from(_WHICH), st.sampled_from(_NAMES)).map(" ".join),
+    st.sampled_from([*_FIXED, "and", "of", "ago", "in", ",", "\n", "the"]),
+)
+_EDGES = [datetime(1, 1, 1, tzinfo=UTC), datetime(1, 1, 9, tzinfo=UTC), datetime(9999, 12, 31, 23, 59, tzinfo=UTC)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    words=st.lists(_PHRASE, max_size=8),
+    at=st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59), timezones=st.just(UTC))
+    | st.sampled_from(_EDGES),
+)
+def test_any_phrase_the_rules_can_match_resolves_or_is_left_alone_at_any_time(words, at):
+    # A message's dates are resolved as it is stored: an exception here would stop its thread.
+    text = " ".join(words)
+    mentions = find_dates(text, at)
+    assert annotate(text, at).startswith(text[: mentions[0].end] if mentions else text)
+    date_note(text, at)
+
+
+def test_a_day_past_the_calendar_is_left_alone():
+    assert labels("see you tomorrow", datetime(9999, 12, 31, tzinfo=UTC)) == []
+    assert labels("see you yesterday and tomorrow", datetime(1, 1, 1, tzinfo=UTC)) == ["2 January 1"]
 
 
 def test_case_and_position_do_not_matter():
