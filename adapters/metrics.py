@@ -56,6 +56,7 @@ class Instruments:
     recall_seconds: Histogram
     ingest_batch_seconds: Histogram
     sweeper_requeued: Counter
+    apply_failures: Counter
 
 
 # functools.cache may run the builder twice when two threads ask first (replay rebuilds two
@@ -108,6 +109,12 @@ def _build_instruments() -> Instruments:
             "chatmem_sweeper_requeued",
             "What the sweeper queued again: lagging threads rung, lost final summaries, attachments and fact jobs.",
             ["what"],
+        ),
+        apply_failures=Counter(
+            "chatmem_thread_apply_failures",
+            "Doorbell passes stopped by an error applying a thread's batch, not an outage: the thread "
+            "waits at that batch (chatmem dead-letters lists where and why).",
+            ["error"],
         ),
     )
 

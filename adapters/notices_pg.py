@@ -1,6 +1,7 @@
 """What ingest set aside or noticed, newest first: dead letters (refused entries, with the raw
 bytes and the reason) and event notices (a reused event_id with other content, a producer
-clock out of range). The `chatmem dead-letters` listing reads them."""
+clock out of range, and, from the workers, an event whose batch could not be applied). The
+`chatmem dead-letters` listing reads them."""
 
 from __future__ import annotations
 
@@ -44,6 +45,15 @@ class PostgresNotices:
                 (limit,),
             ).fetchall()
         return [DeadLetterRow(*r) for r in rows]
+
+    def apply_failed(self, event_id: str, stream_pos: int, detail: str) -> None:
+        """That applying a thread stopped at the batch this event begins; once an event."""
+        with self.pool.connection() as conn:
+            conn.execute(
+                """INSERT INTO event_notices (kind, event_id, stream_pos, detail)
+                   VALUES ('apply_failed', %s, %s, %s) ON CONFLICT DO NOTHING""",
+                (event_id, stream_pos, detail),
+            )
 
     def notices(self, limit: int, kind: str | None = None) -> list[NoticeRow]:
         with self.pool.connection() as conn:

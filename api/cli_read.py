@@ -401,7 +401,8 @@ def dead_letters(
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Refused stream entries with their reasons, and event notices: an event_id reused with other
-    content (both versions kept) and producer clocks out of range (original time kept)."""
+    content (both versions kept), producer clocks out of range (original time kept), and events
+    whose batch a worker could not apply (where it was raised; the thread waits there)."""
     import json
 
     c = cli_container(cli_settings())

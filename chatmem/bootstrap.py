@@ -69,6 +69,7 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.memory.sweeper import Sweeper
     from chatmem.memory.tokens import TokenCounter
     from chatmem.schemas.read import ContextBundle, KnownAbout, SummaryView
+    from chatmem.schemas.records import LoggedEvent
 
 log = logging.getLogger(__name__)
 
@@ -792,6 +793,24 @@ class Container:
             )
         finally:
             self.projections.drop_generation(thread_id, result.generation)
+
+    def apply_failed(self, thread_id: str, event: LoggedEvent, error: Exception) -> None:
+        """A thread's batch failed for a reason other than an outage: counted, and kept as a
+        notice on the batch's first event with where it was raised (not the error's message,
+        which may quote a message). Recording it never hides the error itself."""
+        from chatmem.adapters.errors import TRANSIENT_ERRORS, where_raised
+        from chatmem.adapters.metrics import instruments
+
+        place = where_raised(error)
+        instruments().apply_failures.labels(type(error).__name__).inc()
+        detail = (
+            f"applying thread {thread_id} stopped at the batch this event begins: {place}. The events stay "
+            "in the log; the thread goes on from here once the cause is fixed and the workers restarted"
+        )
+        try:
+            self.notices.apply_failed(event.event_id, event.stream_pos, detail)
+        except TRANSIENT_ERRORS:
+            log.warning("thread %s: the notice of a failed batch (%s) could not be stored", thread_id, place)
 
     def erasure_subject(self, thread_id: str, event_id: str) -> str | None:
         from chatmem.adapters.erase_pg import PostgresErasure

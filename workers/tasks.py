@@ -28,6 +28,7 @@ from chatmem.memory.pipeline import ThreadProcessor
 from chatmem.memory.ports import LLM, Doorbell, ThreadLog
 from chatmem.memory.sweeper import Sweeper
 from chatmem.schemas.events import InvalidEvent, validate_identifier
+from chatmem.schemas.records import LoggedEvent
 from chatmem.schemas.settings import Settings
 
 # Only failures that a later attempt can fix are retried; a bad payload fails at once.
@@ -62,6 +63,8 @@ class Wiring(Protocol):
     def embedding_state(self) -> EmbeddingState: ...
 
     def erasure_subject(self, thread_id: str, event_id: str) -> str | None: ...
+
+    def apply_failed(self, thread_id: str, event: LoggedEvent, error: Exception) -> None: ...
 
     def apply_retention(self) -> dict[str, int]: ...
 
@@ -141,6 +144,9 @@ def _pass_args(c: Wiring) -> dict[str, Any]:
         "lease_s": c.settings.thread_lease_s,
         "batch_size": c.settings.apply_batch_size,
         "apply": c.processor.apply,
+        # An outage is retried with backoff; any other error is noted where it stopped the thread.
+        "transient": TRANSIENT_ERRORS,
+        "on_failure": c.apply_failed,
     }
 
 

@@ -497,3 +497,48 @@ def test_an_offline_extract_takes_its_messages_mean_vector_and_a_model_summary_i
     with container.pool.connection() as conn:
         vector, text = conn.execute("SELECT embedding, text FROM summaries WHERE kind = 'final'").fetchone()
     assert np.allclose(vector.to_numpy(), embedder.embed([text])[0], atol=1e-5)
+
+
+def test_a_batch_that_fails_waits_with_a_notice_and_its_group_goes_on(container, monkeypatch):
+    # Any bug that a message meets on every try, as "couple weeks ago" once did in the dates.
+    from chatmem.adapters.errors import TRANSIENT_ERRORS
+    from chatmem.adapters.metrics import instruments
+    from chatmem.memory import episodes
+    from chatmem.memory.sequencer import advance_threads
+
+    real = episodes.date_note
+
+    def date_note(text, at):
+        if "poison" in text:
+            raise KeyError(text)
+        return real(text, at)
+
+    monkeypatch.setattr(episodes, "date_note", date_note)
+    d = Driver(container)
+    d.publish(
+        [
+            MessageEvent(event_id="p1", thread_id="tp", user_id="u", text="hello there"),
+            MessageEvent(event_id="p2", thread_id="tp", user_id="u", text="my private poison"),
+            MessageEvent(event_id="q1", thread_id="tq", user_id="u", text="all fine here"),
+        ]
+    )
+    failures = instruments().apply_failures.labels("KeyError")
+    before = failures._value.get()
+    args = {"owner": "w", "lease_s": 30, "batch_size": 4, "apply": d.processor.apply}
+    args |= {"transient": TRANSIENT_ERRORS, "on_failure": container.apply_failed}
+    results = advance_threads(container.thread_log, container.doorbell, ["tp", "tq"], **args)
+
+    assert [(r.thread_id, r.failed) for r in results] == [("tp", True), ("tq", False)]
+    stored = "SELECT count(*) FROM messages WHERE thread_id = %s"
+    assert scalar(container, stored, "tq") == 1 and scalar(container, stored, "tp") == 0
+    (notice,) = container.notices.notices(10, kind="apply_failed")
+    assert notice.event_id == "p1"  # the first event of the batch the thread waits at
+    assert "KeyError at memory/episodes.py:" in notice.detail and "thread tp" in notice.detail
+    assert "poison" not in notice.detail and "private" not in notice.detail
+    assert failures._value.get() == before + 1
+
+    advance_threads(container.thread_log, container.doorbell, ["tp"], **args)  # the sweeper's next ring
+    assert len(container.notices.notices(10, kind="apply_failed")) == 1  # once an event
+
+    monkeypatch.undo()  # a fixed version: the thread goes on from where it waited, nothing lost
+    assert d.advance("tp").applied == 2 and scalar(container, stored, "tp") == 2

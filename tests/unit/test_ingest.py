@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -201,6 +202,53 @@ def test_a_group_pass_reads_ahead_once_then_drains_each_thread_as_alone():
     # A single thread has nothing to gather with.
     assert advance_threads(log, bell, ["A"], owner="w", lease_s=30, batch_size=2, prefetch=prefetch)[0].applied == 1
     assert len(seen) == 1 and log.applied["A"] == ["A0", "A1", "A2"]
+
+
+def test_a_thread_whose_batch_fails_holds_up_neither_its_group_nor_hides_where_it_stopped():
+    from chatmem.memory.sequencer import advance_threads
+
+    store, bell = FakeEventStore(), FakeDoorbell()
+    svc = IngestService(FakeEventStream(), store, bell, stream_key=KEY, limits=IngestLimits(50, 1000))
+    svc.stream.add_many([msg(f"{t}{i}", thread=t) for i in range(2) for t in ("A", "B")])
+    svc.process(svc.stream.read_new("c1", 100, 0))
+    log = FakeThreadLog(store)
+    failures: list[tuple[str, str, str]] = []
+
+    def apply(lease, batch):
+        if lease.thread_id == "A":
+            raise KeyError("a word from the message")  # a bug that meets this batch on every try
+        return log.advance_cursor(lease, batch)
+
+    def noted(thread_id, event, error):
+        failures.append((thread_id, event.event_id, type(error).__name__))
+
+    args = {"owner": "w", "lease_s": 30, "batch_size": 2, "apply": apply, "on_failure": noted}
+    results = advance_threads(log, bell, ["A", "B"], transient=(TransientError,), **args)
+    assert [(r.thread_id, r.applied, r.failed) for r in results] == [("A", 0, True), ("B", 2, False)]
+    assert failures == [("A", "A0", "KeyError")] and "A" not in log.leases  # the lease is let go
+    with pytest.raises(KeyError):  # alone, the doorbell task fails (and Celery counts it)
+        advance_thread(log, bell, "A", transient=(TransientError,), **args)
+    assert failures[-1] == ("A", "A0", "KeyError") and len(failures) == 2
+
+    def outage(lease, batch):
+        raise TransientError("the database went away")  # the others would meet it too
+
+    with pytest.raises(TransientError):
+        advance_threads(log, bell, ["A", "B"], transient=(TransientError,), **{**args, "apply": outage})
+    assert len(failures) == 2
+
+
+def test_where_an_error_was_raised_names_chatmems_line_and_never_its_message():
+    from chatmem.adapters.errors import where_raised
+    from chatmem.memory.dates import month
+
+    try:
+        month(2023, 13)  # raised inside the standard library, called from chatmem
+    except ValueError as error:
+        place = where_raised(error)
+    assert re.fullmatch(r"ValueError at memory/dates\.py:\d+ in month", place), place
+    assert "13" not in place.split(":")[0] and "must be in" not in place
+    assert where_raised(KeyError("a user's words")) == "KeyError"  # never raised: no line to name
 
 
 @pytest.mark.parametrize(

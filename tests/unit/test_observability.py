@@ -68,6 +68,7 @@ def test_the_spec_metrics_are_exported():
         "chatmem_queue_depth",
         "chatmem_task_duration_seconds_bucket",
         "chatmem_task_failures_total",
+        "chatmem_thread_apply_failures_total",
         "chatmem_llm_calls_total",
         "chatmem_llm_tokens_total",
         "chatmem_embed_seconds_bucket",
