@@ -516,9 +516,11 @@ def term_counts(vector_text: str | None, lexemes: Sequence[str]) -> tuple[int, .
 
 
 def _row_stats(cols: tuple[Any, ...]) -> TermStats:
-    """TermStats from the docs, avg_len and df columns of `_STATS`."""
+    """TermStats from the docs, avg_len and df columns of `_STATS`. A query of no lexemes (only
+    stop words, punctuation or emoji: "👍", "?") has no df aggregates, so no df row when nothing
+    matched: NULL, read as no lexemes."""
     docs, avg_len, df = cols
-    return TermStats(int(docs or 0), float(avg_len or 0.0), tuple(int(x) for x in df))
+    return TermStats(int(docs or 0), float(avg_len or 0.0), tuple(int(x) for x in df or ()))
 
 
 def _term_stats(lexemes: list[str], vectors: list[list[str]]) -> TermStats:

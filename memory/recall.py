@@ -521,7 +521,7 @@ class Recall:
         threads = self.store.readable_threads(user_id, thread_id) if scope is not Scope.FACTS else []
         if thread_id is not None and scope is not Scope.FACTS and not threads:
             raise NotReadable(thread_id)
-        query = query.strip()
+        query = query.replace("\x00", "").strip()  # NUL means nothing in a query, and Postgres refuses it
         if not query or limit <= 0:
             return RecallResult(query=query, scope=scope, hits=[])
         lexemes = self.store.lexemes(query)

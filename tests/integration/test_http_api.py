@@ -133,3 +133,13 @@ def test_only_an_admin_key_erases_a_user_and_reads_find_nothing_after(server):
         assert alice.recall(user_id="alice", query="locker code").hits == []
     with ChatmemClient(url, keys["bob"]) as bob:
         assert bob.recall(user_id="bob", query="laptop").hits  # bob's memory is untouched
+
+
+def test_an_emoji_or_a_nul_in_a_query_is_answered_not_a_server_error(server):
+    url, keys, _ = server
+    for query in ("👍", "locker\u0000code"):
+        for path, body in (("/v1/recall", {}), ("/v1/context", {"thread_id": "garden"})):
+            r = httpx.post(
+                f"{url}{path}", json={"user_id": "alice", "query": query, **body}, headers={"X-API-Key": keys["alice"]}
+            )
+            assert r.status_code == 200, (path, query, r.text)

@@ -124,6 +124,26 @@ def test_user_a_never_sees_user_b(memory):
     assert c.recall("nobody", "locker code 4512").hits == []
 
 
+@pytest.mark.parametrize("query", ["👍", "?", "!!!", "the the the", "'", "a:* & !", "\u200b"])
+def test_a_message_with_no_searchable_word_still_gets_context_and_recall(memory, query):
+    # Only stop words, punctuation or emoji: no text lexeme. These once raised TypeError from
+    # every scope, so a bot building context for a "👍" got an error (the API a 500).
+    c = memory
+    for scope in Scope:
+        for thread_id in (None, "garden"):
+            assert isinstance(c.recall("alice", query, scope=scope, limit=3, thread_id=thread_id).hits, list)
+    assert c.recall("alice", query, scope=Scope.MESSAGES).hits  # found by meaning alone
+    bundle = c.build_context("garden", "alice", query)
+    assert bundle.messages[-1]["content"].startswith("What about the new shed colour")
+
+
+def test_a_nul_in_a_query_is_dropped_not_sent_to_postgres(memory):
+    c = memory
+    assert "4512" in c.recall("alice", "locker\x00 code", limit=1).hits[0].snippet
+    with_nul = c.build_context("garden", "alice", "\x00locker code?")
+    assert with_nul.messages == c.build_context("garden", "alice", "locker code?").messages
+
+
 def test_context_bundle_from_real_memory(memory):
     c = memory
     b = c.build_context("garden", "alice", "what was my locker code?", max_tokens=600, budgets=Budgets(recent_turns=30))
