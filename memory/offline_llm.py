@@ -156,7 +156,8 @@ class OfflineLLM:
 
     def _file_summary(self, data: dict) -> FileSummary:
         sections = [t for t in data["sections"] if t.strip()]
-        first = sentences(sections[0])[0] if sections else ""
+        # A first section too short to hold a sentence ("1", a page number) stands for itself.
+        first = (sentences(sections[0]) or [sections[0].strip()])[0] if sections else ""
         title = data.get("filename") or first[:80] or "file"
         lines = [Line(seq=i, role="file", text=t) for i, t in enumerate(sections)]
         return FileSummary(title=title, summary=self._central(lines, self.max_sentences))

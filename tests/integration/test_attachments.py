@@ -334,3 +334,14 @@ def test_failed_attachments_are_listed_with_their_reason_and_can_be_retried(driv
     assert driver.run_attachments() == ["done"]
     assert [r["status"] for r in store.listing()] == ["done"]
     assert "Lisbon" in message_text(container, "t-1")
+
+
+def test_a_document_of_one_character_is_read_not_failed(driver, container, tmp_path):
+    # The offline summary took the first sentence of the first part, and a part of one
+    # character ("1", a page number alone) has none: the job failed for good with IndexError.
+    att = Attachment(url=put(tmp_path, "page.txt", b"1"), kind="document", mime_type="text/plain")
+    driver.publish([message("one", "alice", 1, "the page", [att])])
+    driver.advance("one")
+    assert driver.run_attachments() == ["done"]
+    summary = scalar(container, "SELECT text FROM artifact_text WHERE kind = 'file_summary'")
+    assert summary.startswith("1:")  # the part stands for its own title
