@@ -436,13 +436,23 @@ def replay(
         raise typer.Exit(_check_replay(c, ids, llm))
     if jobs > 1 and len(ids) > 1:
         raise typer.Exit(_replay_in_processes(c, llm, c.thread_log.event_counts(ids), jobs, refresh_llm))
-    _replay_threads(c, llm, ids)
+    raise typer.Exit(_replay_threads(c, llm, ids))
 
 
-def _replay_threads(c: Container, llm: CachedLLM, ids: list[str]) -> None:
+def _replay_threads(c: Container, llm: CachedLLM, ids: list[str]) -> int:
+    """Rebuild `ids`; 1 when any thread's rebuild failed (each is named, with where it failed)."""
+    from chatmem.adapters.errors import where_raised
     from chatmem.adapters.procs import process_name
+    from chatmem.memory.replay import ReplayFailed
 
+    failed = 0
     for r in c.replay_many(ids, llm, process_name("replay")):
+        if isinstance(r, ReplayFailed):
+            failed += 1
+            console.print(
+                f"[red]{r.thread_id}: not rebuilt, {where_raised(r.error)}; its memory is left as it was[/red]"
+            )
+            continue
         console.print(
             f"{r.thread_id}: generation {r.generation} · {r.events} events · {r.episodes} episodes · {r.seconds:.1f}s"
         )
@@ -450,6 +460,9 @@ def _replay_threads(c: Container, llm: CachedLLM, ids: list[str]) -> None:
     if ids:
         # The replaced generations stay in the tables, and reads pay for them, until collected.
         console.print("The replaced generations stay until `chatmem gc` (run it once you keep the rebuild).")
+    if failed:
+        console.print(f"[red]{failed} of {len(ids)} thread(s) not rebuilt[/red] (the worker logs hold each error)")
+    return 1 if failed else 0
 
 
 def _replay_in_processes(c: Container, llm: CachedLLM, counts: dict[str, int], jobs: int, refresh_llm: bool) -> int:
@@ -475,9 +488,8 @@ def _replay_in_processes(c: Container, llm: CachedLLM, counts: dict[str, int], j
             args = [sys.executable, "-m", "chatmem.api.cli", "replay", "--threads-file", str(listing)]
             procs.append(subprocess.Popen([*args, *(["--refresh-llm"] if refresh_llm else [])]))
         try:
-            _replay_threads(c, llm, own)
-            mine = 0
-        except Exception:  # the children's shares still finish; the exit code tells
+            mine = _replay_threads(c, llm, own)
+        except Exception:  # an outage; the children's shares still finish, and the exit code tells
             logging.getLogger("chatmem.replay").exception("replay failed")
             mine = 1
         return max([mine, *(p.wait() for p in procs)])

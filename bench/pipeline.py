@@ -27,6 +27,7 @@ from chatmem.adapters.procs import process_name
 from chatmem.bench.cpu import CpuMeter, listening_pid, postmaster_of
 from chatmem.bench.host import machine
 from chatmem.bench.ingest import scratch
+from chatmem.memory.replay import ReplayFailed, ReplayResult
 from chatmem.producers.importers import locomo_events
 from chatmem.producers.publisher import Publisher
 from chatmem.schemas.events import MessageEvent
@@ -193,7 +194,10 @@ def per_thread_doorbells(c, events: list[MessageEvent]) -> tuple[float, dict[str
 
 def replay_rate_of(c, thread_ids: list[str], llm) -> float:  # noqa: ANN001
     t0 = time.perf_counter()
-    replayed = sum(r.events for r in c.replay_many(thread_ids, llm, process_name("bench")))
+    results = list(c.replay_many(thread_ids, llm, process_name("bench")))
+    if failed := [r for r in results if isinstance(r, ReplayFailed)]:
+        raise RuntimeError(f"{len(failed)} thread(s) not rebuilt, the first {failed[0].thread_id}: {failed[0].error!r}")
+    replayed = sum(r.events for r in results if isinstance(r, ReplayResult))
     return replayed / (time.perf_counter() - t0)
 
 

@@ -64,7 +64,7 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.memory.pipeline import ThreadProcessor
     from chatmem.memory.ports import LLM, Embedder
     from chatmem.memory.recall import Recall
-    from chatmem.memory.replay import ReplayResult
+    from chatmem.memory.replay import ReplayFailed, ReplayResult
     from chatmem.memory.segmentation import SegmenterConfig
     from chatmem.memory.sweeper import Sweeper
     from chatmem.memory.tokens import TokenCounter
@@ -681,6 +681,18 @@ class Container:
             finals_after_s=self.settings.sweeper_finals_after_s,
         )
 
+    def _replay_or_failed(self, thread_id: str, llm: CachedLLM, owner: str) -> ReplayResult | ReplayFailed:
+        from chatmem.adapters.errors import TRANSIENT_ERRORS
+        from chatmem.memory.replay import ReplayFailed
+
+        try:
+            return self.replay(thread_id, llm, owner)
+        except TRANSIENT_ERRORS:
+            raise
+        except Exception as error:  # this thread's own: a bug, or input nothing refused earlier
+            log.exception("thread %s: the rebuild failed; its memory is left as it was", thread_id)
+            return ReplayFailed(thread_id, error)
+
     def replay(self, thread_id: str, llm: CachedLLM, owner: str, **kw: Any) -> ReplayResult:
         """Rebuild one thread (memory/replay.py), facts included; then retire what the old
         generation derived that the rebuild did not."""
@@ -692,21 +704,22 @@ class Container:
 
     def replay_many(
         self, thread_ids: Sequence[str], llm: CachedLLM, owner: str, *, overlap: int = REPLAY_OVERLAP
-    ) -> Iterator[ReplayResult]:
+    ) -> Iterator[ReplayResult | ReplayFailed]:
         """Rebuild threads `overlap` at a time, each on a thread of this process, yielding results
         as they finish. A rebuild waits on Postgres for about half its time, one statement after
         another, and another rebuild computes meanwhile. A thread is one rebuild's, so its order
-        holds. The first failure stops the ones not started and is raised."""
+        holds. A thread whose rebuild fails is yielded as ReplayFailed and the others go on; an
+        outage (TRANSIENT_ERRORS) stops the ones not started and is raised."""
         if overlap <= 1 or len(thread_ids) <= 1:
             for tid in thread_ids:
-                yield self.replay(tid, llm, owner)
+                yield self._replay_or_failed(tid, llm, owner)
             return
         # Built here, once, before two rebuilds could each build them: cached_property has no
         # lock from Python 3.12 on (mem0 locks its own; the LLM assist's cooldown is per process).
         self.embedder, self.jobs, self.projections, self.thread_log, self.seg_config, self.summary_policy  # noqa: B018
         self.boundary_assist()
         with ThreadPoolExecutor(min(overlap, len(thread_ids)), thread_name_prefix="replay") as pool:
-            futures = [pool.submit(self.replay, tid, llm, owner) for tid in thread_ids]
+            futures = [pool.submit(self._replay_or_failed, tid, llm, owner) for tid in thread_ids]
             try:
                 for done in as_completed(futures):
                     yield done.result()

@@ -43,6 +43,15 @@ class ReplayResult:
     context: ThreadContext | None = None  # where the rebuild ended (to switch to it later)
 
 
+@dataclass(frozen=True)
+class ReplayFailed:
+    """A thread whose rebuild raised an error that is not an outage: its memory is left as it
+    was (the generation it had stays active), and the other threads are rebuilt."""
+
+    thread_id: str
+    error: Exception
+
+
 def replay_thread(
     thread_id: str,
     *,

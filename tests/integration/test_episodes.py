@@ -542,3 +542,36 @@ def test_a_batch_that_fails_waits_with_a_notice_and_its_group_goes_on(container,
 
     monkeypatch.undo()  # a fixed version: the thread goes on from where it waited, nothing lost
     assert d.advance("tp").applied == 2 and scalar(container, stored, "tp") == 2
+
+
+def test_a_rebuild_that_fails_for_one_thread_rebuilds_the_others_and_names_it(container, monkeypatch, capsys):
+    # The rule changed and one thread meets a bug: a rebuild of every thread must not stop there.
+    from chatmem.api.cli import _replay_threads
+    from chatmem.memory import episodes
+    from chatmem.memory.replay import ReplayFailed
+
+    d = Driver(container)
+    threads = ("ra", "rb", "rc")
+    for t in threads:
+        text = "my private poison" if t == "rb" else "all fine here"
+        d.publish([MessageEvent(event_id=f"{t}-{i}", thread_id=t, user_id="u", text=f"{text} {i}") for i in range(3)])
+        d.advance(t)
+    real = episodes.date_note
+
+    def date_note(text, at):
+        if "poison" in text:
+            raise KeyError(text)
+        return real(text, at)
+
+    monkeypatch.setattr(episodes, "date_note", date_note)
+    llm = container.llm("maintenance")
+    results = {r.thread_id: r for r in container.replay_many(threads, llm, "replay", overlap=2)}
+    assert isinstance(results["rb"], ReplayFailed) and isinstance(results["rb"].error, KeyError)
+    assert {results[t].generation for t in ("ra", "rc")} == {2}
+    generation = "SELECT generation FROM threads WHERE thread_id = %s"
+    assert [scalar(container, generation, t) for t in threads] == [2, 1, 2]  # rb's memory as it was
+
+    assert _replay_threads(container, llm, ["rb", "ra"]) == 1
+    out = capsys.readouterr().out
+    assert "rb: not rebuilt, KeyError at memory/episodes.py:" in out and "poison" not in out
+    assert "1 of 2 thread(s) not rebuilt" in out and "ra: generation 3" in out
