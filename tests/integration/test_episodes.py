@@ -499,12 +499,11 @@ def test_an_offline_extract_takes_its_messages_mean_vector_and_a_model_summary_i
     assert np.allclose(vector.to_numpy(), embedder.embed([text])[0], atol=1e-5)
 
 
-def test_a_batch_that_fails_waits_with_a_notice_and_its_group_goes_on(container, monkeypatch):
-    # Any bug that a message meets on every try, as "couple weeks ago" once did in the dates.
-    from chatmem.adapters.errors import TRANSIENT_ERRORS
-    from chatmem.adapters.metrics import instruments
+@pytest.fixture
+def poison(monkeypatch):
+    """A bug that any message holding "poison" meets on every try, as "couple weeks ago" once did
+    in the dates; `poison.undo()` is the fixed version."""
     from chatmem.memory import episodes
-    from chatmem.memory.sequencer import advance_threads
 
     real = episodes.date_note
 
@@ -514,6 +513,14 @@ def test_a_batch_that_fails_waits_with_a_notice_and_its_group_goes_on(container,
         return real(text, at)
 
     monkeypatch.setattr(episodes, "date_note", date_note)
+    return monkeypatch
+
+
+def test_a_batch_that_fails_waits_with_a_notice_and_its_group_goes_on(container, poison):
+    from chatmem.adapters.errors import TRANSIENT_ERRORS
+    from chatmem.adapters.metrics import instruments
+    from chatmem.memory.sequencer import advance_threads
+
     d = Driver(container)
     d.publish(
         [
@@ -540,14 +547,13 @@ def test_a_batch_that_fails_waits_with_a_notice_and_its_group_goes_on(container,
     advance_threads(container.thread_log, container.doorbell, ["tp"], **args)  # the sweeper's next ring
     assert len(container.notices.notices(10, kind="apply_failed")) == 1  # once an event
 
-    monkeypatch.undo()  # a fixed version: the thread goes on from where it waited, nothing lost
+    poison.undo()  # a fixed version: the thread goes on from where it waited, nothing lost
     assert d.advance("tp").applied == 2 and scalar(container, stored, "tp") == 2
 
 
-def test_a_rebuild_that_fails_for_one_thread_rebuilds_the_others_and_names_it(container, monkeypatch, capsys):
+def test_a_rebuild_that_fails_for_one_thread_rebuilds_the_others_and_names_it(container, request, capsys):
     # The rule changed and one thread meets a bug: a rebuild of every thread must not stop there.
     from chatmem.api.cli import _replay_threads
-    from chatmem.memory import episodes
     from chatmem.memory.replay import ReplayFailed
 
     d = Driver(container)
@@ -556,14 +562,7 @@ def test_a_rebuild_that_fails_for_one_thread_rebuilds_the_others_and_names_it(co
         text = "my private poison" if t == "rb" else "all fine here"
         d.publish([MessageEvent(event_id=f"{t}-{i}", thread_id=t, user_id="u", text=f"{text} {i}") for i in range(3)])
         d.advance(t)
-    real = episodes.date_note
-
-    def date_note(text, at):
-        if "poison" in text:
-            raise KeyError(text)
-        return real(text, at)
-
-    monkeypatch.setattr(episodes, "date_note", date_note)
+    request.getfixturevalue("poison")  # from here on, the new rules' bug
     llm = container.llm("maintenance")
     results = {r.thread_id: r for r in container.replay_many(threads, llm, "replay", overlap=2)}
     assert isinstance(results["rb"], ReplayFailed) and isinstance(results["rb"].error, KeyError)
