@@ -39,4 +39,5 @@ def _ours(filename: str) -> str | None:
     if not path.is_relative_to(_ROOT):
         return None
     relative = path.relative_to(_ROOT)
-    return relative.as_posix() if relative.parts[0] in _PARTS else None
+    # Installed, chatmem's own modules (bootstrap.py, ...) sit at the top of _ROOT itself.
+    return relative.as_posix() if relative.parts[0] in _PARTS or len(relative.parts) == 1 else None
