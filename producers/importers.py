@@ -35,6 +35,7 @@ LOCOMO_DATE_FORMAT = "%I:%M %p on %d %B, %Y"
 # Spellings of a session's time that the format's own files do not use but an edited copy may.
 LOCOMO_DATE_VARIANTS = (LOCOMO_DATE_FORMAT, "%I:%M %p on %d %B %Y", "%I:%M %p on %B %d, %Y", "%d %B, %Y", "%d %B %Y")
 LOCOMO_GAP = timedelta(hours=1)  # a session with no readable time: this long after the one before
+UTF8_BOM = b"\xef\xbb\xbf"  # written first by some editors on Windows; JSON parsers refuse it
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ def publish_jsonl(pub: Publisher, path: Path, settings: Settings, batch: int = 5
     pending = []
     with open(path, "rb") as fh:
         for line_no, line in enumerate(fh, start=1):
+            if line_no == 1:
+                line = line.removeprefix(UTF8_BOM)  # as an editor on Windows saves a file
             if not line.strip():
                 continue
             try:
@@ -501,15 +504,19 @@ _LONGEST_PAIR = 12  # two escapes: what one decision may need to see
 
 
 class LoneSurrogatesReplaced:
-    """A JSON file read as the parser should see it: the escape of a UTF-16 surrogate without its
-    other half becomes `\\ufffd`, the replacement character. Exporters that count text in UTF-16
-    write one when they cut a text inside an emoji; the C parser reads a lone high half as '?' but
-    fails on a lone low half with UnicodeDecodeError, which would end the whole import. The
-    escape keeps its length, so byte offsets stay true."""
+    """A JSON file read as the parser should see it: from after a byte order mark if it starts with
+    one, and with the escape of a UTF-16 surrogate without its other half as `\\ufffd`, the
+    replacement character. Exporters that count text in UTF-16 write such an escape when they
+    cut a text inside an emoji; the C parser reads a lone high half as '?' but fails on a lone
+    low half with UnicodeDecodeError, which would end the whole import. The escape keeps its
+    length, so byte offsets stay true."""
 
     def __init__(self, raw: BinaryIO):
         self.raw = raw
         self.pending = b""  # read, not yet decided: it may end inside an escape or a pair
+        # RFC 8259 lets a parser ignore a byte order mark; a rewind comes back to after it.
+        self.start = len(UTF8_BOM) if raw.read(len(UTF8_BOM)) == UTF8_BOM else 0
+        raw.seek(self.start)
 
     def read(self, size: int = -1) -> bytes:
         if size == 0:
@@ -524,12 +531,12 @@ class LoneSurrogatesReplaced:
     def seek(self, offset: int, whence: int = 0) -> int:
         if (offset, whence) != (0, 0):
             raise OSError("this reader only rewinds")
-        self.raw.seek(0)
+        self.raw.seek(self.start)
         self.pending = b""
         return 0
 
     def tell(self) -> int:
-        return self.raw.tell() - len(self.pending)
+        return self.raw.tell() - len(self.pending) - self.start
 
 
 def replace_lone_surrogates(buf: bytes, *, final: bool) -> tuple[bytes, bytes]:

@@ -209,3 +209,28 @@ def test_any_field_of_an_export_replaced_by_any_json_gives_reports_or_events_tha
                 assert parse_event(serialize(item)) == item
 
     check()
+
+
+# --- a byte order mark ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_an_export_saved_with_a_byte_order_mark_imports_as_without(tmp_path, name):
+    path, parser = FORMATS[name]
+    raw = path.read_bytes()
+    plain, plain_pub = import_bytes(tmp_path, raw, parser)
+    marked, marked_pub = import_bytes(tmp_path, b"\xef\xbb\xbf" + raw, parser)
+    assert marked_pub.published == plain_pub.published and plain.report.published > 0
+    assert marked.report.bytes_read == plain.report.bytes_read + 3
+
+
+def test_a_jsonl_file_saved_with_a_byte_order_mark_keeps_its_first_event(tmp_path):
+    from chatmem.producers.importers import publish_jsonl
+    from chatmem.schemas.settings import Settings
+
+    lines = [MessageEvent(event_id=f"e{i}", thread_id="t", user_id="u", text=f"line {i}") for i in range(3)]
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b"\n".join(serialize(e) for e in lines))
+    pub = FakePublisher()
+    result = publish_jsonl(pub, path, Settings())
+    assert result.rejected == [] and [e.event_id for e in pub.published] == ["e0", "e1", "e2"]
