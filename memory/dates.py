@@ -118,7 +118,9 @@ def _weekend(saturday: date) -> Period:
 _LAST = r"(?:last|this past|past)"
 _NEXT = r"(?:next|this coming|coming)"
 _WHICH = rf"(?P<which>{_LAST}|{_NEXT}|this)"
-_COUNT = r"(?P<n>\d{1,2}|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|(?:a )?couple(?: of)?)"
+# The counts in words are the table's keys, so no form can match that it cannot read (as
+# "couple" once did); the longest first, so that "a couple of" is not read as "a".
+_COUNT = rf"(?P<n>\d{{1,2}}|{'|'.join(sorted(_NUMBER, key=len, reverse=True))})"
 _UNIT = r"(?P<unit>day|week|month|year)s?"
 
 
