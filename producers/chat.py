@@ -12,7 +12,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from chatmem.schemas.events import CommandEvent, CommandName
+from pydantic import ValidationError
+
+from chatmem.adapters.errors import where_raised
+from chatmem.schemas.events import CommandEvent, CommandName, describe_validation_error
 from chatmem.schemas.read import Citation, ContextBundle, KnownAbout, RecallResult, SummaryView
 
 
@@ -71,6 +74,20 @@ def parse_command(text: str | None, bot_username: str | None = None) -> tuple[Ch
     return command, (match["arg"] or "").strip()
 
 
+def without_nul(text: str) -> str:
+    """A platform's text as memory keeps it. The events refuse NUL, since Postgres text cannot
+    hold it; a platform that lets one through must not cost the user the whole message."""
+    return text.replace("\x00", "")
+
+
+def mapping_failure(error: Exception) -> str:
+    """Why a platform message could not become an event, for a log line. Never the error's own
+    text: a ValidationError quotes the user's words."""
+    if isinstance(error, ValidationError):
+        return describe_validation_error(error)
+    return where_raised(error)
+
+
 @dataclass(frozen=True)
 class Origin:
     """The fields every event made from one platform message shares."""
@@ -90,7 +107,7 @@ def command_event(origin: Origin, command: ChatCommand, arg: str) -> CommandEven
     if name is None or (command is ChatCommand.FORGET_ME and arg.lower() != FORGET_ME_CONFIRM):
         return None
     args: dict[str, Any] = {}
-    arg = arg.replace("\x00", "")  # as in message text: the event refuses NUL, Postgres cannot hold it
+    arg = without_nul(arg)
     if command in (ChatCommand.REMEMBER, ChatCommand.FORGET):
         args["text"] = arg
     elif command is ChatCommand.SUMMARY and arg:

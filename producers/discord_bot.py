@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import discord
 from discord import app_commands
 from discord.ext import commands
+from pydantic import ValidationError
 
 from chatmem.memory.recall import NotReadable
 from chatmem.producers.chat import (
@@ -28,8 +29,10 @@ from chatmem.producers.chat import (
     Origin,
     command_event,
     command_reply,
+    mapping_failure,
     parse_command,
     render_recall,
+    without_nul,
 )
 from chatmem.producers.discord_ids import PLATFORM, message_event_id, thread_id_for, user_id_for
 from chatmem.schemas.events import Attachment, AttachmentKind, CommandEvent, MessageEditedEvent, MessageEvent, Role
@@ -97,18 +100,24 @@ def attachment_kind(content_type: str | None, filename: str | None = None) -> At
 
 
 def to_attachment(item: discord.Attachment) -> Attachment | None:
-    """A reference to the CDN file (bytes never travel in events); None for a non-https URL."""
+    """A reference to the CDN file (bytes never travel in events); None for a non-https URL,
+    or for a file the wire contract refuses (logged: one odd file must not cost the message its
+    text)."""
     if not item.url.startswith("https://"):
         return None
     mime = (item.content_type or "").split(";", 1)[0].strip() or None
-    return Attachment(
-        url=item.url,
-        kind=attachment_kind(item.content_type, item.filename),
-        mime_type=mime,
-        filename=item.filename,
-        caption=_clean(item.description) or None,  # the alt text the author wrote
-        size_bytes=item.size,
-    )
+    try:
+        return Attachment(
+            url=item.url,
+            kind=attachment_kind(item.content_type, item.filename),
+            mime_type=mime,
+            filename=_clean(item.filename) or None,
+            caption=_clean(item.description) or None,  # the alt text the author wrote
+            size_bytes=item.size,
+        )
+    except ValidationError as error:
+        log.warning("a Discord file reference was left out: %s", mapping_failure(error))
+        return None
 
 
 def message_text(message: discord.Message) -> str:
@@ -131,9 +140,9 @@ def _embed_text(embed: discord.Embed) -> str:
 
 
 def _clean(text: str | None) -> str:
-    # clean_content escapes @everyone with a zero-width space (for re-sending); Postgres
-    # refuses NUL. Neither belongs in memory.
-    return (text or "").replace("\u200b", "").replace("\x00", "")
+    # clean_content escapes @everyone with a zero-width space (for re-sending); it does not
+    # belong in memory.
+    return without_nul((text or "").replace("\u200b", ""))
 
 
 def message_metadata(message: discord.Message) -> dict[str, Any]:
@@ -317,7 +326,11 @@ class MemoryCog(commands.Cog, name="chatmem"):
         if parsed is not None:
             await self._answer_text_command(message, *parsed)
             return
-        event = message_event(message, self.bot.user.id if self.bot.user else None)
+        try:
+            event = message_event(message, self.bot.user.id if self.bot.user else None)
+        except (ValidationError, TypeError, ValueError) as error:
+            log.error("message %s could not be mapped: %s", message.id, mapping_failure(error))
+            return
         if event is not None:
             self.publisher.publish_nowait(event)
 
@@ -328,7 +341,11 @@ class MemoryCog(commands.Cog, name="chatmem"):
         message = payload.message
         if self._text_command(message) is not None:
             return  # a command already ran; editing it does not run it again
-        event = edit_event(message)
+        try:
+            event = edit_event(message)
+        except (ValidationError, TypeError, ValueError) as error:
+            log.error("the edit of message %s could not be mapped: %s", message.id, mapping_failure(error))
+            return
         if event is not None:
             self.publisher.publish_nowait(event)
 

@@ -34,8 +34,10 @@ from chatmem.producers.chat import (
     Origin,
     command_event,
     command_reply,
+    mapping_failure,
     parse_command,
     render_recall,
+    without_nul,
 )
 from chatmem.schemas.events import Attachment, AttachmentKind, MessageEditedEvent, MessageEvent, Role
 from chatmem.schemas.read import Citation
@@ -131,6 +133,10 @@ def _epoch(value: Any) -> int:
 def content_text(message: Json) -> str:
     """The words of a message: its text or caption; for content without words, a short
     bracketed description (a sticker's emoji, a poll, a place, a contact)."""
+    return without_nul(_words(message))
+
+
+def _words(message: Json) -> str:
     text = message.get("text") or message.get("caption")
     if text:
         return str(text)
@@ -166,7 +172,7 @@ def attachments_of(message: Json) -> list[Attachment]:
     """References to the message's files (never the bytes): the largest size of a photo,
     documents, audio, voice notes, videos, video notes, animations. Stickers are not fetched:
     their emoji is the message text."""
-    caption = message.get("caption") or None
+    caption = without_nul(str(message.get("caption") or "")) or None
     found: list[Attachment | None] = []
     if photo := message.get("photo"):
         best = max(photo, key=lambda p: (int(p.get("width", 0)) * int(p.get("height", 0)), p.get("file_size") or 0))
@@ -194,12 +200,12 @@ def _attachment(file: Json, kind: AttachmentKind, default_mime: str | None, capt
             url=file_url(str(file["file_id"])),
             kind=kind,
             mime_type=file.get("mime_type") or default_mime,
-            filename=file.get("file_name"),
+            filename=without_nul(str(file["file_name"])) if file.get("file_name") else None,
             caption=caption,
             size_bytes=file.get("file_size"),
         )
     except ValidationError as error:  # one odd file must not cost the message its text
-        log.warning("chatmem: a Telegram file reference was left out: %s", error.errors()[0]["msg"])
+        log.warning("chatmem: a Telegram file reference was left out: %s", mapping_failure(error))
         return None
 
 
@@ -464,8 +470,8 @@ def record_sent(publisher: EventPublisher, method: str, result: Any) -> None:
         return
     try:
         events = map_sent(method, result)
-    except (ValidationError, KeyError, TypeError, ValueError):
-        log.exception("chatmem: the result of %s could not be mapped", method)
+    except (ValidationError, KeyError, TypeError, ValueError) as error:
+        log.error("chatmem: the result of %s could not be mapped: %s", method, mapping_failure(error))
         return
     publish_all(publisher, events)
 
@@ -487,8 +493,8 @@ async def handle_update(
     handlers should then not see it."""
     try:
         incoming = map_update(update, bot_username=bot_username)
-    except (ValidationError, KeyError, TypeError, ValueError):
-        log.exception("chatmem: update %s could not be mapped", update.get("update_id"))
+    except (ValidationError, KeyError, TypeError, ValueError) as error:
+        log.error("chatmem: update %s could not be mapped: %s", update.get("update_id"), mapping_failure(error))
         return False
     if incoming is None:
         return False

@@ -4,6 +4,7 @@ constructors from gateway-shaped payloads) mapped onto events, ids, and deep lin
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -248,6 +249,32 @@ def test_typed_commands_can_be_left_alone_and_their_edits_never_rerun(bot):
     words = message(ALICE, "fixed", edited=T0 + timedelta(hours=3))
     asyncio.run(cog.on_raw_message_edit(discord.RawMessageUpdateEvent(data=words, message=to_message(bot, words))))
     assert [e.type for e in cog.publisher.events] == ["message_edited"]
+
+
+def test_a_file_the_contract_refuses_costs_only_itself(bot, caplog):
+    caplog.set_level(logging.WARNING)
+    named = cdn_attachment(3, "notes.txt", "text/plain", 10)
+    named["filename"] = "no\x00tes.txt"
+    odd = cdn_attachment(4, "a.txt", "text/plain", 10)
+    odd["content_type"] = "text/" + "x" * 600  # beyond the contract's 512 characters
+    event = event_of(bot, message(ALICE, "both files", attachments=[named, odd]))
+    assert event.text == "both files" and [a.filename for a in event.attachments] == ["notes.txt"]
+    assert "a Discord file reference was left out: mime_type:" in caplog.text
+
+
+def test_a_message_that_cannot_be_mapped_is_logged_without_its_words(bot, caplog):
+    # Beyond the wire contract's text limit (a Discord message is far shorter, but the limit is
+    # the contract's): the listener logs why, never what was said, and publishes nothing.
+    caplog.set_level(logging.WARNING)
+    words = message(ALICE, "my secret plan " * 3000, edited=T0 + timedelta(hours=1))
+    cog = MemoryCog(bot, ListPublisher())
+    asyncio.run(cog.on_message(to_message(bot, words)))
+    asyncio.run(cog.on_raw_message_edit(discord.RawMessageUpdateEvent(data=words, message=to_message(bot, words))))
+    records = [r for r in caplog.records if "could not be mapped" in r.getMessage()]
+    assert [r.getMessage().split("mapped: ", 1)[1] for r in records] == [
+        "text: is 45000 characters, above the limit of 32000"
+    ] * 2
+    assert cog.publisher.events == [] and "secret" not in caplog.text and all(r.exc_info is None for r in records)
 
 
 # --- deep links ---------------------------------------------------------------------------------

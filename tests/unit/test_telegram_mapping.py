@@ -273,6 +273,21 @@ def test_content_without_words_gets_a_short_description(fields, text):
     assert msg_event({"message": message(PRIVATE, 11, **fields)}).text == text
 
 
+def test_nul_characters_are_dropped_not_refused():
+    # As the Discord adapter does: the events refuse NUL, and a NUL must not cost the message.
+    assert msg_event({"message": message(PRIVATE, 12, text="a\x00b")}).text == "ab"
+    poll = {"question": "Lunch\x00?", "options": [{"text": "pizza"}]}
+    assert msg_event({"message": message(PRIVATE, 13, poll=poll)}).text == "[poll] Lunch? — pizza"
+    doc = {"file_id": "D", "file_unique_id": "d", "file_name": "plan\x00.pdf"}
+    event = msg_event({"message": message(PRIVATE, 14, document=doc, caption="the\x00 plan")})
+    assert event.text == "the plan" and (event.attachments[0].filename, event.attachments[0].caption) == (
+        "plan.pdf",
+        "the plan",
+    )
+    edit = one({"edited_message": message(PRIVATE, 12, text="a\x00c", edit_date=T0 + 5)}).event
+    assert isinstance(edit, MessageEditedEvent) and edit.text == "ac"
+
+
 def test_telegram_file_references_pass_the_wire_contract_and_others_do_not():
     assert Attachment(url="telegram:file/AgACAgIAAxkBAAIB-_x").url == "telegram:file/AgACAgIAAxkBAAIB-_x"
     for bad in ("telegram:file/../etc/passwd", "telegram://file/x", "telegram:file/", "telegram:bot123:ABC/x"):
@@ -505,6 +520,21 @@ def test_a_failing_publisher_or_a_bad_update_never_breaks_the_bot(caplog):
     assert not handled and "was not handed to the publisher" in caplog.text
     handled, _ = run_update({"update_id": 9, "message": {"message_id": 1}}, ListPublisher(), None)
     assert not handled and "could not be mapped" in caplog.text
+
+
+def test_a_message_that_cannot_be_mapped_is_logged_without_its_words(caplog):
+    # Beyond the wire contract's text limit (a Bot API message is at most 4,096 characters, but
+    # a bot's own sends go through the same mapping): the log says why, never what was said.
+    caplog.set_level(logging.WARNING)
+    words = "my secret plan " * 3000
+    handled, _ = run_update({"update_id": 10, "message": message(PRIVATE, 65, text=words)}, ListPublisher(), None)
+    assert not handled
+    tg.record_sent(ListPublisher(), "sendMessage", message(PRIVATE, 66, user=BOT, text=words))
+    records = [r for r in caplog.records if "could not be mapped" in r.getMessage()]
+    assert [r.getMessage().split("mapped: ", 1)[1] for r in records] == [
+        "text: is 45000 characters, above the limit of 32000"
+    ] * 2
+    assert "secret" not in caplog.text and all(r.exc_info is None for r in records)
 
 
 # --- the libraries' dumps are the Bot API JSON -----------------------------------------------------
