@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from chatmem.memory.attachments import BadFile, Block
+from chatmem.memory.attachments.filetypes import decode_text
 
 if TYPE_CHECKING:  # pypdf loads on first use
     from pypdf import PdfReader
@@ -33,7 +34,7 @@ class DocumentReader:
     def read(self, data: bytes, mime: str) -> tuple[list[Block], dict]:
         if mime == "application/pdf":
             return self._pdf(data)
-        text = data.decode("utf-8", errors="replace")[: self.max_chars]
+        text = decode_text(data)[: self.max_chars]
         if mime == "text/html":
             return self._html(text)
         if mime == "text/markdown":

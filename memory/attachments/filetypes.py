@@ -3,9 +3,13 @@ the event's declared type contradicts it."""
 
 from __future__ import annotations
 
+import codecs
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import charset_normalizer
 
 from chatmem.memory.attachments.errors import BadFile
 
@@ -26,9 +30,27 @@ class Sniffed:
     kind: str  # image | document
 
 
-_HTML = re.compile(rb"^\s*(<!--.*?-->\s*)*(<!doctype\s+html|<html|<head|<body)", re.I | re.S)
+_HTML = re.compile(r"^\s*(<!--.*?-->\s*)*(<!doctype\s+html|<html|<head|<body)", re.I | re.S)
 _MARKDOWN_NAME = re.compile(r"\.(md|markdown|mdown)$", re.I)
 _MARKDOWN_SHAPE = re.compile(r"^(#{1,6} \S|[-*] \S|\d+\. \S|```)", re.M)
+
+HEAD_BYTES = 65536  # what the type and a text's encoding are read from
+# A byte order mark names its encoding. UTF-32's begin with UTF-16's, so they come first.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+# The code pages a text saved by an older program is likely to be in: Windows' for Western,
+# Central European, Cyrillic, Greek, Turkish, Hebrew, Arabic, Baltic and Thai text, the Russian
+# and Ukrainian Unix ones, DOS Cyrillic, and the East Asian multi-byte ones. Letting the detector
+# choose among every code page it knows reads short texts in a rare one.
+LEGACY_ENCODINGS = (
+    "cp1252", "cp1251", "cp1250", "cp1253", "cp1254", "cp1255", "cp1256", "cp1257", "cp874",
+    "koi8_r", "koi8_u", "cp866", "cp932", "euc_jp", "gb18030", "big5", "euc_kr",
+)  # fmt: skip
 
 
 def sniff(data: bytes, filename: str | None, guess_binary: Callable[[bytes], str | None]) -> Sniffed:
@@ -43,21 +65,54 @@ def sniff(data: bytes, filename: str | None, guess_binary: Callable[[bytes], str
         return Sniffed(mime, "document")
     if mime is not None:
         raise BadFile(f"files of type {mime} are not understood")
-    head = data[:65536]
-    if b"\x00" in head:
-        raise BadFile("binary file of an unknown type")
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as error:
-        if error.start < len(head) - 4:  # a cut multi-byte character at the end is fine
-            raise BadFile("binary file of an unknown type (not UTF-8 text)") from None
+    encoding = text_encoding(data)
+    if encoding is None:
+        raise BadFile("binary file of an unknown type (not text in UTF-8, UTF-16 or a known code page)")
+    head = data[:HEAD_BYTES].decode(encoding, "ignore")
     if _HTML.match(head):
         return Sniffed("text/html", "document")
-    if (filename and _MARKDOWN_NAME.search(filename)) or len(
-        _MARKDOWN_SHAPE.findall(head.decode("utf-8", "ignore"))
-    ) >= 2:
+    if (filename and _MARKDOWN_NAME.search(filename)) or len(_MARKDOWN_SHAPE.findall(head)) >= 2:
         return Sniffed("text/markdown", "document")
     return Sniffed("text/plain", "document")
+
+
+def text_encoding(data: bytes) -> str | None:
+    """The encoding a file is text in, read from its first HEAD_BYTES: its byte order mark's,
+    else UTF-8, else the legacy code page that reads it best (a text file saved by an older
+    Windows or DOS program); None for bytes that are not text."""
+    head = data[:HEAD_BYTES]
+    for bom, encoding in _BOMS:
+        if head.startswith(bom):
+            return encoding if _reads_as_text(head, encoding) else None
+    if b"\x00" in head:
+        return None
+    try:
+        head.decode("utf-8")
+        return "utf-8"
+    except UnicodeDecodeError as error:
+        if error.start >= len(head) - 4:  # a multi-byte character cut at the end
+            return "utf-8"
+    if len(data) > len(head):  # cut at a line's end, not inside a multi-byte character
+        head = head[: head.rfind(b"\n") + 1] or head
+    best = charset_normalizer.from_bytes(head, cp_isolation=list(LEGACY_ENCODINGS)).best()
+    return best.encoding if best is not None else None
+
+
+def _reads_as_text(head: bytes, encoding: str) -> bool:
+    # A byte order mark can begin binary bytes too: the rest must decode, and to printable text.
+    try:
+        text = codecs.getincrementaldecoder(encoding)().decode(head, final=False)
+    except UnicodeDecodeError:
+        return False
+    # Control characters other than white space, and code points no character is assigned to.
+    odd = sum(unicodedata.category(c) in ("Cc", "Cn") and c not in "\t\n\r\f\v" for c in text)
+    return odd <= 0.05 * len(text)
+
+
+def decode_text(data: bytes) -> str:
+    """A text file's characters, in the encoding `text_encoding` finds (a byte order mark
+    dropped); a byte that does not decode becomes U+FFFD."""
+    return data.decode(text_encoding(data) or "utf-8", errors="replace")
 
 
 _GENERIC_MIMES = {"application/octet-stream", "binary/octet-stream", "application/unknown", ""}

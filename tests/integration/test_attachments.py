@@ -345,3 +345,22 @@ def test_a_document_of_one_character_is_read_not_failed(driver, container, tmp_p
     assert driver.run_attachments() == ["done"]
     summary = scalar(container, "SELECT text FROM artifact_text WHERE kind = 'file_summary'")
     assert summary.startswith("1:")  # the part stands for its own title
+
+
+def test_text_files_as_windows_saves_them_are_read(driver, container, tmp_path):
+    # Notepad's "Unicode" and PowerShell's `>` write UTF-16 with a byte order mark, older programs
+    # a code page (Windows-1251 here): both were refused as binary files.
+    notes = "Locker code for the allotment shed: 4512.\r\nBring the green watering can.\r\n"
+    russian = "Встреча с арендодателем в пятницу в десять утра. Ключи от гаража у соседа."
+    files = [
+        Attachment(url=put(tmp_path, "notes.txt", notes.encode("utf-16")), kind="document", mime_type="text/plain"),
+        Attachment(url=put(tmp_path, "заметки.txt", russian.encode("cp1251")), kind="document"),
+    ]
+    driver.publish([message("win", "alice", 1, "my notes", files)])
+    driver.advance("win")
+    assert driver.run_attachments() == ["done", "done"]
+    with container.pool.connection() as conn:
+        chunks = [r[0] for r in conn.execute("SELECT text FROM artifact_text WHERE kind = 'chunk' ORDER BY text")]
+    assert chunks == [notes.strip(), russian], chunks
+    hits = container.recall("alice", "what is the locker code", scope=Scope.ARTIFACTS).hits
+    assert hits and "4512" in hits[0].snippet

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from chatmem.memory.attachments.analysis import Analyzer, Reader
 from chatmem.memory.attachments.chunks import Block, DerivedText, chunk_blocks
 from chatmem.memory.attachments.errors import BadFile
-from chatmem.memory.attachments.filetypes import Sniffed, declared_mismatch, sniff
+from chatmem.memory.attachments.filetypes import Sniffed, declared_mismatch, decode_text, sniff, text_encoding
 from chatmem.memory.attachments.job import AttachmentJob
 from chatmem.memory.attachments.ports import Analysis, Extraction, ImageInfo
 from chatmem.memory.attachments.queries import about_attachment
@@ -44,11 +44,65 @@ def test_the_type_comes_from_the_bytes():
     assert sniff(b"# Title\n\n- one\n- two\n", None, magic).mime == "text/markdown"
     assert sniff(b"just words", "readme.md", magic).mime == "text/markdown"
     assert sniff("привет, мир".encode(), None, magic).mime == "text/plain"
-    for data, reason in ((b"", "empty"), (b"\x00\x01\x02binary", "unknown type"), (b"\xff\xfe\xfa" * 40, "not UTF-8")):
+    for data, reason in ((b"", "empty"), (b"\x00\x01\x02binary", "unknown type"), (b"\xfa\xff\xfe" * 40, "not text")):
         with pytest.raises(BadFile, match=reason):
             sniff(data, None, magic)
     with pytest.raises(BadFile, match="application/zip"):
         sniff(b"PK\x03\x04", None, lambda _: "application/zip")
+
+
+# What Windows Notepad, PowerShell's `>` and older programs save: byte order marks, UTF-16 and
+# legacy code pages. Each was refused as binary or read as plain text with its tags.
+@given(st.text(st.characters(codec="utf-8", exclude_categories=["Cc", "Cs", "Cn"]), min_size=1))
+def test_text_with_a_byte_order_mark_is_read_in_its_encoding(text):
+    for codec in ("utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32"):
+        data = text.encode(codec)
+        if codec in ("utf-16-le", "utf-16-be"):  # Python writes no mark for these; Windows does
+            data = ("\ufeff" + text).encode(codec)
+        assert sniff(data, None, magic).kind == "document"
+        assert decode_text(data) == text
+
+
+LEGACY_TEXTS = {
+    "cp1252": "Mañana por la mañana vamos a España con el niño. ¿Dónde está el informe del año pasado? "
+    "Ça va très bien, merci: la réunion est déplacée à quatorze heures. Coffee costs €450 a month.",
+    "cp1251": "Привет! Завтра встреча в офисе в десять утра. Не забудь ноутбук и пропуск. Нужно обсудить "
+    "бюджет на следующий квартал. Ещё купи, пожалуйста, молоко, хлеб и сыр по дороге домой.",
+    "cp1250": "Dobrý den, jak se máte? Zítra máme schůzku v kanceláři v deset hodin. Nezapomeňte si vzít "
+    "notebook a průkaz. Příliš žluťoučký kůň úpěl ďábelské ódy.",
+    "koi8_r": "Привет! Завтра встреча в офисе в десять утра. Не забудь ноутбук и пропуск.",
+    "cp866": "Привет! Завтра встреча в офисе в десять утра. Не забудь ноутбук и пропуск.",
+    "cp1253": "Καλημέρα, η συνάντηση είναι αύριο στις δέκα το πρωί στο γραφείο. Μην ξεχάσετε το φορητό.",
+    "cp932": "明日の会議は十時からです。資料を忘れないでください。予算について話し合う必要があります。",
+    "gb18030": "明天的会议十点开始。请不要忘记带资料。我们需要讨论下个季度的预算和招聘计划。谢谢大家。",
+}
+
+
+@pytest.mark.parametrize("codec", LEGACY_TEXTS)
+def test_a_paragraph_in_a_legacy_code_page_is_read(codec):
+    data = LEGACY_TEXTS[codec].encode(codec)
+    assert sniff(data, "notes.txt", magic) == Sniffed("text/plain", "document")
+    assert decode_text(data) == LEGACY_TEXTS[codec]
+
+
+def test_a_long_legacy_text_is_read_from_its_head_cut_at_a_line():
+    # The head ends inside a two-byte character unless it is cut back to a line's end.
+    line = LEGACY_TEXTS["cp932"] + "\n"
+    data = (line * (80_000 // len(line.encode("cp932")) + 1)).encode("cp932")
+    assert text_encoding(data) in ("cp932", "shift_jis") and decode_text(data).startswith(LEGACY_TEXTS["cp932"])
+
+
+def test_html_and_markdown_saved_with_a_mark_keep_their_shape():
+    html = "<!DOCTYPE html><html><body><h1>Plan</h1></body></html>"
+    assert sniff(html.encode("utf-8-sig"), None, magic).mime == "text/html"
+    assert sniff(html.encode("utf-16"), None, magic).mime == "text/html"
+    assert sniff("# Plan\n\n- one\n- two\n".encode("utf-16"), None, magic).mime == "text/markdown"
+
+
+def test_a_byte_order_mark_before_binary_bytes_is_still_refused():
+    for data in (b"\xff\xfe\xfa" * 40, b"\xef\xbb\xbf\x00\x01\x02\x03" * 10, b"\xfe\xff\xd8\x00" * 20):
+        with pytest.raises(BadFile, match="not text"):
+            sniff(data, None, magic)
 
 
 def test_a_declared_type_may_be_generic_but_not_wrong():
