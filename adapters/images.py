@@ -61,6 +61,7 @@ class PillowImageReader:
             raise BadFile("not an image Pillow can read") from None
         except (OSError, SyntaxError, ValueError) as error:
             raise BadFile(f"corrupt image: {error}") from None
+        _upright(img)
         return img
 
     def inspect(self, data: bytes) -> ImageInfo:
@@ -85,6 +86,18 @@ class PillowImageReader:
             background = Image.new("RGBA", img.size, "white")
             img = Image.alpha_composite(background, img)
         return np.asarray(img.convert("RGB"))
+
+
+def _upright(img) -> None:  # noqa: ANN001 - a PIL image
+    """Turn a photo the way it is shown. A phone stores what its sensor saw and says in EXIF
+    (Orientation) how to turn it; read as stored, a receipt shot upright lies on its side, and
+    OCR makes nothing of sideways text."""
+    from PIL import ImageOps
+
+    try:
+        ImageOps.exif_transpose(img, in_place=True)
+    except Exception:  # noqa: BLE001 - broken EXIF is not a broken image: read it as stored
+        pass
 
 
 class RapidOcr:

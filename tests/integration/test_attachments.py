@@ -13,6 +13,7 @@ from fpdf import FPDF
 from PIL import Image, ImageDraw, ImageFont
 from pypdf import PdfReader, PdfWriter
 
+from chatmem.adapters.images import PillowImageReader
 from chatmem.memory.attachments import Analysis, DerivedText
 from chatmem.memory.ports import TransientError
 from chatmem.schemas.events import Attachment, MessageEvent
@@ -364,3 +365,39 @@ def test_text_files_as_windows_saves_them_are_read(driver, container, tmp_path):
     assert chunks == [notes.strip(), russian], chunks
     hits = container.recall("alice", "what is the locker code", scope=Scope.ARTIFACTS).hits
     assert hits and "4512" in hits[0].snippet
+
+
+def phone_photo(shown: Image.Image, orientation: int) -> bytes:
+    """A JPEG as a phone writes it: the pixels as the sensor saw them, and in EXIF how to turn
+    them to show the photo (`shown`)."""
+    undo = {3: Image.Transpose.ROTATE_180, 6: Image.Transpose.ROTATE_90, 8: Image.Transpose.ROTATE_270}
+    exif = Image.Exif()
+    exif[0x0112] = orientation  # Orientation
+    exif[272] = "Pixel 9"  # Model
+    out = io.BytesIO()
+    shown.transpose(undo[orientation]).save(out, "JPEG", exif=exif.tobytes(), quality=92)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("orientation", [3, 6, 8])
+def test_a_photo_is_read_turned_as_it_is_shown(orientation):
+    shown = Image.new("RGB", (300, 200), "white")
+    ImageDraw.Draw(shown).rectangle((0, 0, 60, 40), fill="black")  # the shown photo's top left
+    data = phone_photo(shown, orientation)
+    reader = PillowImageReader(max_pixels=10_000_000)
+    info = reader.inspect(data)
+    assert (info.format, info.width, info.height, info.meta) == ("JPEG", 300, 200, {"camera_model": "Pixel 9"})
+    pixels = reader.rgb(data)
+    assert pixels.shape == (200, 300, 3) and pixels[20, 30].max() < 60 and pixels[180, 270].min() > 200
+
+
+def test_a_phone_photo_of_a_ticket_is_read_by_ocr(driver, container, tmp_path):
+    # Taken with the phone upright, stored sideways: read as stored, OCR made "Rece e eboa" of
+    # "Receipt: Cafe Lisboa" and nothing of most lines.
+    photo = phone_photo(Image.open(io.BytesIO(text_image(TICKET))).convert("RGB"), 6)
+    driver.publish([message("snap", "alice", 1, "my ticket", [Attachment(url=put(tmp_path, "IMG_0042.jpg", photo))])])
+    driver.advance("snap")
+    assert driver.run_attachments() == ["done"]
+    ocr = scalar(container, "SELECT string_agg(text, ' ') FROM artifact_text WHERE kind = 'ocr'")
+    assert "Lisbon" in ocr and "B17" in ocr and "14C" in ocr, ocr
+    assert "JPEG image, 900×420" in message_text(container, "snap-1")
