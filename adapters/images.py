@@ -81,11 +81,31 @@ class PillowImageReader:
         from PIL import Image
 
         img = self.open(data)
+        if img.mode.startswith("I") or img.mode == "F":
+            img = _eight_bit(img)
         if img.mode in ("RGBA", "LA", "P"):
             img = img.convert("RGBA")
             background = Image.new("RGBA", img.size, "white")
             img = Image.alpha_composite(background, img)
         return np.asarray(img.convert("RGB"))
+
+
+def _eight_bit(img):  # noqa: ANN001, ANN202 - PIL images
+    """A 16-bit or 32-bit grey image (a scanner's) as 8-bit grey. Pillow converts by clipping at
+    255, which turns every grey of 16 bits white and leaves OCR nothing to read."""
+    from PIL import Image
+
+    grey = np.asarray(img, dtype=np.float64)
+    top = float(grey.max()) if grey.size else 0.0
+    # The scale its values are on: 0-1 for floats that stay there, 16 bits for I;16 and for
+    # any value past 255, else 8 bits.
+    if img.mode == "F" and top <= 1.0:
+        full = 1.0
+    elif img.mode.startswith("I;16") or top > 255:
+        full = 65535.0
+    else:
+        full = 255.0
+    return Image.fromarray(np.clip(grey * (255.0 / full), 0, 255).astype(np.uint8), mode="L")
 
 
 def _upright(img) -> None:  # noqa: ANN001 - a PIL image

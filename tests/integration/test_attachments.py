@@ -13,7 +13,7 @@ from fpdf import FPDF
 from PIL import Image, ImageDraw, ImageFont
 from pypdf import PdfReader, PdfWriter
 
-from chatmem.adapters.images import PillowImageReader
+from chatmem.adapters.images import PillowImageReader, RapidOcr
 from chatmem.memory.attachments import Analysis, DerivedText
 from chatmem.memory.ports import TransientError
 from chatmem.schemas.events import Attachment, MessageEvent
@@ -401,3 +401,18 @@ def test_a_phone_photo_of_a_ticket_is_read_by_ocr(driver, container, tmp_path):
     ocr = scalar(container, "SELECT string_agg(text, ' ') FROM artifact_text WHERE kind = 'ocr'")
     assert "Lisbon" in ocr and "B17" in ocr and "14C" in ocr, ocr
     assert "JPEG image, 900×420" in message_text(container, "snap-1")
+
+
+def test_a_sixteen_bit_grey_scan_is_read_by_ocr():
+    # Pillow turns 16-bit grey into 8 bits by clipping at 255: every grey went white, and OCR
+    # read nothing.
+    # Ink on a scan is dark grey, not black: 3,000 to 60,000 of 65,535.
+    light = np.asarray(Image.open(io.BytesIO(text_image(TICKET))).convert("L"), dtype=np.float64) / 255
+    grey = (3000 + light * 57000).astype(np.uint16)
+    reader = PillowImageReader(max_pixels=10_000_000)
+    for fmt in ("PNG", "TIFF"):
+        out = io.BytesIO()
+        Image.fromarray(grey).save(out, fmt)
+        assert Image.open(io.BytesIO(out.getvalue())).mode == "I;16"
+        lines = RapidOcr(reader, max_side=960).read(out.getvalue())
+        assert any("Lisbon" in text for text, _ in lines), lines
