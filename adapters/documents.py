@@ -66,7 +66,7 @@ class DocumentReader:
         with self._pdf_reader(data) as reader:
             for number, page in enumerate(reader.pages[: self.max_pages], start=1):
                 for image in page.images:
-                    found.append((number, image.data))
+                    found.append((number, _turned(image.data, page.rotation, self.max_decoded_bytes)))
                     if len(found) >= limit:
                         return found
         return found
@@ -230,3 +230,27 @@ def _pdf_blocks(text: str, page: int) -> list[Block]:
     if para:
         blocks.append(Block(" ".join(para), page=page))
     return blocks
+
+
+def _turned(data: bytes, rotation: int, max_bytes: int) -> bytes:
+    """A scan's image turned as its page is shown. Scanner apps often store a page sideways and
+    set the page's /Rotate rather than turn the pixels; OCR of the image as stored reads nothing
+    of it. Bytes that do not decode, or would decode past `max_bytes`, are left as they are: the
+    image reader refuses them with the reason."""
+    if rotation % 360 not in (90, 180, 270):
+        return data
+    from PIL import Image
+
+    # /Rotate turns clockwise; Pillow's turns are counter-clockwise.
+    turn = {90: Image.Transpose.ROTATE_270, 180: Image.Transpose.ROTATE_180, 270: Image.Transpose.ROTATE_90}
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            if img.width * img.height * len(img.getbands()) > max_bytes:
+                return data
+            upright = img.transpose(turn[rotation % 360])
+            out = io.BytesIO()
+            # TIFF holds every mode a scan comes in (PNG holds no CMYK, and no 32-bit grey).
+            upright.save(out, "TIFF", compression="tiff_deflate")
+            return out.getvalue()
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        return data

@@ -13,6 +13,7 @@ from fpdf import FPDF
 from PIL import Image, ImageDraw, ImageFont
 from pypdf import PdfReader, PdfWriter
 
+from chatmem.adapters.documents import DocumentReader
 from chatmem.adapters.images import PillowImageReader, RapidOcr
 from chatmem.memory.attachments import Analysis, DerivedText
 from chatmem.memory.ports import TransientError
@@ -416,3 +417,34 @@ def test_a_sixteen_bit_grey_scan_is_read_by_ocr():
         assert Image.open(io.BytesIO(out.getvalue())).mode == "I;16"
         lines = RapidOcr(reader, max_side=960).read(out.getvalue())
         assert any("Lisbon" in text for text, _ in lines), lines
+
+
+def rotated_scan(shown: Image.Image, rotate: int) -> bytes:
+    """A PDF page as a scanner app writes it: the image turned away, and the page's /Rotate
+    (degrees clockwise) turning it back for viewers."""
+    out = io.BytesIO()
+    shown.rotate(rotate, expand=True).save(out, "PDF")  # Pillow turns counter-clockwise
+    writer = PdfWriter(clone_from=io.BytesIO(out.getvalue()))
+    writer.pages[0].rotate(rotate)
+    turned = io.BytesIO()
+    writer.write(turned)
+    return turned.getvalue()
+
+
+@pytest.mark.parametrize("rotate", [90, 180, 270])
+def test_a_scans_page_image_is_turned_as_the_page_is_shown(rotate):
+    shown = Image.new("L", (300, 200), 255)
+    ImageDraw.Draw(shown).rectangle((0, 0, 60, 40), fill=0)  # the shown page's top left
+    ((page, image),) = DocumentReader(max_pages=5, max_chars=10_000).page_images(rotated_scan(shown, rotate), 5)
+    pixels = np.asarray(Image.open(io.BytesIO(image)).convert("L"))
+    assert page == 1 and pixels.shape == (200, 300) and pixels[20, 30] < 60 and pixels[180, 270] > 200
+
+
+def test_a_scan_stored_sideways_is_read_by_ocr(driver, container, tmp_path):
+    # Read as stored, OCR made "Leae aent" of "Lease agreement".
+    lease = Image.open(io.BytesIO(text_image(["Lease agreement", "Monthly rent 950 EUR"], size=(1240, 900))))
+    url = put(tmp_path, "scan.pdf", rotated_scan(lease.convert("RGB"), 90))
+    driver.publish([message("scan", "alice", 1, "the lease", [Attachment(url=url, kind="document")])])
+    driver.advance("scan")
+    assert driver.run_attachments() == ["done"]
+    assert "Monthly rent 950 EUR" in scalar(container, "SELECT text FROM artifact_text WHERE kind = 'chunk'")
