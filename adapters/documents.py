@@ -10,9 +10,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from chatmem.memory.attachments import BadFile, Block
-from chatmem.memory.attachments.filetypes import decode_text
+from chatmem.memory.attachments.filetypes import DOCX_MIME, decode_text
 
-if TYPE_CHECKING:  # pypdf loads on first use
+if TYPE_CHECKING:  # pypdf and python-docx load on first use
+    from docx.document import Document as WordDocument
     from pypdf import PdfReader
 
 _BLANK = re.compile(r"\n\s*\n")
@@ -34,6 +35,8 @@ class DocumentReader:
     def read(self, data: bytes, mime: str) -> tuple[list[Block], dict]:
         if mime == "application/pdf":
             return self._pdf(data)
+        if mime == DOCX_MIME:
+            return self._docx(data)
         text = decode_text(data)[: self.max_chars]
         if mime == "text/html":
             return self._html(text)
@@ -59,6 +62,47 @@ class DocumentReader:
             if isinstance(title, str) and title.strip():
                 meta["pdf_title"] = title.strip()[:200]
             return blocks, meta
+
+    def _docx(self, data: bytes) -> tuple[list[Block], dict]:
+        """A Word document's paragraphs and tables in order, headings by their style."""
+        import zipfile
+        import zlib
+
+        from docx import Document
+        from docx.opc.exceptions import PackageNotFoundError
+
+        try:
+            # python-docx unpacks every part into memory: the sizes the ZIP declares bound that
+            # (a part is never read past its declared size).
+            with zipfile.ZipFile(io.BytesIO(data)) as package:
+                unpacked = sum(part.file_size for part in package.infolist())
+            if unpacked > self.max_decoded_bytes:
+                raise BadFile(
+                    f"the Word document unpacks to {unpacked:,} bytes, above the limit of "
+                    f"{self.max_decoded_bytes:,} (a decompression bomb?)"
+                )
+            document = Document(io.BytesIO(data))
+            blocks = _docx_blocks(document, self.max_chars)
+            title = document.core_properties.title
+        except BadFile:
+            raise
+        # The ZIP's errors (a compression method it does not know: NotImplementedError), then
+        # what python-docx meets in parts it cannot read (found by a mutation fuzz).
+        except (
+            zipfile.BadZipFile,
+            zlib.error,
+            EOFError,
+            NotImplementedError,
+            PackageNotFoundError,
+            KeyError,
+            ValueError,
+            SyntaxError,
+            OSError,
+            AttributeError,
+            TypeError,
+        ) as error:
+            raise BadFile(f"broken Word document: {error}") from None
+        return blocks, ({"doc_title": title.strip()[:200]} if title and title.strip() else {})
 
     def page_images(self, data: bytes, limit: int) -> list[tuple[int, bytes]]:
         """The images on the pages of a PDF (page number, encoded bytes), for OCR of scans."""
@@ -254,3 +298,33 @@ def _turned(data: bytes, rotation: int, max_bytes: int) -> bytes:
             return out.getvalue()
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
         return data
+
+
+_WORD_HEADING = re.compile(r"(?:heading|заголовок) ([1-9])", re.IGNORECASE)
+
+
+def _docx_blocks(document: WordDocument, max_chars: int) -> list[Block]:
+    """Paragraphs and table rows in document order, up to about `max_chars`. A paragraph styled
+    Title or Heading N is a heading; a table row is one block, its cells joined by " | " (a merged
+    cell once)."""
+    from docx.table import Table
+
+    # Style names by id, read once: `Paragraph.style` scans every style for each paragraph that
+    # has none of its own (1.2 s of a 1.3 s read of 1,320 paragraphs).
+    names = {style.style_id: style.name or "" for style in document.styles}
+    blocks: list[Block] = []
+    chars = 0
+    for item in document.iter_inner_content():
+        if isinstance(item, Table):
+            rows = [dict.fromkeys(c.text.strip() for c in row.cells if c.text.strip()) for row in item.rows]
+            found = [Block(" | ".join(cells)) for cells in rows if cells]
+        else:
+            text = item.text.strip()
+            style = names.get(item._p.style or "", "")
+            level = 1 if style.lower() == "title" else int(m[1]) if (m := _WORD_HEADING.fullmatch(style)) else 0
+            found = [Block(text, heading=bool(level), level=level)] if text else []
+        blocks += found
+        chars += sum(len(b.text) for b in found)
+        if chars > max_chars:
+            break
+    return blocks

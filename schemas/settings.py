@@ -308,7 +308,8 @@ class Settings(BaseSettings):
     attachment_max_decoded_bytes: int = Field(
         100_000_000,
         ge=1_000_000,
-        description="Largest size one compressed PDF stream or embedded image may inflate to (a decompression bomb).",
+        description="Largest size one compressed PDF stream or embedded image, or all the parts of a Word "
+        "document together, may inflate to (a decompression bomb).",
     )
     attachment_analysis_timeout_s: float = Field(
         120.0,

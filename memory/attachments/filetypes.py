@@ -21,7 +21,11 @@ IMAGE_MIMES = {
     "image/bmp",
     "image/tiff",
 }
-DOCUMENT_MIMES = {"application/pdf", "text/plain", "text/markdown", "text/html"}
+DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+# Documents told by their magic number (a Word file is a ZIP whose parts name it); the text kinds
+# are told apart by their shape.
+BINARY_DOCUMENT_MIMES = {"application/pdf", DOCX_MIME}
+DOCUMENT_MIMES = {*BINARY_DOCUMENT_MIMES, "text/plain", "text/markdown", "text/html"}
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ def sniff(data: bytes, filename: str | None, guess_binary: Callable[[bytes], str
     mime = guess_binary(data)
     if mime in IMAGE_MIMES:
         return Sniffed(mime, "image")
-    if mime == "application/pdf":
+    if mime in BINARY_DOCUMENT_MIMES:
         return Sniffed(mime, "document")
     if mime is not None:
         raise BadFile(f"files of type {mime} are not understood")

@@ -4,9 +4,11 @@ the real embedder. Files are made here (Pillow, fpdf2) and sent as file:// or da
 import base64
 import io
 import re
+import zipfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import docx
 import numpy as np
 import pytest
 from fpdf import FPDF
@@ -15,7 +17,8 @@ from pypdf import PdfReader, PdfWriter
 
 from chatmem.adapters.documents import DocumentReader
 from chatmem.adapters.images import PillowImageReader, RapidOcr
-from chatmem.memory.attachments import Analysis, DerivedText
+from chatmem.memory.attachments import Analysis, BadFile, DerivedText
+from chatmem.memory.attachments.filetypes import DOCX_MIME
 from chatmem.memory.ports import TransientError
 from chatmem.schemas.events import Attachment, MessageEvent
 from chatmem.schemas.read import Scope
@@ -448,3 +451,59 @@ def test_a_scan_stored_sideways_is_read_by_ocr(driver, container, tmp_path):
     driver.advance("scan")
     assert driver.run_attachments() == ["done"]
     assert "Monthly rent 950 EUR" in scalar(container, "SELECT text FROM artifact_text WHERE kind = 'chunk'")
+
+
+def word_document() -> bytes:
+    doc = docx.Document()
+    doc.core_properties.title = "Office plan"
+    doc.add_heading("Office plan", 0)
+    doc.add_heading("Budget", 1)
+    doc.add_paragraph("The office budget for next year was approved by the board.")
+    table = doc.add_table(rows=2, cols=3)
+    table.cell(0, 0).text, table.cell(0, 1).text, table.cell(0, 2).text = "Item", "Supplier", "Cost"
+    table.cell(1, 0).merge(table.cell(1, 1)).text = "Standing desks"
+    table.cell(1, 2).text = "4,200 EUR"
+    doc.add_heading("Hiring", 2)
+    doc.add_paragraph("Two engineers in spring, one designer in autumn.")
+    out = io.BytesIO()
+    doc.save(out)
+    return out.getvalue()
+
+
+def test_a_word_document_is_read_in_order_with_headings_and_table_rows():
+    blocks, meta = DocumentReader(max_pages=5, max_chars=10_000).read(word_document(), DOCX_MIME)
+    assert meta == {"doc_title": "Office plan"}
+    assert [(b.text, b.level) for b in blocks] == [
+        ("Office plan", 1),
+        ("Budget", 1),
+        ("The office budget for next year was approved by the board.", 0),
+        ("Item | Supplier | Cost", 0),
+        ("Standing desks | 4,200 EUR", 0),  # a merged cell once
+        ("Hiring", 2),
+        ("Two engineers in spring, one designer in autumn.", 0),
+    ]
+
+
+def test_a_word_document_that_unpacks_too_far_or_is_broken_fails_with_a_reason():
+    reader = DocumentReader(max_pages=5, max_chars=10_000, max_decoded_bytes=5_000_000)
+    whole = word_document()
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(whole)) as source, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as target:
+        for name in source.namelist():
+            target.writestr(name, source.read(name))
+        target.writestr("word/media/image1.bin", bytes(10_000_000))  # 10 KB packed
+    assert len(bomb.getvalue()) < 100_000
+    with pytest.raises(BadFile, match=r"unpacks to 10,\d{3},\d{3} bytes, above the limit of 5,000,000"):
+        reader.read(bomb.getvalue(), DOCX_MIME)
+    with pytest.raises(BadFile, match="broken Word document"):
+        reader.read(whole[: len(whole) // 2], DOCX_MIME)
+
+
+def test_a_word_document_is_chunked_summarised_and_found(driver, container, tmp_path):
+    plan = Attachment(url=put(tmp_path, "plan.docx", word_document()), kind="document", mime_type=DOCX_MIME)
+    driver.publish([message("plan", "alice", 1, "the plan", [plan])])
+    driver.advance("plan")
+    assert driver.run_attachments() == ["done"]
+    hit = container.recall("alice", "how much do the standing desks cost?", scope=Scope.ARTIFACTS).hits[0]
+    assert "4,200 EUR" in hit.snippet and hit.citation.event_id == "plan-1"
+    assert "[file#" in message_text(container, "plan-1")

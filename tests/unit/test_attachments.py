@@ -9,7 +9,14 @@ from hypothesis import strategies as st
 from chatmem.memory.attachments.analysis import Analyzer, Reader
 from chatmem.memory.attachments.chunks import Block, DerivedText, chunk_blocks
 from chatmem.memory.attachments.errors import BadFile
-from chatmem.memory.attachments.filetypes import Sniffed, declared_mismatch, decode_text, sniff, text_encoding
+from chatmem.memory.attachments.filetypes import (
+    DOCX_MIME,
+    Sniffed,
+    declared_mismatch,
+    decode_text,
+    sniff,
+    text_encoding,
+)
 from chatmem.memory.attachments.job import AttachmentJob
 from chatmem.memory.attachments.ports import Analysis, Extraction, ImageInfo
 from chatmem.memory.attachments.queries import about_attachment
@@ -103,6 +110,13 @@ def test_a_byte_order_mark_before_binary_bytes_is_still_refused():
     for data in (b"\xff\xfe\xfa" * 40, b"\xef\xbb\xbf\x00\x01\x02\x03" * 10, b"\xfe\xff\xd8\x00" * 20):
         with pytest.raises(BadFile, match="not text"):
             sniff(data, None, magic)
+
+
+def test_a_word_document_is_a_document_by_its_magic_number():
+    word = Sniffed(DOCX_MIME, "document")
+    assert sniff(b"PK\x03\x04 ...", "plan.docx", lambda _: DOCX_MIME) == word
+    assert declared_mismatch("document", DOCX_MIME, word) is None
+    assert declared_mismatch("image", None, word) == f"declared as an image but the bytes are {DOCX_MIME}"
 
 
 def test_a_declared_type_may_be_generic_but_not_wrong():
