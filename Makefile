@@ -30,15 +30,17 @@ run: install
 # The matrix spends most of its 7-9 minutes waiting out the outages it injects, so it runs beside
 # the rest of the suite, with its own embedded services, and its report follows the rest's (a fresh
 # clone: about 11.5 minutes on two cores, install included, instead of 15.5-17). Either part
-# failing fails the target.
+# failing fails the target. Its temporary folders are its own: pytest removes all but the newest
+# three runs' folders from its shared one, so another run started meanwhile (a second checkout, a
+# quick pytest) deleted this one's embedded Postgres under it. They are kept when a part fails.
 test: install
-	@log=$$(mktemp); \
+	@log=$$(mktemp); root=$$(mktemp -d -t chatmem-test.XXXXXX); export PYTEST_DEBUG_TEMPROOT=$$root; \
 	$(PY) -m pytest -q -p no:cacheprovider tests/chaos >$$log 2>&1 & matrix=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider --ignore=tests/chaos; rest=$$?; \
 	wait $$matrix; chaos=$$?; \
 	echo "== the fault matrix (tests/chaos), run beside the rest: exit $$chaos =="; \
 	cat $$log; rm -f $$log; \
-	test $$rest -eq 0 && test $$chaos -eq 0
+	if test $$rest -eq 0 && test $$chaos -eq 0; then rm -rf $$root || true; else echo "temporary folders kept in $$root"; exit 1; fi
 
 chaos: install
 	$(PY) -m pytest -q -p no:cacheprovider tests/chaos
