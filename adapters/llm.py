@@ -17,10 +17,19 @@ from psycopg_pool import ConnectionPool
 from pydantic import BaseModel, ValidationError
 
 from chatmem.adapters.metrics import instruments
+from chatmem.memory.attachments import BadFile
+from chatmem.memory.attachments.filetypes import AUDIO_EXTENSIONS
 from chatmem.memory.ports import LLM, LLMRefused, TransientError
 from chatmem.memory.prompts import ImageDescription, Prompt, describe_image
 
 T = TypeVar("T", bound=BaseModel)
+
+
+def _outages() -> tuple[type[Exception], ...]:
+    """The endpoint's errors a later attempt may not meet: an outage, not a refusal."""
+    import openai
+
+    return (openai.RateLimitError, openai.APIConnectionError, openai.APITimeoutError, openai.InternalServerError)
 
 
 class OpenAILLM:
@@ -44,12 +53,7 @@ class OpenAILLM:
                 response_format=response_model,
                 temperature=0,
             )
-        except (
-            openai.RateLimitError,
-            openai.APIConnectionError,
-            openai.APITimeoutError,
-            openai.InternalServerError,
-        ) as error:
+        except _outages() as error:
             raise TransientError(f"LLM unavailable: {error}") from error
         except (ValidationError, ValueError, openai.LengthFinishReasonError) as error:
             # Output that is not the JSON asked for (a model having a bad moment, a proxy's error
@@ -90,6 +94,38 @@ class OpenAIVision:
             raise
         calls.labels(self.model, "ok").inc()
         return description
+
+
+class OpenAITranscriber:
+    """Speech to text from an OpenAI-compatible endpoint (`/audio/transcriptions`: whisper-1,
+    gpt-4o-mini-transcribe, or a local server such as faster-whisper-server)."""
+
+    def __init__(self, model: str, api_key: str | None, base_url: str | None, timeout_s: float = 120.0):
+        from openai import OpenAI
+
+        self.model = model
+        self.client = OpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=2)
+
+    def transcribe(self, data: bytes, mime: str) -> str:
+        import openai
+
+        # The endpoint reads the format from the upload's name.
+        name = f"recording.{AUDIO_EXTENSIONS.get(mime, 'ogg')}"
+        calls = instruments().llm_calls
+        try:
+            reply = self.client.audio.transcriptions.create(model=self.model, file=(name, data, mime))
+        except _outages() as error:
+            calls.labels(self.model, "error").inc()
+            raise TransientError(f"speech-to-text unavailable: {type(error).__name__}") from error
+        except openai.APIStatusError as error:
+            calls.labels(self.model, "error").inc()
+            # Status and type only: a refusal's body may echo part of the key.
+            if error.status_code in (400, 413, 415, 422):  # the recording itself: a verdict on the file
+                raise BadFile(f"the speech-to-text endpoint refused the recording: HTTP {error.status_code}") from None
+            refused = f"HTTP {error.status_code} {type(error).__name__}"
+            raise LLMRefused(f"speech-to-text refused the request: {refused}") from error
+        calls.labels(self.model, "ok").inc()
+        return reply.text
 
 
 class RateLimiter:

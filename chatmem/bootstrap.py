@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.adapters.facts_pg import PostgresFactStore
     from chatmem.adapters.fetch import UrlFetcher
     from chatmem.adapters.images import PillowImageReader, RapidOcr
-    from chatmem.adapters.llm import CachedLLM, OpenAIVision, RateLimiter
+    from chatmem.adapters.llm import CachedLLM, OpenAITranscriber, OpenAIVision, RateLimiter
     from chatmem.adapters.mem0_store import Mem0Store
     from chatmem.adapters.notices_pg import PostgresNotices
     from chatmem.adapters.progress_pg import PostgresProgress
@@ -458,6 +458,21 @@ class Container:
         )
 
     @cached_property
+    def transcriber(self) -> OpenAITranscriber | None:
+        """The configured speech-to-text model, or None (recordings then fail, saying so)."""
+        from chatmem.adapters.llm import OpenAITranscriber
+
+        s = self.settings
+        if not s.transcription_model:
+            return None
+        return OpenAITranscriber(
+            s.transcription_model,
+            s.transcription_api_key or s.llm_api_key,
+            s.transcription_base_url or s.llm_base_url,
+            timeout_s=2 * s.llm_timeout_s,  # a recording takes longer than text
+        )
+
+    @cached_property
     def analysis_reader(self) -> IsolatedReader:
         """Decoding, OCR and PDF reading, in a helper process killed past the time limit."""
         from chatmem.adapters.analysis_runner import IsolatedReader, ReaderSpec
@@ -496,6 +511,9 @@ class Container:
             chunk_tokens=s.attachment_chunk_tokens,
             vision=None if offline else self.vision,
             read=self.analysis_reader,  # reading runs in the helper process, not through the readers above
+            # Kept on the last attempt too: speech has no offline stand-in, and an outage then
+            # fails the file as "gave up after retries".
+            transcriber=self.transcriber,
         )
         # A claim outlives the longest job (the reading is killed at its time limit, then the
         # texts are embedded), and no more: a worker killed mid-job holds the file that long.

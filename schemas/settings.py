@@ -339,6 +339,17 @@ class Settings(BaseSettings):
     )
     vision_base_url: str | None = Field(None, description="Endpoint of the vision model. Unset: llm_base_url.")
     vision_api_key: str | None = Field(None, description="Key for the vision endpoint. Unset: llm_api_key.")
+    transcription_model: str | None = Field(
+        None,
+        description="OpenAI-compatible speech-to-text model (whisper-1, gpt-4o-mini-transcribe, a local "
+        "whisper server's) for voice notes and audio files. Unset: recordings are not read.",
+    )
+    transcription_base_url: str | None = Field(
+        None, description="Endpoint of the speech-to-text model. Unset: llm_base_url."
+    )
+    transcription_api_key: str | None = Field(
+        None, description="Key for the speech-to-text endpoint. Unset: llm_api_key."
+    )
 
     # --- chat platforms ---------------------------------------------------------------------
     telegram_bot_token: SecretStr | None = Field(

@@ -1,4 +1,4 @@
-"""A local OpenAI-compatible chat endpoint for adapter tests (no model is reachable from here):
+"""A local OpenAI-compatible chat and speech-to-text endpoint for adapter tests (no model is reachable from here):
 answers every POST with a set status and body and records the requests it got."""
 
 import json
@@ -28,7 +28,12 @@ class FakeOpenAI(BaseHTTPRequestHandler):
     delay_s = 0.0  # a stalled endpoint: accepts the request, then says nothing for this long
 
     def do_POST(self):  # noqa: N802
-        type(self).requests.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        kind = self.headers.get("Content-Type", "")
+        # An upload (speech to text) comes as a form: kept whole, with where it went.
+        type(self).requests.append(
+            json.loads(raw) if kind.startswith("application/json") else {"path": self.path, "form": raw}
+        )
         time.sleep(type(self).delay_s)
         self._send(type(self).status, json.dumps(type(self).body).encode())
 

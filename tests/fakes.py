@@ -1057,6 +1057,23 @@ class FakeVision:
         return ImageDescription(short=self.short, detail=f"{self.short} reading {ocr_text}".strip())
 
 
+class FakeTranscriber:
+    """The Transcriber port: `words` for any recording; while `fail` is set, raises it."""
+
+    model = "fake-whisper"
+
+    def __init__(self, words: str = "", fail: Exception | None = None) -> None:
+        self.words = words
+        self.fail = fail
+        self.calls: list[tuple[bytes, str]] = []
+
+    def transcribe(self, data: bytes, mime: str) -> str:
+        self.calls.append((data, mime))
+        if self.fail is not None:
+            raise self.fail
+        return self.words
+
+
 class FakeDocumentReader:
     """The DocumentReader port: `blocks` for any document, `images` as a scan's page images."""
 

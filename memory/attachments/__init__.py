@@ -36,6 +36,7 @@ from chatmem.memory.attachments.ports import (
     OcrEngine,
     Read,
     Reference,
+    Transcriber,
     VisionModel,
     texts_digest,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "RefState",
     "Reference",
     "Sniffed",
+    "Transcriber",
     "VisionModel",
     "about_attachment",
     "attachment_line",

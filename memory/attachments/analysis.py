@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from chatmem.memory.attachments.chunks import Block, DerivedText, chunk_blocks, ocr_texts
+from chatmem.memory.attachments.chunks import Block, DerivedText, chunk_blocks, ocr_texts, transcript_texts
 from chatmem.memory.attachments.errors import BadFile
 from chatmem.memory.attachments.filetypes import Sniffed
 from chatmem.memory.attachments.ports import (
@@ -21,6 +21,7 @@ from chatmem.memory.attachments.ports import (
     ImageReader,
     OcrEngine,
     Read,
+    Transcriber,
     VisionModel,
 )
 from chatmem.memory.attachments.surrogates import SURROGATE_CHARS, clip, offline_description
@@ -75,6 +76,7 @@ class Analyzer:
     chunk_tokens: int
     vision: VisionModel | None = None
     read: Read | None = None  # None: a Reader over images, ocr and documents, in this process
+    transcriber: Transcriber | None = None  # None: recordings fail, with the setting to set
 
     def __post_init__(self) -> None:
         if self.read is None:
@@ -83,6 +85,8 @@ class Analyzer:
     def __call__(self, data: bytes, sniffed: Sniffed, filename: str | None) -> Analysis:
         """Content only: a caption belongs to the message that sent the bytes, not to them."""
         assert self.read is not None
+        if sniffed.kind == "audio":  # nothing to read here: the words come from the endpoint
+            return self.audio(data, sniffed)
         extraction = self.read(data, sniffed)
         if sniffed.kind == "image":
             return self.image(data, sniffed, extraction)
@@ -104,6 +108,16 @@ class Analyzer:
             if not lines:
                 texts.append(DerivedText("vision_short", 0, desc.short, {"source": "metadata"}))
         return Analysis(desc.short, texts, meta)
+
+    def audio(self, data: bytes, sniffed: Sniffed) -> Analysis:
+        if self.transcriber is None:
+            raise BadFile("a recording is read by a speech-to-text model; none is set (CHATMEM_TRANSCRIPTION_MODEL)")
+        words = " ".join(self.transcriber.transcribe(data, sniffed.mime).split())  # TransientError: retried
+        if not words:
+            raise BadFile("no speech was heard in the recording")
+        texts = transcript_texts(words, self.chunk_tokens, self.count)
+        description = clip(f'recording: "{words}"', SURROGATE_CHARS)
+        return Analysis(description, texts, {"transcription_model": self.transcriber.model})
 
     def document(self, sniffed: Sniffed, filename: str | None, extraction: Extraction) -> Analysis:
         meta = dict(extraction.meta)

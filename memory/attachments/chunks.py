@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-TEXT_KINDS = ("user_caption", "vision_short", "vision_detail", "ocr", "file_summary", "chunk")
+TEXT_KINDS = ("user_caption", "vision_short", "vision_detail", "ocr", "file_summary", "chunk", "transcript")
 
 
 @dataclass(frozen=True)
@@ -113,3 +113,9 @@ def ocr_texts(lines: Sequence[str], max_tokens: int, count: Callable[[str], int]
     """OCR lines as `ocr` texts, one per screenful of `max_tokens`."""
     chunks = chunk_blocks([Block(line) for line in lines], max_tokens, count)
     return [DerivedText("ocr", c.ord, c.text, c.meta) for c in chunks]
+
+
+def transcript_texts(text: str, max_tokens: int, count: Callable[[str], int]) -> list[DerivedText]:
+    """A recording's words as `transcript` texts of at most `max_tokens`, cut between sentences."""
+    chunks = chunk_blocks([Block(text)], max_tokens, count)
+    return [DerivedText("transcript", c.ord, c.text, c.meta) for c in chunks]

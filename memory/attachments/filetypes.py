@@ -21,6 +21,16 @@ IMAGE_MIMES = {
     "image/bmp",
     "image/tiff",
 }
+# What speech-to-text endpoints take (OpenAI's: flac, mp3, mp4/m4a, ogg, wav, webm), by the name
+# `filetype` gives each, with the extension the upload is named by (the endpoint reads the format
+# from it). Telegram's and Discord's voice notes are OGG/Opus.
+AUDIO_EXTENSIONS = {
+    "audio/ogg": "ogg",
+    "audio/mpeg": "mp3",
+    "audio/mp4": "m4a",
+    "audio/x-flac": "flac",
+    "audio/x-wav": "wav",
+}
 DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 # Documents told by their magic number (a Word file is a ZIP whose parts name it); the text kinds
 # are told apart by their shape.
@@ -67,6 +77,8 @@ def sniff(data: bytes, filename: str | None, guess_binary: Callable[[bytes], str
         return Sniffed(mime, "image")
     if mime in BINARY_DOCUMENT_MIMES:
         return Sniffed(mime, "document")
+    if mime in AUDIO_EXTENSIONS:
+        return Sniffed(mime, "audio")
     if mime is not None:
         raise BadFile(f"files of type {mime} are not understood")
     encoding = text_encoding(data)
@@ -130,6 +142,8 @@ def declared_mismatch(declared_kind: str | None, declared_mime: str | None, snif
         declared_family = (
             "image"
             if mime.startswith("image/")
+            else "audio"
+            if mime.startswith("audio/")
             else "document"
             if mime in DOCUMENT_MIMES or mime.startswith("text/")
             else mime
@@ -138,6 +152,8 @@ def declared_mismatch(declared_kind: str | None, declared_mime: str | None, snif
             return f"declared as {mime} but the bytes are {sniffed.mime}"
     if declared_kind == "image" and sniffed.kind != "image":
         return f"declared as an image but the bytes are {sniffed.mime}"
-    if declared_kind in ("audio", "video"):
-        return f"declared as {declared_kind}; the bytes are {sniffed.mime}"
+    if declared_kind == "audio" and sniffed.kind != "audio":
+        return f"declared as audio; the bytes are {sniffed.mime}"
+    if declared_kind == "video":
+        return f"declared as video; the bytes are {sniffed.mime}"
     return None

@@ -86,6 +86,17 @@ class VisionModel(Protocol):
     def describe(self, data: bytes, mime: str, ocr_text: str) -> ImageDescription: ...
 
 
+class Transcriber(Protocol):
+    """Speech to text. A recording is read only by a remote model: none ships in a package."""
+
+    model: str
+
+    def transcribe(self, data: bytes, mime: str) -> str:
+        """The words spoken in a recording. TransientError while the endpoint is down; BadFile
+        when it refuses the recording itself (a format it cannot decode, too long)."""
+        ...
+
+
 class DocumentReader(Protocol):
     def read(self, data: bytes, mime: str) -> tuple[list[Block], dict]:
         """Structure blocks and metadata (pages, title); BadFile if unreadable."""

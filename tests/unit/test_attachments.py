@@ -30,6 +30,7 @@ from tests.fakes import (
     FakeFetcher,
     FakeImageReader,
     FakeOcr,
+    FakeTranscriber,
     FakeVision,
 )
 
@@ -262,6 +263,42 @@ def test_images_are_described_by_the_vision_model_when_there_is_one_else_by_ocr_
     assert [t.kind for t in seen.texts] == ["ocr", "vision_short", "vision_detail"]
     with pytest.raises(TransientError):
         analyzer([], FakeVision(fail=TransientError("down")))(PNG, image, None)
+
+
+def test_a_recording_is_read_only_by_a_transcriber_and_never_by_the_readers():
+    voice = Sniffed("audio/ogg", "audio")
+
+    def no_reading(data: bytes, sniffed: Sniffed) -> Extraction:
+        raise AssertionError("a recording goes to no reader")
+
+    def with_speech(transcriber: FakeTranscriber | None) -> Analyzer:
+        readers = (FakeImageReader(), FakeOcr(), FakeDocumentReader())
+        return Analyzer(*readers, Llm(), words, 8, read=no_reading, transcriber=transcriber)
+
+    speech = FakeTranscriber("  The plumber comes on Thursday.\nThe gate code is 7731. " + "More words here. " * 3)
+    heard = with_speech(speech)(b"OggS voice", voice, "voice.oga")
+    assert speech.calls == [(b"OggS voice", "audio/ogg")]
+    assert heard.description.startswith('recording: "The plumber comes on Thursday. The gate code is 7731.')
+    assert [t.kind for t in heard.texts] == ["transcript"] * len(heard.texts) and len(heard.texts) > 1
+    assert all(words(t.text) <= 8 for t in heard.texts)  # cut to the chunk size, between sentences
+    assert heard.meta == {"transcription_model": "fake-whisper"}
+    with pytest.raises(BadFile, match="CHATMEM_TRANSCRIPTION_MODEL"):
+        with_speech(None)(b"OggS voice", voice, None)
+    with pytest.raises(BadFile, match="no speech"):
+        with_speech(FakeTranscriber(" \n "))(b"OggS voice", voice, None)
+    with pytest.raises(TransientError):
+        with_speech(FakeTranscriber(fail=TransientError("down")))(b"OggS voice", voice, None)
+
+
+def test_audio_is_sniffed_from_its_magic_number_and_may_be_declared_as_audio():
+    voice = sniff(b"OggS\x00\x02...", None, lambda _: "audio/ogg")
+    assert voice == Sniffed("audio/ogg", "audio")
+    assert declared_mismatch("audio", "audio/ogg", voice) is None
+    image = Sniffed("image/png", "image")
+    assert declared_mismatch("audio", None, image) == "declared as audio; the bytes are image/png"
+    assert declared_mismatch("document", "audio/mpeg", Sniffed("application/pdf", "document")) is not None
+    with pytest.raises(BadFile, match="audio/amr are not understood"):  # a format the endpoints do not take
+        sniff(b"#!AMR\n", None, lambda _: "audio/amr")
 
 
 def test_documents_get_chunks_and_a_summary():

@@ -1,0 +1,97 @@
+"""Speech to text against a local OpenAI-compatible endpoint (no model is reachable from here):
+a voice note is uploaded under a name that says its format, its words become `transcript` texts
+and its surrogate, and recall finds it; an endpoint that is down is retried, then the file fails
+saying so; one that refuses the recording fails it at once; with no model set, recordings fail
+with the setting to set."""
+
+import pytest
+
+from chatmem.adapters.services import ServiceUrls
+from chatmem.bootstrap import Container
+from chatmem.memory.ports import TransientError
+from chatmem.schemas.events import Attachment
+from chatmem.schemas.read import Scope
+from tests.conftest import scalar
+from tests.fake_openai import FakeOpenAI, serving
+from tests.integration.test_attachments import message, message_text, put
+from tests.integration.test_episodes import Driver
+
+pytestmark = pytest.mark.integration
+
+# What `filetype` reads as OGG (Telegram's and Discord's voice notes are OGG/Opus); the endpoint
+# here does not decode it.
+VOICE = b"OggS\x00\x02" + bytes(22) + b"\x01\x13OpusHead" + bytes(200)
+WORDS = "Remind me that the plumber comes on Thursday at nine. The code for the gate is 7731."
+
+
+@pytest.fixture
+def endpoint():
+    with serving() as url:
+        FakeOpenAI.body = {"text": WORDS}
+        yield url
+
+
+def voice_container(settings_factory, endpoint, **kw):
+    s = settings_factory(
+        transcription_model="test-whisper", transcription_base_url=endpoint, transcription_api_key="k", **kw
+    )
+    return Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
+
+
+@pytest.fixture
+def container_with_speech(settings_factory, endpoint):
+    c = voice_container(settings_factory, endpoint)
+    yield c
+    c.close()
+
+
+def send_voice_note(c: Container, tmp_path) -> Driver:
+    driver = Driver(c)
+    note = Attachment(url=put(tmp_path, "voice.oga", VOICE), kind="audio", mime_type="audio/ogg")
+    driver.publish([message("home", "alice", 1, "", [note])])
+    driver.advance("home")
+    return driver
+
+
+def test_a_voice_note_is_transcribed_and_found(container_with_speech, tmp_path):
+    c = container_with_speech
+    assert send_voice_note(c, tmp_path).run_attachments() == ["done"]
+    [request] = FakeOpenAI.requests
+    assert request["path"] == "/v1/audio/transcriptions"
+    form = request["form"]
+    assert b'filename="recording.ogg"' in form and b"test-whisper" in form and VOICE in form
+    assert scalar(c, "SELECT text FROM artifact_text WHERE kind = 'transcript'") == WORDS
+    assert scalar(c, "SELECT kind FROM artifacts") == "audio"
+    assert scalar(c, "SELECT meta ->> 'transcription_model' FROM artifacts") == "test-whisper"
+    assert message_text(c, "home-1").startswith("[file#") and 'recording: "Remind me that the plumber' in message_text(
+        c, "home-1"
+    )
+    hits = c.recall("alice", "what is the gate code?", scope=Scope.ARTIFACTS).hits
+    assert hits and "7731" in hits[0].snippet and hits[0].citation.event_id == "home-1"
+
+
+def test_an_endpoint_that_is_down_is_retried_then_the_recording_fails_saying_so(container_with_speech, tmp_path):
+    c = container_with_speech
+    FakeOpenAI.status, FakeOpenAI.body = 503, {"error": {"message": "down"}}
+    driver = send_voice_note(c, tmp_path)
+    queued = list(driver.attachments)
+    with pytest.raises(TransientError):
+        driver.run_attachments()
+    assert scalar(c, "SELECT status FROM artifacts") == "pending"  # the claim was given back
+    driver.attachments = queued
+    assert driver.run_attachments(last_attempt=True) == ["failed"]  # no offline stand-in for speech
+    assert scalar(c, "SELECT reason FROM artifacts").startswith("gave up after retries: speech-to-text unavailable")
+    assert message_text(c, "home-1").endswith("(not readable)")
+
+
+def test_a_recording_the_endpoint_refuses_fails_at_once(container_with_speech, tmp_path):
+    c = container_with_speech
+    FakeOpenAI.status, FakeOpenAI.body = 400, {"error": {"message": "Invalid file format."}}
+    assert send_voice_note(c, tmp_path).run_attachments() == ["failed"]
+    assert len(FakeOpenAI.requests) == 1
+    assert scalar(c, "SELECT reason FROM artifacts") == "the speech-to-text endpoint refused the recording: HTTP 400"
+
+
+def test_without_a_model_a_recording_fails_with_the_setting_to_set(container, tmp_path):
+    assert send_voice_note(container, tmp_path).run_attachments() == ["failed"]
+    assert "CHATMEM_TRANSCRIPTION_MODEL" in scalar(container, "SELECT reason FROM artifacts")
