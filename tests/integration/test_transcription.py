@@ -92,6 +92,26 @@ def test_a_recording_the_endpoint_refuses_fails_at_once(container_with_speech, t
     assert scalar(c, "SELECT reason FROM artifacts") == "the speech-to-text endpoint refused the recording: HTTP 400"
 
 
-def test_without_a_model_a_recording_fails_with_the_setting_to_set(container, tmp_path):
-    assert send_voice_note(container, tmp_path).run_attachments() == ["failed"]
-    assert "CHATMEM_TRANSCRIPTION_MODEL" in scalar(container, "SELECT reason FROM artifacts")
+def test_without_a_model_a_recording_fails_saying_so_and_a_retry_reads_it_once_one_is_set(
+    settings_factory, endpoint, tmp_path
+):
+    offline = settings_factory()
+    c = Container(offline, ServiceUrls(offline.database_url, offline.redis_url, False, False))
+    try:
+        assert send_voice_note(c, tmp_path).run_attachments() == ["failed"]
+        assert "CHATMEM_TRANSCRIPTION_MODEL" in scalar(c, "SELECT reason FROM artifacts")
+        assert FakeOpenAI.requests == []
+    finally:
+        c.close()
+    # The same database, now with a model set: `chatmem attachments retry` queues the file again.
+    s = offline.model_copy(
+        update={"transcription_model": "test-whisper", "transcription_base_url": endpoint, "transcription_api_key": "k"}
+    )
+    c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
+    try:
+        driver = Driver(c)
+        driver.attachments = c.attachment_store.reset_failed()
+        assert driver.run_attachments() == ["done"]
+        assert 'recording: "Remind me' in message_text(c, "home-1")
+    finally:
+        c.close()
