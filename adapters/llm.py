@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from chatmem.adapters.metrics import instruments
 from chatmem.memory.attachments import BadFile
-from chatmem.memory.attachments.filetypes import AUDIO_EXTENSIONS
+from chatmem.memory.attachments.filetypes import RECORDING_EXTENSIONS
 from chatmem.memory.ports import LLM, LLMRefused, TransientError
 from chatmem.memory.prompts import ImageDescription, Prompt, describe_image
 
@@ -110,7 +110,7 @@ class OpenAITranscriber:
         import openai
 
         # The endpoint reads the format from the upload's name.
-        name = f"recording.{AUDIO_EXTENSIONS.get(mime, 'ogg')}"
+        name = f"recording.{RECORDING_EXTENSIONS.get(mime, 'ogg')}"
         calls = instruments().llm_calls
         try:
             reply = self.client.audio.transcriptions.create(model=self.model, file=(name, data, mime))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from chatmem.memory.attachments.chunks import Block, DerivedText, chunk_blocks, ocr_texts, transcript_texts
 from chatmem.memory.attachments.errors import BadFile
-from chatmem.memory.attachments.filetypes import Sniffed
+from chatmem.memory.attachments.filetypes import Sniffed, has_sound
 from chatmem.memory.attachments.ports import (
     Analysis,
     DocumentReader,
@@ -85,8 +85,8 @@ class Analyzer:
     def __call__(self, data: bytes, sniffed: Sniffed, filename: str | None) -> Analysis:
         """Content only: a caption belongs to the message that sent the bytes, not to them."""
         assert self.read is not None
-        if sniffed.kind == "audio":  # nothing to read here: the words come from the endpoint
-            return self.audio(data, sniffed)
+        if sniffed.kind in ("audio", "video"):  # nothing to read here: the words come from the endpoint
+            return self.recording(data, sniffed)
         extraction = self.read(data, sniffed)
         if sniffed.kind == "image":
             return self.image(data, sniffed, extraction)
@@ -109,7 +109,10 @@ class Analyzer:
                 texts.append(DerivedText("vision_short", 0, desc.short, {"source": "metadata"}))
         return Analysis(desc.short, texts, meta)
 
-    def audio(self, data: bytes, sniffed: Sniffed) -> Analysis:
+    def recording(self, data: bytes, sniffed: Sniffed) -> Analysis:
+        """The words spoken in a recording (of a video, only them)."""
+        if not has_sound(data, sniffed.mime):
+            raise BadFile("the video has no sound track (an animation)")
         if self.transcriber is None:
             raise BadFile("a recording is read by a speech-to-text model; none is set (CHATMEM_TRANSCRIPTION_MODEL)")
         words = " ".join(self.transcriber.transcribe(data, sniffed.mime).split())  # TransientError: retried

@@ -21,9 +21,10 @@ IMAGE_MIMES = {
     "image/bmp",
     "image/tiff",
 }
-# What speech-to-text endpoints take (OpenAI's: flac, mp3, mp4/m4a, ogg, wav, webm), by the name
-# `filetype` gives each, with the extension the upload is named by (the endpoint reads the format
-# from it). Telegram's and Discord's voice notes are OGG/Opus.
+# Recordings speech-to-text endpoints take (OpenAI's: flac, mp3, mp4/m4a, ogg, wav, webm), by the
+# name `filetype` gives each, with the extension the upload is named by (the endpoint reads the
+# format from it). Telegram's and Discord's voice notes are OGG/Opus; Telegram's round video
+# messages are MP4. Of a video, only the speech is read.
 AUDIO_EXTENSIONS = {
     "audio/ogg": "ogg",
     "audio/mpeg": "mp3",
@@ -31,6 +32,8 @@ AUDIO_EXTENSIONS = {
     "audio/x-flac": "flac",
     "audio/x-wav": "wav",
 }
+VIDEO_EXTENSIONS = {"video/mp4": "mp4", "video/webm": "webm"}
+RECORDING_EXTENSIONS = {**AUDIO_EXTENSIONS, **VIDEO_EXTENSIONS}
 DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 # Documents told by their magic number (a Word file is a ZIP whose parts name it); the text kinds
 # are told apart by their shape.
@@ -79,6 +82,8 @@ def sniff(data: bytes, filename: str | None, guess_binary: Callable[[bytes], str
         return Sniffed(mime, "document")
     if mime in AUDIO_EXTENSIONS:
         return Sniffed(mime, "audio")
+    if mime in VIDEO_EXTENSIONS:
+        return Sniffed(mime, "video")
     if mime is not None:
         raise BadFile(f"files of type {mime} are not understood")
     encoding = text_encoding(data)
@@ -90,6 +95,20 @@ def sniff(data: bytes, filename: str | None, guess_binary: Callable[[bytes], str
     if (filename and _MARKDOWN_NAME.search(filename)) or len(_MARKDOWN_SHAPE.findall(head)) >= 2:
         return Sniffed("text/markdown", "document")
     return Sniffed("text/plain", "document")
+
+
+# A sound track: MP4's handler box of type `soun`, WebM's audio codec ids.
+_SOUND_TRACK = {
+    "video/mp4": re.compile(rb"hdlr.{8}soun", re.S),
+    "video/webm": re.compile(rb"A_(?:OPUS|VORBIS|AAC|MPEG)"),
+}
+
+
+def has_sound(data: bytes, mime: str) -> bool:
+    """Whether a recording has sound to read. A chat's GIFs travel as MP4 without a sound track
+    (Telegram's animations): sending them to a speech model would cost a call each for nothing."""
+    pattern = _SOUND_TRACK.get(mime)
+    return pattern is None or pattern.search(data) is not None
 
 
 def text_encoding(data: bytes) -> str | None:
@@ -144,6 +163,8 @@ def declared_mismatch(declared_kind: str | None, declared_mime: str | None, snif
             if mime.startswith("image/")
             else "audio"
             if mime.startswith("audio/")
+            else "video"
+            if mime.startswith("video/")
             else "document"
             if mime in DOCUMENT_MIMES or mime.startswith("text/")
             else mime
@@ -152,8 +173,6 @@ def declared_mismatch(declared_kind: str | None, declared_mime: str | None, snif
             return f"declared as {mime} but the bytes are {sniffed.mime}"
     if declared_kind == "image" and sniffed.kind != "image":
         return f"declared as an image but the bytes are {sniffed.mime}"
-    if declared_kind == "audio" and sniffed.kind != "audio":
-        return f"declared as audio; the bytes are {sniffed.mime}"
-    if declared_kind == "video":
-        return f"declared as video; the bytes are {sniffed.mime}"
+    if declared_kind in ("audio", "video") and sniffed.kind not in ("audio", "video"):
+        return f"declared as {declared_kind}; the bytes are {sniffed.mime}"
     return None

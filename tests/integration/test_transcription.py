@@ -4,6 +4,10 @@ and its surrogate, and recall finds it; an endpoint that is down is retried, the
 saying so; one that refuses the recording fails it at once; with no model set, recordings fail
 with the setting to set."""
 
+from pathlib import Path
+
+import cv2
+import numpy as np
 import pytest
 
 from chatmem.adapters.services import ServiceUrls
@@ -68,6 +72,39 @@ def test_a_voice_note_is_transcribed_and_found(container_with_speech, tmp_path):
     )
     hits = c.recall("alice", "what is the gate code?", scope=Scope.ARTIFACTS).hits
     assert hits and "7731" in hits[0].snippet and hits[0].citation.event_id == "home-1"
+
+
+def silent_mp4(folder: Path) -> bytes:
+    """An MP4 as a GIF travels in a chat: pictures, no sound track (OpenCV writes no sound)."""
+    path = folder / "written.mp4"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 10, (64, 64))
+    for i in range(10):
+        writer.write(np.full((64, 64, 3), i * 20, np.uint8))
+    writer.release()
+    return path.read_bytes()
+
+
+def test_the_speech_of_a_round_video_message_is_read_and_a_silent_animation_costs_no_call(
+    container_with_speech, tmp_path
+):
+    # Telegram's video notes are MP4 with sound; the endpoint takes MP4 and reads its sound. Its
+    # GIFs are MP4 without a sound track.
+    silent = silent_mp4(tmp_path)
+    video = silent + b"\x00\x00\x00\x21hdlr" + bytes(8) + b"soun" + bytes(13)  # and a sound track's handler
+    driver = Driver(container_with_speech)
+    files = [
+        Attachment(url=put(tmp_path, "video_note.mp4", video), kind="video", mime_type="video/mp4"),
+        Attachment(url=put(tmp_path, "animation.mp4", silent), kind="video", mime_type="video/mp4"),
+    ]
+    driver.publish([message("home", "alice", 1, "", files)])
+    driver.advance("home")
+    assert sorted(driver.run_attachments()) == ["done", "failed"]
+    [request] = FakeOpenAI.requests
+    assert b'filename="recording.mp4"' in request["form"] and video in request["form"]
+    with container_with_speech.pool.connection() as conn:
+        artifacts = conn.execute("SELECT kind, status, reason FROM artifacts ORDER BY status").fetchall()
+    assert artifacts == [("video", "done", None), ("video", "failed", "the video has no sound track (an animation)")]
+    assert "7731" in scalar(container_with_speech, "SELECT text FROM artifact_text WHERE kind = 'transcript'")
 
 
 def test_an_endpoint_that_is_down_is_retried_then_the_recording_fails_saying_so(container_with_speech, tmp_path):

@@ -14,6 +14,7 @@ from chatmem.memory.attachments.filetypes import (
     Sniffed,
     declared_mismatch,
     decode_text,
+    has_sound,
     sniff,
     text_encoding,
 )
@@ -288,6 +289,9 @@ def test_a_recording_is_read_only_by_a_transcriber_and_never_by_the_readers():
         with_speech(FakeTranscriber(" \n "))(b"OggS voice", voice, None)
     with pytest.raises(TransientError):
         with_speech(FakeTranscriber(fail=TransientError("down")))(b"OggS voice", voice, None)
+    video = b"ftypmp42\x00\x00\x00\x21hdlr" + bytes(8) + b"soun"  # with a sound track
+    seen = with_speech(FakeTranscriber("Hello from the beach."))(video, Sniffed("video/mp4", "video"), None)
+    assert seen.description == 'recording: "Hello from the beach."'
 
 
 def test_audio_is_sniffed_from_its_magic_number_and_may_be_declared_as_audio():
@@ -299,6 +303,26 @@ def test_audio_is_sniffed_from_its_magic_number_and_may_be_declared_as_audio():
     assert declared_mismatch("document", "audio/mpeg", Sniffed("application/pdf", "document")) is not None
     with pytest.raises(BadFile, match="audio/amr are not understood"):  # a format the endpoints do not take
         sniff(b"#!AMR\n", None, lambda _: "audio/amr")
+    # A video's speech is read the same way (Telegram's round video messages are MP4).
+    video = sniff(b"\x00\x00\x00\x18ftypmp42", None, lambda _: "video/mp4")
+    assert video == Sniffed("video/mp4", "video")
+    assert declared_mismatch("video", "video/mp4", video) is None
+    assert declared_mismatch("video", None, image) == "declared as video; the bytes are image/png"
+    with pytest.raises(BadFile, match="video/quicktime are not understood"):
+        sniff(b"\x00\x00\x00\x14ftypqt  ", None, lambda _: "video/quicktime")
+
+
+def test_a_video_without_a_sound_track_is_not_sent_to_the_speech_model():
+    handler = b"\x00\x00\x00\x21hdlr" + bytes(8)
+    assert has_sound(b"ftypmp42" + handler + b"vide" + handler + b"soun", "video/mp4")
+    assert not has_sound(b"ftypmp42" + handler + b"vide", "video/mp4")  # a GIF as Telegram sends it
+    assert has_sound(b"\x1aE\xdf\xa3 webm A_OPUS", "video/webm") and not has_sound(b"V_VP9", "video/webm")
+    assert has_sound(b"OggS", "audio/ogg")  # audio is sound
+    speech = FakeTranscriber("never asked")
+    readers = (FakeImageReader(), FakeOcr(), FakeDocumentReader())
+    with pytest.raises(BadFile, match="no sound track"):
+        Analyzer(*readers, Llm(), words, 8, transcriber=speech)(handler + b"vide", Sniffed("video/mp4", "video"), None)
+    assert speech.calls == []
 
 
 def test_documents_get_chunks_and_a_summary():
