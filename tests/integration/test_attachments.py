@@ -507,3 +507,14 @@ def test_a_word_document_is_chunked_summarised_and_found(driver, container, tmp_
     hit = container.recall("alice", "how much do the standing desks cost?", scope=Scope.ARTIFACTS).hits[0]
     assert "4,200 EUR" in hit.snippet and hit.citation.event_id == "plan-1"
     assert "[file#" in message_text(container, "plan-1")
+
+
+def test_an_avif_photo_is_read_by_ocr(driver, container, tmp_path):
+    # Newer Android phones and browsers save AVIF; it was refused as a type not understood.
+    out = io.BytesIO()
+    Image.open(io.BytesIO(text_image(TICKET))).convert("RGB").save(out, "AVIF", quality=90)
+    driver.publish([message("avif", "alice", 1, "ticket", [Attachment(url=put(tmp_path, "t.avif", out.getvalue()))])])
+    driver.advance("avif")
+    assert driver.run_attachments() == ["done"]
+    assert "Lisbon" in scalar(container, "SELECT string_agg(text, ' ') FROM artifact_text WHERE kind = 'ocr'")
+    assert "AVIF image, 900×420" in message_text(container, "avif-1")
