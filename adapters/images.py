@@ -82,7 +82,7 @@ class PillowImageReader:
 
         img = self.open(data)
         if img.mode.startswith("I") or img.mode == "F":
-            img = _eight_bit(img)
+            img = eight_bit(img)
         if img.mode in ("RGBA", "LA", "P"):
             img = img.convert("RGBA")
             background = Image.new("RGBA", img.size, "white")
@@ -90,7 +90,7 @@ class PillowImageReader:
         return np.asarray(img.convert("RGB"))
 
 
-def _eight_bit(img):  # noqa: ANN001, ANN202 - PIL images
+def eight_bit(img):  # noqa: ANN001, ANN202 - PIL images
     """A 16-bit or 32-bit grey image (a scanner's) as 8-bit grey. Pillow converts by clipping at
     255, which turns every grey of 16 bits white and leaves OCR nothing to read."""
     from PIL import Image

@@ -72,6 +72,27 @@ class OpenAILLM:
         return response_model.model_validate(parsed.model_dump())
 
 
+# What vision endpoints take (OpenAI's: PNG, JPEG, WebP, non-animated GIF); BMP, TIFF and AVIF
+# were refused with HTTP 400, which failed the file's task.
+VISION_FORMATS = frozenset({"image/png", "image/jpeg", "image/webp", "image/gif"})
+
+
+def _as_png(data: bytes) -> bytes:
+    """An image the reader has already opened within its limits, as PNG."""
+    import io
+
+    from PIL import Image
+
+    from chatmem.adapters.images import eight_bit
+
+    with Image.open(io.BytesIO(data)) as img:
+        grey16 = img.mode.startswith("I") or img.mode == "F"  # Pillow's own conversion clips it
+        shown = eight_bit(img) if grey16 else img.convert("RGBA" if "A" in img.getbands() else "RGB")
+        out = io.BytesIO()
+        shown.save(out, "PNG")
+        return out.getvalue()
+
+
 class OpenAIVision:
     """Image descriptions from an OpenAI-compatible vision model (the image goes inline)."""
 
@@ -81,6 +102,8 @@ class OpenAIVision:
 
     def describe(self, data: bytes, mime: str, ocr_text: str) -> ImageDescription:
         prompt = describe_image(ocr_text)
+        if mime not in VISION_FORMATS:
+            data, mime = _as_png(data), "image/png"
         image = f"data:{mime};base64,{base64.b64encode(data).decode()}"
         content: list[dict] = [
             {"type": "text", "text": prompt.user_text()},

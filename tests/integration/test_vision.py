@@ -3,10 +3,13 @@ from here): the image goes inline as a data URL, the structured answer becomes v
 vision_detail and the surrogate's description; an endpoint that is down is retried, and the
 last attempt falls back to the offline description."""
 
+import base64
+import io
 import json
 import time
 
 import pytest
+from PIL import Image
 
 from chatmem.adapters.services import ServiceUrls
 from chatmem.bootstrap import Container
@@ -54,6 +57,25 @@ def test_a_configured_vision_model_describes_the_image(vision_container, tmp_pat
     )
     assert message_text(c, "trip-1").endswith("] a boarding pass for a flight to Lisbon")
     assert scalar(c, "SELECT meta ->> 'vision_model' FROM artifacts") == "test-vision"
+
+
+@pytest.mark.parametrize("fmt", ["TIFF", "BMP", "AVIF"])
+def test_an_image_in_a_format_the_endpoint_refuses_goes_as_png(vision_container, tmp_path, fmt):
+    # Vision endpoints take PNG, JPEG, WebP and GIF: a TIFF, BMP or AVIF sent as it was got
+    # HTTP 400, which failed the file's task.
+    c = vision_container
+    out = io.BytesIO()
+    Image.open(io.BytesIO(text_image(TICKET))).convert("RGB").save(out, fmt)
+    driver = Driver(c)
+    driver.publish([message("trip", "alice", 1, "pass", [Attachment(url=put(tmp_path, "t.img", out.getvalue()))])])
+    driver.advance("trip")
+    assert driver.run_attachments() == ["done"]
+    [request] = FakeOpenAI.requests
+    url = request["messages"][1]["content"][1]["image_url"]["url"]
+    assert url.startswith("data:image/png;base64,")
+    sent = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
+    assert (sent.format, sent.size) == ("PNG", (900, 420))
+    assert scalar(c, "SELECT mime_type FROM artifacts") == f"image/{fmt.lower()}"
 
 
 def test_a_vision_endpoint_that_is_down_is_retried_then_the_offline_description_is_used(vision_container, tmp_path):
