@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from chatmem.memory.attachments import BadFile, Block
-from chatmem.memory.attachments.filetypes import DOCX_MIME, decode_text
+from chatmem.memory.attachments.filetypes import DOCX_MIME, XLSX_MIME, decode_text
 
 if TYPE_CHECKING:  # pypdf and python-docx load on first use
     from docx.document import Document as WordDocument
@@ -37,6 +37,8 @@ class DocumentReader:
             return self._pdf(data)
         if mime == DOCX_MIME:
             return self._docx(data)
+        if mime == XLSX_MIME:
+            return self._xlsx(data)
         text = decode_text(data)[: self.max_chars]
         if mime == "text/html":
             return self._html(text)
@@ -65,44 +67,69 @@ class DocumentReader:
 
     def _docx(self, data: bytes) -> tuple[list[Block], dict]:
         """A Word document's paragraphs and tables in order, headings by their style."""
-        import zipfile
-        import zlib
-
         from docx import Document
         from docx.opc.exceptions import PackageNotFoundError
 
-        try:
-            # python-docx unpacks every part into memory: the sizes the ZIP declares bound that
-            # (a part is never read past its declared size).
-            with zipfile.ZipFile(io.BytesIO(data)) as package:
-                unpacked = sum(part.file_size for part in package.infolist())
-            if unpacked > self.max_decoded_bytes:
-                raise BadFile(
-                    f"the Word document unpacks to {unpacked:,} bytes, above the limit of "
-                    f"{self.max_decoded_bytes:,} (a decompression bomb?)"
-                )
+        with self._office_file(data, "Word document", PackageNotFoundError):
             document = Document(io.BytesIO(data))
             blocks = _docx_blocks(document, self.max_chars)
             title = document.core_properties.title
-        except BadFile:
-            raise
-        # The ZIP's errors (a compression method it does not know: NotImplementedError), then
-        # what python-docx meets in parts it cannot read (found by a mutation fuzz).
-        except (
+        return blocks, ({"doc_title": title.strip()[:200]} if title and title.strip() else {})
+
+    def _xlsx(self, data: bytes) -> tuple[list[Block], dict]:
+        """A spreadsheet's sheets in order: each sheet's name as a heading, then its rows, a row
+        as one text with its cells joined by " | " (the values Excel last computed, not formulas)."""
+        from openpyxl import load_workbook
+        from openpyxl.utils.exceptions import InvalidFileException
+
+        with self._office_file(data, "spreadsheet", InvalidFileException):
+            book = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+            try:
+                blocks = _sheet_blocks(book.worksheets, self.max_chars)
+                sheets = len(book.worksheets)
+            finally:
+                book.close()
+        return blocks, {"sheets": sheets}
+
+    @contextmanager
+    def _office_file(self, data: bytes, what: str, *library_errors: type[Exception]) -> Iterator[None]:
+        """What an Office file (a ZIP of XML parts) passes before its library unpacks it, and
+        that library's failures as `broken <what>`."""
+        import zipfile
+        import zlib
+
+        # The ZIP's errors (a compression method it does not know: NotImplementedError; a part
+        # marked encrypted: RuntimeError), then what the libraries meet in parts they cannot
+        # read (found by a mutation fuzz).
+        broken: tuple[type[Exception], ...] = (
             zipfile.BadZipFile,
             zlib.error,
             EOFError,
             NotImplementedError,
-            PackageNotFoundError,
+            RuntimeError,
+            *library_errors,
             KeyError,
             ValueError,
             SyntaxError,
             OSError,
             AttributeError,
             TypeError,
-        ) as error:
-            raise BadFile(f"broken Word document: {error}") from None
-        return blocks, ({"doc_title": title.strip()[:200]} if title and title.strip() else {})
+        )
+        try:
+            # The libraries unpack every part into memory: the sizes the ZIP declares bound that
+            # (a part is never read past its declared size).
+            with zipfile.ZipFile(io.BytesIO(data)) as package:
+                unpacked = sum(part.file_size for part in package.infolist())
+            if unpacked > self.max_decoded_bytes:
+                raise BadFile(
+                    f"the {what} unpacks to {unpacked:,} bytes, above the limit of "
+                    f"{self.max_decoded_bytes:,} (a decompression bomb?)"
+                )
+            yield
+        except BadFile:
+            raise
+        except broken as error:
+            raise BadFile(f"broken {what}: {error}") from None
 
     def page_images(self, data: bytes, limit: int) -> list[tuple[int, bytes]]:
         """The images on the pages of a PDF (page number, encoded bytes), for OCR of scans."""
@@ -327,4 +354,20 @@ def _docx_blocks(document: WordDocument, max_chars: int) -> list[Block]:
         chars += sum(len(b.text) for b in found)
         if chars > max_chars:
             break
+    return blocks
+
+
+def _sheet_blocks(sheets: Sequence[Any], max_chars: int) -> list[Block]:
+    blocks: list[Block] = []
+    chars = 0
+    for sheet in sheets:
+        blocks.append(Block(str(sheet.title), heading=True, level=1))
+        for row in sheet.iter_rows(values_only=True):
+            cells = [str(v).strip() for v in row if v is not None and str(v).strip()]
+            if not cells:
+                continue
+            blocks.append(Block(" | ".join(cells)))
+            chars += len(blocks[-1].text)
+            if chars > max_chars:
+                return blocks
     return blocks

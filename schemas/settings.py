@@ -309,7 +309,7 @@ class Settings(BaseSettings):
         100_000_000,
         ge=1_000_000,
         description="Largest size one compressed PDF stream or embedded image, or all the parts of a Word "
-        "document together, may inflate to (a decompression bomb).",
+        "document or spreadsheet together, may inflate to (a decompression bomb).",
     )
     attachment_analysis_timeout_s: float = Field(
         120.0,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import docx
 import numpy as np
+import openpyxl
 import pytest
 from fpdf import FPDF
 from PIL import Image, ImageDraw, ImageFont
@@ -18,7 +19,7 @@ from pypdf import PdfReader, PdfWriter
 from chatmem.adapters.documents import DocumentReader
 from chatmem.adapters.images import PillowImageReader, RapidOcr
 from chatmem.memory.attachments import Analysis, BadFile, DerivedText
-from chatmem.memory.attachments.filetypes import DOCX_MIME
+from chatmem.memory.attachments.filetypes import DOCX_MIME, XLSX_MIME
 from chatmem.memory.ports import TransientError
 from chatmem.schemas.events import Attachment, MessageEvent
 from chatmem.schemas.read import Scope
@@ -518,3 +519,42 @@ def test_an_avif_photo_is_read_by_ocr(driver, container, tmp_path):
     assert driver.run_attachments() == ["done"]
     assert "Lisbon" in scalar(container, "SELECT string_agg(text, ' ') FROM artifact_text WHERE kind = 'ocr'")
     assert "AVIF image, 900×420" in message_text(container, "avif-1")
+
+
+def spreadsheet() -> bytes:
+    book = openpyxl.Workbook()
+    costs = book.active
+    costs.title = "Office costs"
+    costs.append(["Item", "Supplier", "Cost (EUR)"])
+    costs.append(["Standing desks", "Deskworks", 4200])
+    costs.append([None, None, None])  # an empty row is skipped
+    costs.append(["Chairs", None, 950.5])
+    book.create_sheet("Hiring").append(["Engineers", "spring", 2])
+    out = io.BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
+def test_a_spreadsheet_is_read_sheet_by_sheet_row_by_row():
+    blocks, meta = DocumentReader(max_pages=5, max_chars=10_000).read(spreadsheet(), XLSX_MIME)
+    assert meta == {"sheets": 2}
+    assert [(b.text, b.heading) for b in blocks] == [
+        ("Office costs", True),
+        ("Item | Supplier | Cost (EUR)", False),
+        ("Standing desks | Deskworks | 4200", False),
+        ("Chairs | 950.5", False),
+        ("Hiring", True),
+        ("Engineers | spring | 2", False),
+    ]
+    reader = DocumentReader(max_pages=5, max_chars=10_000)
+    with pytest.raises(BadFile, match="broken spreadsheet"):
+        reader.read(spreadsheet()[:3000], XLSX_MIME)
+
+
+def test_a_spreadsheet_is_found_by_recall(driver, container, tmp_path):
+    costs = Attachment(url=put(tmp_path, "costs.xlsx", spreadsheet()), kind="document", mime_type=XLSX_MIME)
+    driver.publish([message("costs", "alice", 1, "the costs", [costs])])
+    driver.advance("costs")
+    assert driver.run_attachments() == ["done"]
+    hit = container.recall("alice", "what do the standing desks cost?", scope=Scope.ARTIFACTS).hits[0]
+    assert "4200" in hit.snippet and hit.citation.event_id == "costs-1"

@@ -11,6 +11,7 @@ from chatmem.memory.attachments.chunks import Block, DerivedText, chunk_blocks
 from chatmem.memory.attachments.errors import BadFile
 from chatmem.memory.attachments.filetypes import (
     DOCX_MIME,
+    XLSX_MIME,
     Sniffed,
     declared_mismatch,
     decode_text,
@@ -119,6 +120,7 @@ def test_a_word_document_is_a_document_by_its_magic_number():
     assert sniff(b"PK\x03\x04 ...", "plan.docx", lambda _: DOCX_MIME) == word
     assert declared_mismatch("document", DOCX_MIME, word) is None
     assert declared_mismatch("image", None, word) == f"declared as an image but the bytes are {DOCX_MIME}"
+    assert sniff(b"PK\x03\x04 ...", "costs.xlsx", lambda _: XLSX_MIME) == Sniffed(XLSX_MIME, "document")
 
 
 def test_a_declared_type_may_be_generic_but_not_wrong():
