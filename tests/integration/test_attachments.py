@@ -500,16 +500,6 @@ def test_a_word_document_that_unpacks_too_far_or_is_broken_fails_with_a_reason()
         reader.read(whole[: len(whole) // 2], DOCX_MIME)
 
 
-def test_a_word_document_is_chunked_summarised_and_found(driver, container, tmp_path):
-    plan = Attachment(url=put(tmp_path, "plan.docx", word_document()), kind="document", mime_type=DOCX_MIME)
-    driver.publish([message("plan", "alice", 1, "the plan", [plan])])
-    driver.advance("plan")
-    assert driver.run_attachments() == ["done"]
-    hit = container.recall("alice", "how much do the standing desks cost?", scope=Scope.ARTIFACTS).hits[0]
-    assert "4,200 EUR" in hit.snippet and hit.citation.event_id == "plan-1"
-    assert "[file#" in message_text(container, "plan-1")
-
-
 def test_an_avif_photo_is_read_by_ocr(driver, container, tmp_path):
     # Newer Android phones and browsers save AVIF; it was refused as a type not understood.
     out = io.BytesIO()
@@ -551,10 +541,15 @@ def test_a_spreadsheet_is_read_sheet_by_sheet_row_by_row():
         reader.read(spreadsheet()[:3000], XLSX_MIME)
 
 
-def test_a_spreadsheet_is_found_by_recall(driver, container, tmp_path):
-    costs = Attachment(url=put(tmp_path, "costs.xlsx", spreadsheet()), kind="document", mime_type=XLSX_MIME)
-    driver.publish([message("costs", "alice", 1, "the costs", [costs])])
-    driver.advance("costs")
+@pytest.mark.parametrize(
+    ("name", "make", "mime", "cost"),
+    [("plan.docx", word_document, DOCX_MIME, "4,200 EUR"), ("costs.xlsx", spreadsheet, XLSX_MIME, "4200")],
+)
+def test_an_office_file_is_chunked_summarised_and_found(driver, container, tmp_path, name, make, mime, cost):
+    office = Attachment(url=put(tmp_path, name, make()), mime_type=mime)
+    driver.publish([message("office", "alice", 1, "see", [office])])
+    driver.advance("office")
     assert driver.run_attachments() == ["done"]
-    hit = container.recall("alice", "what do the standing desks cost?", scope=Scope.ARTIFACTS).hits[0]
-    assert "4200" in hit.snippet and hit.citation.event_id == "costs-1"
+    hit = container.recall("alice", "how much do the standing desks cost?", scope=Scope.ARTIFACTS).hits[0]
+    assert cost in hit.snippet and hit.citation.event_id == "office-1"
+    assert "[file#" in message_text(container, "office-1")
