@@ -36,9 +36,9 @@ AUDIO_EXTENSIONS = {
 VIDEO_EXTENSIONS = {"video/mp4": "mp4", "video/webm": "webm"}
 RECORDING_EXTENSIONS = {**AUDIO_EXTENSIONS, **VIDEO_EXTENSIONS}
 DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
-# Documents told by their magic number (a Word file is a ZIP whose parts name it); the text kinds
-# are told apart by their shape.
 XLSX_MIME = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+# Documents told by their magic number (a Word or Excel file is a ZIP whose parts name it); the
+# text kinds are told apart by their shape.
 BINARY_DOCUMENT_MIMES = {"application/pdf", DOCX_MIME, XLSX_MIME}
 DOCUMENT_MIMES = {*BINARY_DOCUMENT_MIMES, "text/plain", "text/markdown", "text/html"}
 
@@ -46,7 +46,7 @@ DOCUMENT_MIMES = {*BINARY_DOCUMENT_MIMES, "text/plain", "text/markdown", "text/h
 @dataclass(frozen=True)
 class Sniffed:
     mime: str
-    kind: str  # image | document
+    kind: str  # image | document | audio | video
 
 
 _HTML = re.compile(r"^\s*(<!--.*?-->\s*)*(<!doctype\s+html|<html|<head|<body)", re.I | re.S)
