@@ -52,9 +52,10 @@ def attachments_retry(thread: str = typer.Option(None, help="only this thread"))
 
 @attachments_app.command("reanalyse")
 def attachments_reanalyse() -> None:
-    """Analyse every stored file again with the OCR and vision settings in use now (after a
-    model change): each file's texts and its messages' surrogates are swapped at once, so reads
-    see the old analysis or the new. A file that fails now keeps its old analysis."""
+    """Analyse every stored file again with the OCR, vision and speech settings in use now (after
+    a model change): each file's texts and its messages' surrogates are swapped at once, so reads
+    see the old analysis or the new. A file that fails now keeps its old analysis. Recordings go
+    to the speech model again."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     c = cli_container(cli_settings())
