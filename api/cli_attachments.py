@@ -51,16 +51,22 @@ def attachments_retry(thread: str = typer.Option(None, help="only this thread"))
 
 
 @attachments_app.command("reanalyse")
-def attachments_reanalyse() -> None:
-    """Analyse every stored file again with the OCR, vision and speech settings in use now (after
-    a model change): each file's texts and its messages' surrogates are swapped at once, so reads
-    see the old analysis or the new. A file that fails now keeps its old analysis. Recordings go
-    to the speech model again."""
+def attachments_reanalyse(
+    recordings: bool = typer.Option(
+        False, "--recordings", help="also send every recording to the speech model again (billed)"
+    ),
+) -> None:
+    """Analyse every stored image and document again with the OCR and vision settings in use now
+    (after a model change): each file's texts and its messages' surrogates are swapped at once, so
+    reads see the old analysis or the new. A file that fails now keeps its old analysis.
+    Recordings only with --recordings (after a change of speech model)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     c = cli_container(cli_settings())
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} files"))
     with Progress(*columns, TimeElapsedColumn(), TimeRemainingColumn(), console=console) as progress:
         task = progress.add_task("re-analysing", total=None)
-        done = c.reanalyse_attachments(lambda n, total: progress.update(task, completed=n, total=total))
+        done = c.reanalyse_attachments(
+            lambda n, total: progress.update(task, completed=n, total=total), recordings=recordings
+        )
     console.print(f"re-analysed {done['files']:,} files; {done['failed']:,} failed and kept their old analysis")

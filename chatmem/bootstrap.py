@@ -965,15 +965,18 @@ class Container:
         artifacts += self.projections.stage_artifact_vectors(new, in_place=True)
         return {"threads": len(built), "events": done, "artifact_texts": artifacts}
 
-    def reanalyse_attachments(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+    def reanalyse_attachments(
+        self, on_progress: Callable[[int, int], None] | None = None, *, recordings: bool = False
+    ) -> dict[str, int]:
         """Analyse every stored file again with the OCR and vision settings in use now, each
         swapped in at once with its messages' surrogates. A file that fails now keeps its old
-        analysis (counted as failed)."""
+        analysis (counted as failed). Recordings only with `recordings`: their words depend on
+        the speech model alone, which bills each minute again."""
         from chatmem.memory.attachments.errors import BadFile
         from chatmem.memory.ports import TransientError
 
         job = self.attachment_job()
-        todo = self.attachment_store.analysed()
+        todo = [f for f in self.attachment_store.analysed() if recordings or f[2] not in ("audio", "video")]
         done = failed = 0
         for i, (sha, mime, kind, filename) in enumerate(todo, start=1):
             try:

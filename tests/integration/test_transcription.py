@@ -152,3 +152,17 @@ def test_without_a_model_a_recording_fails_saying_so_and_a_retry_reads_it_once_o
         assert 'recording: "Remind me' in message_text(c, "home-1")
     finally:
         c.close()
+
+
+def test_a_reanalysis_sends_recordings_again_only_when_asked(container_with_speech, tmp_path):
+    # Their words depend on the speech model alone; after a change of OCR or vision settings,
+    # sending them again would bill every minute again for the same words.
+    c = container_with_speech
+    assert send_voice_note(c, tmp_path).run_attachments() == ["done"]
+    assert c.reanalyse_attachments() == {"files": 0, "failed": 0}
+    assert len(FakeOpenAI.requests) == 1
+    FakeOpenAI.body = {"text": "The gate code changed to 8842."}
+    assert c.reanalyse_attachments(recordings=True) == {"files": 1, "failed": 0}
+    assert len(FakeOpenAI.requests) == 2
+    assert scalar(c, "SELECT text FROM artifact_text WHERE kind = 'transcript'") == "The gate code changed to 8842."
+    assert 'recording: "The gate code changed to 8842."' in message_text(c, "home-1")
