@@ -363,7 +363,7 @@ def _sheet_blocks(sheets: Sequence[Any], max_chars: int) -> list[Block]:
     for sheet in sheets:
         blocks.append(Block(str(sheet.title), heading=True, level=1))
         for row in sheet.iter_rows(values_only=True):
-            cells = [str(v).strip() for v in row if v is not None and str(v).strip()]
+            cells = [text for v in row if v is not None and (text := str(v).strip())]
             if not cells:
                 continue
             blocks.append(Block(" | ".join(cells)))

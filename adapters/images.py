@@ -80,9 +80,7 @@ class PillowImageReader:
     def rgb(self, data: bytes) -> np.ndarray:
         from PIL import Image
 
-        img = self.open(data)
-        if img.mode.startswith("I") or img.mode == "F":
-            img = eight_bit(img)
+        img = eight_bit(self.open(data))
         if img.mode in ("RGBA", "LA", "P"):
             img = img.convert("RGBA")
             background = Image.new("RGBA", img.size, "white")
@@ -91,10 +89,13 @@ class PillowImageReader:
 
 
 def eight_bit(img):  # noqa: ANN001, ANN202 - PIL images
-    """A 16-bit or 32-bit grey image (a scanner's) as 8-bit grey. Pillow converts by clipping at
-    255, which turns every grey of 16 bits white and leaves OCR nothing to read."""
+    """A 16-bit or 32-bit grey image (a scanner's) as 8-bit grey; any other image as it is.
+    Pillow converts by clipping at 255, which turns every grey of 16 bits white and leaves OCR
+    nothing to read."""
     from PIL import Image
 
+    if not (img.mode.startswith("I") or img.mode == "F"):
+        return img
     grey = np.asarray(img, dtype=np.float64)
     top = float(grey.max()) if grey.size else 0.0
     # The scale its values are on: 0-1 for floats that stay there, 16 bits for I;16 and for

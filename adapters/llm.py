@@ -86,8 +86,8 @@ def _as_png(data: bytes) -> bytes:
     from chatmem.adapters.images import eight_bit
 
     with Image.open(io.BytesIO(data)) as img:
-        grey16 = img.mode.startswith("I") or img.mode == "F"  # Pillow's own conversion clips it
-        shown = eight_bit(img) if grey16 else img.convert("RGBA" if "A" in img.getbands() else "RGB")
+        shown = eight_bit(img)  # Pillow's own conversion of 16-bit grey clips it white
+        shown = shown.convert("RGBA" if "A" in shown.getbands() else "RGB")
         out = io.BytesIO()
         shown.save(out, "PNG")
         return out.getvalue()
