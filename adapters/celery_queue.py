@@ -21,6 +21,7 @@ FACT_COMMAND = "chatmem.fact_command"
 SWEEP = "chatmem.sweep"
 PROCESS_ATTACHMENT = "chatmem.process_attachment"
 FORGET_ME = "chatmem.forget_me"
+FORGET_DELETED = "chatmem.forget_deleted"
 RETENTION = "chatmem.retention"
 
 TASK_QUEUES: dict[str, Queue] = {
@@ -32,6 +33,7 @@ TASK_QUEUES: dict[str, Queue] = {
     SWEEP: Queue.MAINTENANCE,
     PROCESS_ATTACHMENT: Queue.ATTACHMENTS,
     FORGET_ME: Queue.MAINTENANCE,
+    FORGET_DELETED: Queue.MAINTENANCE,
     RETENTION: Queue.MAINTENANCE,
 }
 
@@ -114,11 +116,13 @@ def ring_threads(app: Celery, thread_ids: Sequence[str]) -> None:
 
 def enqueue_summary(app: Celery, thread_id: str, generation: int, job: Job) -> None:
     """Queue a planned job: summaries on `summarize`, remember / forget on `facts`, an erasure
-    (forget_me) on `maintenance`."""
+    (forget_me) and the shredding of deleted messages (forget_deleted) on `maintenance`."""
     if job.kind in ("remember", "forget"):
         app.send_task(FACT_COMMAND, args=[thread_id, generation, job.event_id])
     elif job.kind == "forget_me":
         app.send_task(FORGET_ME, args=[thread_id, job.event_id])
+    elif job.kind == "forget_deleted":
+        app.send_task(FORGET_DELETED, args=[thread_id])
     else:
         app.send_task(SUMMARIZE, args=[thread_id, generation, job.kind, job.episode_id, job.from_seq, job.upto_seq])
 

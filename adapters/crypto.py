@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
     "message": ("text", "attachments", "metadata"),
     "message_edited": ("text", "metadata"),
+    "message_deleted": ("metadata",),
     "command": ("args", "metadata"),
 }
 SEALED = "sealed"

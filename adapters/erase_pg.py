@@ -290,6 +290,22 @@ class PostgresErasure:
             ).fetchall()
         return [r[0] for r in rows]
 
+    def deleted(self, thread_id: str) -> list[str]:
+        """The thread's messages, and their edits, that a message_deleted event of the thread names
+        and whose content is still there."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                f"""WITH gone AS (
+                        SELECT DISTINCT jsonb_array_elements_text(payload->'platform_message_ids') AS id
+                        FROM events WHERE thread_id = %(t)s AND type = 'message_deleted')
+                    SELECT e.event_id FROM events e JOIN gone ON gone.id = e.payload->>'platform_message_id'
+                    WHERE e.thread_id = %(t)s AND e.type IN ('message', 'message_edited')
+                      AND NOT coalesce(e.payload->'metadata' ? '{ERASED}', false)
+                    ORDER BY e.stream_pos""",
+                {"t": thread_id},
+            ).fetchall()
+        return [r[0] for r in rows]
+
     def expire_dead_letters(self, before: datetime) -> int:
         with self.pool.connection() as conn:
             return conn.execute("DELETE FROM dead_letters WHERE last_seen < %s", (before,)).rowcount

@@ -1017,6 +1017,27 @@ class Container:
             eraser.finish(run, removed)
         return removed
 
+    def forget_deleted(self, thread_id: str) -> dict[str, int]:
+        """Shred the messages (and their edits) that the thread's message_deleted events name and
+        rebuild the thread without them, as retention does for expired events. Nothing to do when
+        they are gone already or were never logged. Counts."""
+        from chatmem.adapters.erase_pg import PostgresErasure
+
+        eraser = PostgresErasure(self.pool, self.event_keys)
+        ids = eraser.deleted(thread_id)
+        if not ids:
+            return {"events": 0}
+        run = eraser.record("messages", f"{len(ids)} events of {thread_id}", "deleted on the platform")
+        plan = eraser.plan_events(ids)
+        removed = {"events": eraser.redact(plan, clear_only=False)}
+        _tally(removed, self._purge(eraser, plan))
+        _tally(removed, self._rebuild(plan.threads, f"deleted-{run}"))
+        # A deletion often follows its message within seconds, while a job may still be reading
+        # it: a second pass, as erase makes, with the facts derived meanwhile.
+        _tally(removed, self._purge(eraser, eraser.plan_events(ids)))
+        eraser.finish(run, removed)
+        return removed
+
     def _purge(self, eraser: PostgresErasure, plan: ErasurePlan) -> dict[str, int]:
         """What replay does not rebuild: the rows, the files nobody else sent, and mem0's
         memories (all of a subject's, or those of the covered facts)."""

@@ -129,7 +129,9 @@ class CommandAck:
 
 @dataclass(frozen=True)
 class Job:
-    kind: str  # running | chunk | final (summarize queue) · remember | forget (facts queue)
+    # running | chunk | final (summarize queue) · remember | forget (facts queue) ·
+    # forget_me | forget_deleted (maintenance queue)
+    kind: str
     episode_id: str
     from_seq: int
     upto_seq: int
@@ -383,6 +385,9 @@ def plan_batch(
             b.message(ev, vectors.get(ev.event_id))
         elif ev.type == "message_edited":
             b.plan.edits.append((ev.payload.get("platform_message_id", ""), message_text(ev.payload)))
+        elif ev.type == "message_deleted":
+            # Shredding is not a projection: the maintenance queue runs it and rebuilds the thread.
+            b.plan.jobs.append(Job("forget_deleted", "", 0, 0, ev.event_id))
         elif ev.type == "command" and not b.command(ev):
             break
     b.plan.context = ThreadContext(

@@ -80,8 +80,8 @@ class Jobs:
         if job.kind in ("remember", "forget"):
             self.fact_command(thread_id, generation, job.event_id or "")
             return
-        if job.kind == "forget_me":
-            return  # the live task erases; a replay meets the command as a tombstone once it has
+        if job.kind in ("forget_me", "forget_deleted"):
+            return  # the live task erases; a replay meets what it erased as tombstones once it has
 
         def facts_now(t: str, g: int, episode_id: str) -> None:
             self.episode_facts(llm, t, g, episode_id)

@@ -1,4 +1,4 @@
-"""Memory for a discord.py 2 bot: every message, edit and memory command becomes an event,
+"""Memory for a discord.py 2 bot: every message, edit, deletion and memory command becomes an event,
 published fire-and-forget from the bot's listeners; the slash commands answer from memory.
 
     cog = await add_memory(bot, publisher, memory)   # in setup_hook; then `await bot.tree.sync()`
@@ -12,7 +12,7 @@ import logging
 import mimetypes
 import re
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -35,7 +35,15 @@ from chatmem.producers.chat import (
     without_nul,
 )
 from chatmem.producers.discord_ids import PLATFORM, message_event_id, thread_id_for, user_id_for
-from chatmem.schemas.events import Attachment, AttachmentKind, CommandEvent, MessageEditedEvent, MessageEvent, Role
+from chatmem.schemas.events import (
+    Attachment,
+    AttachmentKind,
+    CommandEvent,
+    MessageDeletedEvent,
+    MessageEditedEvent,
+    MessageEvent,
+    Role,
+)
 from chatmem.schemas.read import Citation, RecallResult, Scope
 from chatmem.schemas.records import AnyEvent
 
@@ -81,6 +89,12 @@ def edit_event_id(message_id: int, edited_at: datetime) -> str:
     MESSAGE_UPDATE for the same edit (a pin, a redelivery) maps to the same id."""
     micros = int(edited_at.timestamp() * 1_000_000)
     return f"{PLATFORM}:{message_id}:e{micros}"
+
+
+def deletion_event_id(message_ids: Collection[int]) -> str:
+    """A message is deleted once, so its id names the deletion; a bulk delete is named by its
+    first message, and a redelivered one maps to the same event."""
+    return f"{PLATFORM}:{min(message_ids)}:deleted"
 
 
 def interaction_event_id(interaction_id: int) -> str:
@@ -243,6 +257,20 @@ def edit_event(message: discord.Message) -> MessageEditedEvent | None:
     )
 
 
+def deletion_event(channel_id: int, message_ids: Collection[int], who: int) -> MessageDeletedEvent | None:
+    """The event for messages deleted in a channel (one, or a moderator's bulk delete); `who` is
+    the author when the bot still had the message cached, else the bot itself. None for no ids."""
+    if not message_ids:
+        return None
+    return MessageDeletedEvent(
+        event_id=deletion_event_id(message_ids),
+        thread_id=thread_id_for(channel_id),
+        user_id=user_id_for(who),
+        platform=PLATFORM,
+        platform_message_ids=[str(i) for i in sorted(message_ids)],
+    )
+
+
 def interaction_origin(interaction: discord.Interaction[Any]) -> Origin | None:
     """The origin of a slash command; None when Discord did not say which channel it came from."""
     if interaction.channel_id is None:
@@ -345,6 +373,27 @@ class MemoryCog(commands.Cog, name="chatmem"):
             event = edit_event(message)
         except (ValidationError, TypeError, ValueError) as error:
             log.error("the edit of message %s could not be mapped: %s", message.id, mapping_failure(error))
+            return
+        if event is not None:
+            self.publisher.publish_nowait(event)
+
+    @commands.Cog.listener()
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        # The raw events again: they fire for messages the cache never held. Memory forgets what
+        # was deleted (docs/privacy.md).
+        cached = payload.cached_message
+        self._publish_deletion(payload.channel_id, [payload.message_id], cached.author.id if cached else None)
+
+    @commands.Cog.listener()
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        self._publish_deletion(payload.channel_id, payload.message_ids, None)
+
+    def _publish_deletion(self, channel_id: int, message_ids: Collection[int], author_id: int | None) -> None:
+        who = author_id or (self.bot.user.id if self.bot.user else 0)
+        try:
+            event = deletion_event(channel_id, message_ids, who)
+        except (ValidationError, TypeError, ValueError) as error:
+            log.error("the deletion in channel %s could not be mapped: %s", channel_id, mapping_failure(error))
             return
         if event is not None:
             self.publisher.publish_nowait(event)

@@ -30,6 +30,9 @@ ERASED = "erased"
 SUPPORTED_SCHEMA_VERSIONS = frozenset({SCHEMA_VERSION})
 DEFAULT_MAX_TEXT_CHARS = 32_000
 DEFAULT_MAX_DATA_URI_BYTES = 65_536
+# Discord's bulk delete takes at most 100 messages and Telegram's deleteMessages 100; a larger
+# purge comes as several events.
+MAX_DELETED_IDS = 1_000
 
 
 def _no_nul(value: str) -> str:
@@ -47,6 +50,7 @@ Identifier = Annotated[
 EventId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\w.:@\-]+$")]
 SafeText = Annotated[str, AfterValidator(_no_nul)]
 ShortText = Annotated[str, StringConstraints(max_length=512), AfterValidator(_no_nul)]
+MessageRef = Annotated[str, StringConstraints(min_length=1, max_length=512), AfterValidator(_no_nul)]
 
 
 def _aware(value: datetime) -> datetime:
@@ -225,6 +229,18 @@ class MessageEditedEvent(_EventBase):
     _text_limit = field_validator("text")(_check_text_limit)
 
 
+class MessageDeletedEvent(_EventBase):
+    """Messages deleted on the platform. Memory forgets them: their content is shredded in the log
+    and their thread rebuilt without them, as retention does (docs/privacy.md)."""
+
+    type: Literal["message_deleted"] = "message_deleted"
+    platform_message_ids: list[MessageRef] = Field(
+        min_length=1,
+        max_length=MAX_DELETED_IDS,
+        description="the deleted messages' platform ids: one, or a bulk delete's",
+    )
+
+
 class CommandEvent(_EventBase):
     type: Literal["command"] = "command"
     command: CommandName
@@ -234,13 +250,16 @@ class CommandEvent(_EventBase):
     )
 
 
-Event = Annotated[MessageEvent | MessageEditedEvent | CommandEvent, Field(discriminator="type")]
+AnyEvent = MessageEvent | MessageEditedEvent | MessageDeletedEvent | CommandEvent
+Event = Annotated[AnyEvent, Field(discriminator="type")]
 EVENT_TYPES: dict[str, type[_EventBase]] = {
     "message": MessageEvent,
     "message_edited": MessageEditedEvent,
+    "message_deleted": MessageDeletedEvent,
     "command": CommandEvent,
 }
-_EVENT_ADAPTER: TypeAdapter[MessageEvent | MessageEditedEvent | CommandEvent] = TypeAdapter(Event)
+_KNOWN_TYPES = ", ".join(EVENT_TYPES)
+_EVENT_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(Event)
 
 
 class InvalidEvent(ValueError):
@@ -274,7 +293,7 @@ def parse_event(
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
     max_data_uri_bytes: int = DEFAULT_MAX_DATA_URI_BYTES,
     require_event_id: bool = True,
-) -> MessageEvent | MessageEditedEvent | CommandEvent:
+) -> AnyEvent:
     """Validate one JSON event from the wire; raise InvalidEvent with a readable reason.
 
     On the wire the producer must set event_id: a default made here would differ on every
@@ -297,11 +316,11 @@ def parse_event(
 def _tag_reason(error: ValidationError) -> str:
     item = error.errors()[0]
     if item["type"] == "union_tag_not_found":
-        return "type: field required (one of message, message_edited, command)"
+        return f"type: field required (one of {_KNOWN_TYPES})"
     if item["type"] == "model_attributes_type":
         return "event: must be a JSON object"
     found = (item.get("ctx") or {}).get("tag", "?")
-    return f"type: unknown event type {found!r} (one of message, message_edited, command)"
+    return f"type: unknown event type {found!r} (one of {_KNOWN_TYPES})"
 
 
 def event_json_schemas() -> dict[str, dict[str, Any]]:

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from chatmem.schemas.events import CommandEvent, MessageEditedEvent, MessageEvent
-
-AnyEvent = MessageEvent | MessageEditedEvent | CommandEvent
+from chatmem.schemas.events import AnyEvent as AnyEvent  # its home before deletions joined it
 
 # A Redis stream id "<ms>-<n>" packs into one bigint, ordered the same way.
 _SEQ_SPAN = 1_000_000

@@ -68,6 +68,8 @@ class Wiring(Protocol):
 
     def apply_retention(self) -> dict[str, int]: ...
 
+    def forget_deleted(self, thread_id: str) -> dict[str, int]: ...
+
     def erase(
         self, *, user_id: str | None = None, thread_id: str | None = None, requested_by: str = "cli"
     ) -> dict[str, int]: ...
@@ -230,6 +232,14 @@ def forget_me(self: Task, thread_id: str, event_id: str) -> dict:
     if user_id is None:
         return {"erased": None}
     return {"erased": user_id, "removed": c.erase(user_id=user_id, requested_by=f"command:{event_id}")}
+
+
+@shared_task(name="chatmem.forget_deleted", bind=True, **RETRY)
+def forget_deleted(self: Task, thread_id: str) -> dict:
+    """Messages deleted on the platform: shred them and rebuild the thread without them. One run
+    covers every deletion logged in the thread so far, so a burst of deletions costs one rebuild
+    and the runs after it find nothing left to do."""
+    return wiring(self).forget_deleted(_checked(thread_id))
 
 
 @shared_task(name="chatmem.retention", bind=True, **RETRY)

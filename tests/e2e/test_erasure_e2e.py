@@ -17,7 +17,7 @@ import redis
 from chatmem.adapters import services
 from chatmem.producers.publisher import Publisher
 from chatmem.producers.spool import Spool
-from chatmem.schemas.events import Attachment, CommandEvent, MessageEvent
+from chatmem.schemas.events import Attachment, CommandEvent, MessageDeletedEvent, MessageEvent
 from tests.conftest import logged_events, scalar, spawn, stop, wait_for
 from tests.e2e.test_read_e2e import cli
 
@@ -198,3 +198,29 @@ def test_a_forget_me_command_from_a_bot_erases_its_sender_through_the_workers(co
     assert scalar(container, "SELECT requested_by FROM erasures WHERE subject = 'carol'") == "command:dm-carol-c2"
     assert a not in pg_dump(s.database_url)
     assert container.recall("carol", "door code").hits == [] and container.what_do_you_know("carol").facts == []
+
+
+def test_a_message_deleted_on_the_platform_is_shredded_through_the_workers(container):
+    s = container.settings
+    a = f"tok{uuid.uuid4().hex[:12]}dave"
+    procs = [spawn(s, "ingest"), spawn(s, "worker", "--queues", "all", "--concurrency", "2")]
+
+    def count(sql: str, *args: object) -> int:
+        return int(scalar(container, sql, *args))
+
+    try:
+        pub = Publisher(container.sink, s.resolved_spool_dir)
+        pub.publish_many(
+            [msg("grp", "dave", 1, f"oops, my wifi password is {a}"), msg("grp", "erin", 2, "lunch at one?")]
+        )
+        projected = "SELECT count(*) FROM messages WHERE thread_id = 'grp'"
+        assert wait_for(lambda: count(projected) == 2, timeout=180), stop(procs[1])[-3000:]
+        pub.publish(MessageDeletedEvent(event_id="grp-d1", thread_id="grp", user_id="dave", platform_message_ids=["1"]))
+        done = "SELECT count(*) FROM erasures WHERE scope = 'messages' AND finished_at IS NOT NULL"
+        assert wait_for(lambda: count(done) == 1, timeout=240), stop(procs[1])[-3000:]
+    finally:
+        for p in procs:
+            stop(p)
+    assert a not in pg_dump(s.database_url)
+    assert [h.snippet for h in container.recall("erin", "lunch").hits][:1] == ["lunch at one?"]
+    assert count("SELECT count(*) FROM messages WHERE thread_id = 'grp'") == 1

@@ -17,7 +17,7 @@ from chatmem.adapters.redis_stream import EVENT_FIELD
 from chatmem.producers.discord_bot import add_memory, edit_event_id
 from chatmem.producers.publisher import Publisher
 from chatmem.workers.ingest import IngestRunner
-from tests.conftest import scalar
+from tests.conftest import logged_events, scalar
 from tests.discord_stub import (
     ALICE,
     APP_ID,
@@ -205,3 +205,59 @@ def test_answers_come_from_memory_with_links_back_to_discord(container):
         "Got it.",
         "What was my locker code?",
     ]
+
+
+def test_deleted_messages_are_published_and_forgotten(container):
+    """A deletion in Discord (one message, a moderator's bulk delete, one the bot never cached)
+    reaches the stream as message_deleted events; the maintenance job then shreds the messages and
+    their edits in the log and rebuilds the channel without them."""
+    pub = Publisher(container.sink, container.settings.resolved_spool_dir)
+    secret = message(ALICE, "my card PIN is 4411, keep it to yourself")
+    ferry = message(BOB, "the ferry leaves at nine from the south pier")
+    spam = [message(BOB, f"cheap watches, click now {i}") for i in range(2)]
+    edit = {**secret, "content": "my card PIN is 4411", "edited_timestamp": (T0 + timedelta(hours=1)).isoformat()}
+    unseen = snowflake()  # sent before the bot started: not in discord.py's cache, nor in memory
+    where = {"channel_id": str(CHANNEL_ID), "guild_id": str(GUILD_ID)}
+
+    async def scenario() -> None:
+        async with DiscordHarness() as h:
+            await add_memory(h.bot, pub, container)
+            for data in (secret, ferry, *spam):
+                await h.send("MESSAGE_CREATE", data)
+            await h.send("MESSAGE_UPDATE", edit)
+            await h.send("MESSAGE_DELETE", {"id": secret["id"], **where})
+            await h.send("MESSAGE_DELETE_BULK", {"ids": [m["id"] for m in reversed(spam)], **where})
+            await h.send("MESSAGE_DELETE", {"id": str(unseen), **where})
+
+    asyncio.run(scenario())
+    assert pub.flush(10)
+    pub.close()
+    spam_ids = sorted(int(m["id"]) for m in spam)
+    assert [summary(e) + (e["platform_message_ids"],) for e in stream(container) if e["type"] == "message_deleted"] == [
+        (f"discord:{secret['id']}:deleted", "message_deleted", CH, A, "", [secret["id"]]),  # the cached author
+        (f"discord:{spam_ids[0]}:deleted", "message_deleted", CH, BOT, "", [str(i) for i in spam_ids]),
+        (f"discord:{unseen}:deleted", "message_deleted", CH, BOT, "", [str(unseen)]),
+    ]
+
+    d = Driver(container)
+    IngestRunner(container, "c").run(threading.Event(), until_idle=True)
+    d.advance(CH)
+    assert [j.kind for _, _, j in d.jobs if j.kind == "forget_deleted"] == ["forget_deleted"] * 3
+    with container.pool.connection() as conn:
+        before = {r[0] for r in conn.execute("SELECT text FROM messages")}
+    assert any("4411" in t for t in before)  # projected before its deletion was acted on
+
+    removed = container.forget_deleted(CH)
+    assert removed["events"] == 4  # the secret, its edit and the two spam messages
+    assert container.forget_deleted(CH) == {"events": 0}  # one run covers every deletion so far
+
+    payloads = {e["event_id"]: e["payload"] for e in logged_events(container)}
+    for gone in (f"discord:{secret['id']}", edit_event_id(int(secret["id"]), T0 + timedelta(hours=1))):
+        assert payloads[gone]["metadata"] == {"erased": True} and "text" not in payloads[gone]
+    assert payloads[f"discord:{ferry['id']}"]["text"] == ferry["content"]
+    with container.pool.connection() as conn:
+        texts = {r[0] for r in conn.execute("SELECT text FROM messages")}
+    assert texts == {ferry["content"]}
+    assert not [h for h in container.recall(A, "card PIN 4411").hits if "4411" in h.snippet]
+    assert [h.snippet for h in container.recall(B, "when does the ferry leave").hits][:1] == [ferry["content"]]
+    assert scalar(container, "SELECT requested_by FROM erasures WHERE scope = 'messages'") == "deleted on the platform"

@@ -129,6 +129,7 @@ _FIELDS = [
     "schema_version",
     "platform",
     "platform_message_id",
+    "platform_message_ids",
     "reply_to",
     "metadata",
     "command",
@@ -145,12 +146,13 @@ _JSON = st.recursive(
 @given(
     st.dictionaries(st.sampled_from(_FIELDS), _JSON, max_size=5),
     st.lists(st.sampled_from(_FIELDS), max_size=2),
-    st.sampled_from(["message", "message_edited", "command"]),
+    st.sampled_from(["message", "message_edited", "message_deleted", "command"]),
 )
 def test_any_field_value_parses_or_is_refused_with_a_reason(changes, dropped, kind):
     event = {"type": kind, "event_id": "e1", "thread_id": "t1", "user_id": "u1"} | {
         "message": {"text": "hi"},
         "message_edited": {"text": "hi", "platform_message_id": "m1"},
+        "message_deleted": {"platform_message_ids": ["m1"]},
         "command": {"command": "remember", "args": {"text": "x"}},
     }[kind]
     event.update(changes)
@@ -172,3 +174,18 @@ def test_any_bytes_parse_or_are_refused_with_a_reason(raw):
         parse_event(raw)
     except InvalidEvent as error:
         assert error.reason
+
+
+def test_a_deletion_names_one_to_a_thousand_messages():
+    deleted = wire(type="message_deleted", text=..., platform_message_ids=["41", "42"])
+    assert parse_event(deleted).platform_message_ids == ["41", "42"]
+    assert reason(wire(type="message_deleted", text=..., platform_message_ids=[])).startswith(
+        "platform_message_ids: List should have at least 1 item"
+    )
+    many = [str(i) for i in range(1001)]
+    assert "at most 1000 items" in reason(wire(type="message_deleted", text=..., platform_message_ids=many))
+    assert reason(wire(type="message_deleted", text=..., platform_message_ids=[""])).startswith(
+        "platform_message_ids.0: String should have at least 1 character"
+    )
+    assert "NUL" in reason(wire(type="message_deleted", text=..., platform_message_ids=["4\u00002"]))
+    assert "message_deleted" in reason(wire(type="message_removed"))

@@ -8,7 +8,7 @@ import pytest
 
 from chatmem.memory.episodes import Job, SummaryPolicy, ThreadContext, plan_batch
 from chatmem.memory.segmentation import SegmenterConfig, SegmenterState, TaskEnds
-from chatmem.schemas.events import MessageEvent
+from chatmem.schemas.events import MessageDeletedEvent, MessageEvent
 from chatmem.schemas.records import LoggedEvent
 from tests.scripted import T0, command
 
@@ -207,3 +207,11 @@ def test_forget_me_plans_an_erasure_and_erased_is_acknowledged():
     p = plan([say(1, "Hello there", 0), command("t", "forget_me", 2, 1), command("t", "erased", 3, 2)])
     assert [j for j in p.jobs if j.kind == "forget_me"] == [Job("forget_me", "", 0, 0, "t-cmd-2")]
     assert [(c.command, c.status) for c in p.commands] == [("forget_me", "applied"), ("erased", "applied")]
+
+
+def test_a_deletion_plans_its_shredding_on_the_maintenance_queue_and_projects_nothing():
+    gone = MessageDeletedEvent(event_id="t-d", thread_id="t", user_id="alex", platform_message_ids=["m1"])
+    p = plan([say(1, "my PIN is 4411", 0), gone, say(2, "and the weather", 1)])
+    assert [j for j in p.jobs if j.kind == "forget_deleted"] == [Job("forget_deleted", "", 0, 0, "t-d")]
+    assert [m.event_id for m in p.messages] == ["t-1", "t-2"]  # the shredding and a rebuild remove it
+    assert len(p.consumed) == 3 and p.commands == [] and p.edits == []
