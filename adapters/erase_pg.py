@@ -291,15 +291,20 @@ class PostgresErasure:
         return [r[0] for r in rows]
 
     def deleted(self, thread_id: str) -> list[str]:
-        """The thread's messages, and their edits, that a message_deleted event of the thread names
-        and whose content is still there."""
+        """The messages, and their edits, that a message_deleted event of the thread names and
+        whose content is still there: in the thread or in its sub-threads (`<thread>:<topic>`),
+        since a chat's deletion does not say which forum topic the message was in."""
         with self.pool.connection() as conn:
             rows = conn.execute(
                 f"""WITH gone AS (
                         SELECT DISTINCT jsonb_array_elements_text(payload->'platform_message_ids') AS id
-                        FROM events WHERE thread_id = %(t)s AND type = 'message_deleted')
-                    SELECT e.event_id FROM events e JOIN gone ON gone.id = e.payload->>'platform_message_id'
-                    WHERE e.thread_id = %(t)s AND e.type IN ('message', 'message_edited')
+                        FROM events WHERE thread_id = %(t)s AND type = 'message_deleted'),
+                    family AS (
+                        SELECT thread_id FROM threads WHERE thread_id = %(t)s OR starts_with(thread_id, %(t)s || ':'))
+                    SELECT e.event_id FROM events e
+                    JOIN family USING (thread_id)
+                    JOIN gone ON gone.id = e.payload->>'platform_message_id'
+                    WHERE e.type IN ('message', 'message_edited')
                       AND NOT coalesce(e.payload->'metadata' ? '{ERASED}', false)
                     ORDER BY e.stream_pos""",
                 {"t": thread_id},

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 from pydantic import ValidationError
 
@@ -39,7 +39,14 @@ from chatmem.producers.chat import (
     render_recall,
     without_nul,
 )
-from chatmem.schemas.events import Attachment, AttachmentKind, MessageEditedEvent, MessageEvent, Role
+from chatmem.schemas.events import (
+    Attachment,
+    AttachmentKind,
+    MessageDeletedEvent,
+    MessageEditedEvent,
+    MessageEvent,
+    Role,
+)
 from chatmem.schemas.read import Citation
 from chatmem.schemas.records import AnyEvent
 
@@ -50,6 +57,9 @@ FILE_URL_PREFIX = "telegram:file/"
 # Update fields that carry a new message, and those that carry an edited one.
 MESSAGE_KEYS = ("message", "channel_post")
 EDIT_KEYS = ("edited_message", "edited_channel_post")
+# Bot API calls that delete messages, and the parameter that names them. Telegram tells a bot of
+# no deletion made by someone else, so these calls are all it can report.
+DELETE_METHODS = {"deletemessage": "message_id", "deletemessages": "message_ids"}
 
 Json = Mapping[str, Any]
 
@@ -349,6 +359,35 @@ def map_edit(message: Json, *, assistant: bool = False) -> Incoming:
     return Incoming(event, chat_id, message_id, topic_id(message), thread, user)
 
 
+def map_deleted(method: str, params: Json, result: Any, bot_id: int | None) -> MessageDeletedEvent | None:
+    """The messages the bot deleted with `deleteMessage` or `deleteMessages`, once Telegram said
+    it did (the answer is `true`). None for any other call, or a chat named by its @username,
+    which names no thread. The event is in the chat's thread: the call does not say which forum
+    topic, and the worker looks in the chat's topics too."""
+    key = DELETE_METHODS.get(method.lower())
+    if key is None or result is not True:
+        return None
+    chat, named = params.get("chat_id"), params.get(key)
+    ids = named if isinstance(named, list | tuple) else [named]
+    numbers = [int(i) for i in ids if _whole_number(i)]
+    if not _whole_number(chat) or not numbers or len(numbers) < len(ids):
+        return None
+    ordered = sorted(set(numbers))
+    return MessageDeletedEvent(
+        event_id=f"{message_event_id(int(chat), ordered[0])}:deleted",  # a message is deleted once
+        thread_id=thread_id_for(int(chat)),
+        user_id=user_id_for(bot_id) if bot_id else f"{PLATFORM}:bot",
+        platform=PLATFORM,
+        platform_message_ids=[str(i) for i in ordered],
+    )
+
+
+def _whole_number(value: Any) -> TypeGuard[int | str]:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, str) and value.lstrip("-").isdigit())
+
+
 def _is_message(value: Any) -> bool:
     return isinstance(value, Mapping) and "message_id" in value and "chat" in value and "date" in value
 
@@ -474,6 +513,18 @@ def record_sent(publisher: EventPublisher, method: str, result: Any) -> None:
         log.error("chatmem: the result of %s could not be mapped: %s", method, mapping_failure(error))
         return
     publish_all(publisher, events)
+
+
+def record_deleted(publisher: EventPublisher, method: str, params: Json, result: Any, bot_id: int | None) -> None:
+    """Publish the deletion one Bot API call made (the libraries' hooks call this). Unlike a
+    message, a deletion inside `quietly()` is published too: what is gone must be forgotten."""
+    try:
+        event = map_deleted(method, params, result, bot_id)
+    except (ValidationError, TypeError, ValueError) as error:
+        log.error("chatmem: the deletion by %s could not be mapped: %s", method, mapping_failure(error))
+        return
+    if event is not None:
+        publish_all(publisher, [event])
 
 
 Send = Callable[[Incoming, str], Awaitable[object]]

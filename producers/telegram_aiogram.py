@@ -111,7 +111,8 @@ class MemoryMiddleware(BaseMiddleware):
 
 
 class SentRecorder(BaseRequestMiddleware):
-    """A session middleware: publishes the messages in the answers to the bot's calls."""
+    """A session middleware: publishes the messages in the answers to the bot's calls, and the
+    deletions it makes."""
 
     def __init__(self, publisher: EventPublisher):
         self.publisher = publisher
@@ -124,7 +125,11 @@ class SentRecorder(BaseRequestMiddleware):
     ) -> Response[TelegramType]:
         response = await make_request(bot, method)
         name = method.__api_method__
-        if name.lower().startswith(_MESSAGE_METHOD_PREFIXES) and not telegram.is_quiet():
+        if name.lower() in telegram.DELETE_METHODS:
+            result = response.result if isinstance(response, Response) else response
+            params = method.model_dump(mode="json", exclude_none=True)
+            telegram.record_deleted(self.publisher, name, params, result, bot.id)
+        elif name.lower().startswith(_MESSAGE_METHOD_PREFIXES) and not telegram.is_quiet():
             # The chain is typed as returning a Response, but the session hands back the result
             # itself (aiogram 3.31); accept both.
             result = response.result if isinstance(response, Response) else response

@@ -101,15 +101,16 @@ def record_bot_messages(bot: Bot, publisher: EventPublisher) -> None:
     if isinstance(requests[1], RecordingRequest):
         return
     # Index 0 serves getUpdates only; index 1 every other method.
-    bot._request = (requests[0], RecordingRequest(requests[1], publisher))
+    bot._request = (requests[0], RecordingRequest(requests[1], publisher, bot))
 
 
 class RecordingRequest(BaseRequest):
     """Delegates to the bot's own request object and publishes the messages in its answers."""
 
-    def __init__(self, inner: BaseRequest, publisher: EventPublisher):
+    def __init__(self, inner: BaseRequest, publisher: EventPublisher, bot: Bot | None = None):
         self.inner = inner
         self.publisher = publisher
+        self.bot = bot  # whose id a deletion it makes carries
 
     @property
     def read_timeout(self) -> float | None:
@@ -142,19 +143,26 @@ class RecordingRequest(BaseRequest):
         )
         # The URL holds the token: only its last segment, the method name, is looked at.
         endpoint = url.rsplit("/", 1)[-1]
-        if (
-            method == "POST"
-            and 200 <= code < 300
-            and endpoint.lower().startswith(_MESSAGE_METHOD_PREFIXES)
-            and not telegram.is_quiet()
-        ):
+        if method != "POST" or not 200 <= code < 300:
+            return code, payload
+        deletes = endpoint.lower() in telegram.DELETE_METHODS
+        if deletes or (endpoint.lower().startswith(_MESSAGE_METHOD_PREFIXES) and not telegram.is_quiet()):
             try:
                 answer = json.loads(payload)
             except ValueError:
                 answer = None
-            if isinstance(answer, dict):
+            if isinstance(answer, dict) and deletes:
+                params = request_data.parameters if request_data is not None else {}
+                telegram.record_deleted(self.publisher, endpoint, params, answer.get("result"), self._bot_id())
+            elif isinstance(answer, dict):
                 telegram.record_sent(self.publisher, endpoint, answer.get("result"))
         return code, payload
+
+    def _bot_id(self) -> int | None:
+        try:
+            return self.bot.id if self.bot is not None else None
+        except RuntimeError:  # not initialized yet
+            return None
 
 
 # --- thin wrappers over producers/telegram.py for PTB objects ---------------------------------

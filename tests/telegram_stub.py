@@ -232,6 +232,12 @@ class TelegramStub:
             self.sent.append(message)
         return self._ok(message)
 
+    async def _m_deletemessage(self, params: dict[str, Any]) -> web.Response:
+        return self._ok(True)
+
+    async def _m_deletemessages(self, params: dict[str, Any]) -> web.Response:
+        return self._ok(True)
+
     async def _m_getfile(self, params: dict[str, Any]) -> web.Response:
         if self.get_file_failures:
             status = self.get_file_failures.pop(0)

@@ -197,13 +197,30 @@ def player(stub: TelegramStub, container: Any) -> Callable[[], Awaitable[None]]:
     return play
 
 
-async def run_ptb(stub: TelegramStub, publisher: Publisher, memory: Any, play: Callable[[], Awaitable[None]]) -> None:
+# A moderation bot's rules: a message giving a password away is deleted at once, and "clean up"
+# deletes the two messages before it in one call.
+PASSWORD, CLEAN_UP = "password", "clean up"
+
+
+async def run_ptb(
+    stub: TelegramStub,
+    publisher: Publisher,
+    memory: Any,
+    play: Callable[[], Awaitable[None]],
+    moderate: bool = False,
+) -> None:
     from telegram import Update
     from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
     async def echo(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        assert update.effective_message is not None
-        await update.effective_message.reply_text(f"echo: {update.effective_message.text}", do_quote=True)
+        m = update.effective_message
+        assert m is not None and m.text is not None
+        if not moderate:
+            await m.reply_text(f"echo: {m.text}", do_quote=True)
+        elif PASSWORD in m.text:
+            await m.delete()
+        elif m.text == CLEAN_UP:
+            await context.bot.delete_messages(m.chat_id, [m.message_id - 2, m.message_id - 1])
 
     app = Application.builder().token(TOKEN).base_url(f"{stub.url}/bot").base_file_url(f"{stub.url}/file/bot").build()
     telegram_ptb.add_memory(app, publisher, memory=memory)
@@ -221,7 +238,11 @@ async def run_ptb(stub: TelegramStub, publisher: Publisher, memory: Any, play: C
 
 
 async def run_aiogram(
-    stub: TelegramStub, publisher: Publisher, memory: Any, play: Callable[[], Awaitable[None]]
+    stub: TelegramStub,
+    publisher: Publisher,
+    memory: Any,
+    play: Callable[[], Awaitable[None]],
+    moderate: bool = False,
 ) -> None:
     from aiogram import Bot, Dispatcher, F, Router
     from aiogram.client.session.aiohttp import AiohttpSession
@@ -235,7 +256,13 @@ async def run_aiogram(
     # must make it ask for edits too (the stub honours allowed_updates).
     @router.message(F.text, ~F.text.startswith("/"))
     async def echo(m: Message) -> None:
-        await m.reply(f"echo: {m.text}")
+        assert m.text is not None
+        if not moderate:
+            await m.reply(f"echo: {m.text}")
+        elif PASSWORD in m.text:
+            await m.delete()
+        elif m.text == CLEAN_UP:
+            await bot.delete_messages(m.chat.id, [m.message_id - 2, m.message_id - 1])
 
     dp = Dispatcher()
     dp.include_router(router)
@@ -332,6 +359,60 @@ def test_a_bot_publishes_exactly_what_happened_and_the_token_stays_secret(run, s
     assert "getUpdates" in caplog.text or run is run_aiogram  # PTB's httpx request lines were captured...
     assert SECRET not in caplog.text  # ...with the token redacted
     assert all(SECRET not in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("run", [run_ptb, run_aiogram], ids=["python-telegram-bot", "aiogram"])
+def test_messages_the_bot_deletes_are_published_and_forgotten(run, stub, container):
+    """Telegram tells a bot of no deletion, but a moderation bot makes its own: each successful
+    deleteMessage or deleteMessages call becomes a message_deleted event, and the maintenance job
+    shreds the messages, here one in a forum topic (the call names only the chat)."""
+    leak = message(FORUM, 90, text="the office wifi password is hunter2", message_thread_id=77, is_topic_message=True)
+    script = [
+        (leak, 2),
+        (message(GROUP, 20, user=BOB, text="cheap watches, click now"), 1),
+        (message(GROUP, 21, user=BOB, text="cheap watches, last chance"), 1),
+        (message(GROUP, 22, text=CLEAN_UP), 2),
+    ]
+    r, key = container.redis, container.settings.stream_key
+
+    async def play() -> None:
+        expected = 0
+        for msg, n in script:
+            stub.push({"message": msg})
+            expected += n
+            await until(
+                lambda e=expected: r.xlen(key) >= e, lambda m=msg: f"{r.xlen(key)} events after {m['message_id']}"
+            )
+
+    publisher = Publisher(container.sink, container.settings.resolved_spool_dir)
+    try:
+        asyncio.run(run(stub, publisher, container, play, moderate=True))
+        assert publisher.flush(10)
+    finally:
+        publisher.close()
+    deletions = [(m, p) for m, p in stub.calls if m.lower() in ("deletemessage", "deletemessages")]
+    assert [(m, str(p["chat_id"]), str(p.get("message_id") or p.get("message_ids"))) for m, p in deletions] == [
+        ("deleteMessage", str(FORUM["id"]), "90"),
+        ("deleteMessages", str(GROUP["id"]), "[20, 21]"),
+    ]
+    events = [parse_event(fields[b"event"]) for _, fields in r.xrange(key)]
+    assert [
+        (e.event_id, e.thread_id, e.user_id, e.platform_message_ids) for e in events if e.type == "message_deleted"
+    ] == [
+        (f"telegram:{FORUM['id']}:90:deleted", f"telegram:{FORUM['id']}", BOT_USER, ["90"]),
+        (f"telegram:{GROUP['id']}:20:deleted", G, BOT_USER, ["20", "21"]),
+    ]
+
+    IngestRunner(container, "c").run(threading.Event(), until_idle=True)
+    driver = Driver(container)
+    for thread in (F, G, f"telegram:{FORUM['id']}"):
+        driver.advance(thread)
+    assert container.forget_deleted(f"telegram:{FORUM['id']}")["events"] == 1  # found in its topic
+    assert container.forget_deleted(G)["events"] == 2
+    with container.pool.connection() as conn:
+        texts = {r[0] for r in conn.execute("SELECT text FROM messages")}
+    assert texts == {CLEAN_UP}
+    assert "hunter2" not in json.dumps([e["payload"] for e in logged_events(container)])
 
 
 # --- the fetcher on its own ------------------------------------------------------------------------

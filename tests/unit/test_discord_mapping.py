@@ -17,6 +17,7 @@ from chatmem.producers.discord_bot import (
     MemoryCog,
     attachment_kind,
     clip,
+    deletion_event,
     discord_link,
     edit_event,
     edit_event_id,
@@ -411,3 +412,14 @@ def test_recall_reply_cites_with_deep_links_and_keeps_dms_out_of_channels(bot):
     ]
     memory.readable = False
     assert asyncio.run(cog.recall_reply(asked)) == "I found nothing about that in memory."
+
+
+def test_a_deletion_is_named_by_its_first_message_and_lists_them_in_order():
+    event = deletion_event(55, {903, 901, 902}, 7)
+    assert event is not None and (event.event_id, event.thread_id, event.user_id, event.platform_message_ids) == (
+        "discord:901:deleted",
+        "discord:55",
+        "discord:7",
+        ["901", "902", "903"],
+    )
+    assert deletion_event(55, set(), 7) is None

@@ -583,3 +583,41 @@ def test_bot_tokens_are_redacted_from_text_and_log_records():
     assert redact_bot_tokens("odd-token", "odd-token") == "<token>"
     record = logging.LogRecord("httpx", logging.INFO, __file__, 1, "HTTP Request: %s %s", ("GET", line), None)
     assert BotTokenFilter().filter(record) and token not in record.getMessage()
+
+
+def test_a_deletion_is_mapped_only_from_a_confirmed_delete_call_in_a_numbered_chat():
+    one = tg.map_deleted("deleteMessage", {"chat_id": -1001234567890, "message_id": 42}, True, 7000001)
+    assert one is not None and (one.event_id, one.thread_id, one.user_id, one.platform_message_ids) == (
+        "telegram:-1001234567890:42:deleted",
+        "telegram:-1001234567890",
+        "telegram:7000001",
+        ["42"],
+    )
+    many = tg.map_deleted("deletemessages", {"chat_id": "111", "message_ids": [9, 7, 9]}, True, None)
+    assert many is not None and (many.event_id, many.user_id, many.platform_message_ids) == (
+        "telegram:111:7:deleted",  # named by its first message, whatever order the call gave
+        "telegram:bot",
+        ["7", "9"],
+    )
+    for method, params, result in [
+        ("deleteMessage", {"chat_id": 111, "message_id": 42}, False),  # Telegram refused
+        ("deleteMessage", {"chat_id": "@news", "message_id": 42}, True),  # a username names no thread
+        ("deleteMessage", {"chat_id": 111, "message_id": True}, True),
+        ("deleteMessages", {"chat_id": 111, "message_ids": []}, True),
+        ("deleteChatPhoto", {"chat_id": 111}, True),
+        ("sendMessage", {"chat_id": 111, "text": "hi"}, {"message_id": 1}),
+    ]:
+        assert tg.map_deleted(method, params, result, 1) is None, (method, params)
+
+
+def test_a_deletion_is_published_even_inside_quietly():
+    published: list[Any] = []
+
+    class Collect:
+        def publish_nowait(self, event: Any) -> None:
+            published.append(event)
+
+    with tg.quietly():
+        tg.record_deleted(Collect(), "deleteMessage", {"chat_id": 111, "message_id": 5}, True, 1)
+        tg.record_sent(Collect(), "sendMessage", {"message_id": 6, "date": 0, "chat": {"id": 111, "type": "private"}})
+    assert [e.event_id for e in published] == ["telegram:111:5:deleted"]
