@@ -216,9 +216,12 @@ class PostgresErasure:
             removed["pair_cache"] = conn.execute(
                 "DELETE FROM pair_cache WHERE thread_id = ANY(%s)", (plan.threads,)
             ).rowcount
+            # A subject's threads lose every output. Some events of a thread (retention, deletions)
+            # leave it to sweep_outputs after the rebuild, which keeps what the rebuild asked again.
+            whole_threads = plan.threads if plan.event_ids is None else []
             removed["llm_cache"] = conn.execute(
                 "DELETE FROM llm_cache WHERE thread_id = ANY(%s) OR input_hash = ANY(%s)",
-                (plan.threads, list(plan.llm_inputs)),
+                (whole_threads, list(plan.llm_inputs)),
             ).rowcount
             # Dead letters are raw bytes that may not even parse: any that names the subject goes.
             names = [f'"{x}"' for x in ([plan.user_id] if plan.user_id else []) + plan.whole]
@@ -235,6 +238,19 @@ class PostgresErasure:
                     "DELETE FROM thread_members WHERE user_id = %(u)s AND thread_id = ANY(%(t)s)", p
                 ).rowcount
         return removed, orphans
+
+    def sweep_outputs(self, threads: Sequence[str], used: set[tuple[str, str, bytes]]) -> int:
+        """Delete the threads' LLM outputs that their rebuild did not use. The rebuild read the log
+        without the removed events, so an output it used was made from an input without them,
+        and every output whose input held them is among the rest."""
+        keys = sorted(used)
+        with self.pool.connection() as conn:
+            return conn.execute(
+                """DELETE FROM llm_cache c WHERE c.thread_id = ANY(%s) AND NOT EXISTS (
+                       SELECT 1 FROM unnest(%s::text[], %s::text[], %s::bytea[]) u(model, version, hash)
+                       WHERE u.model = c.model AND u.version = c.prompt_version AND u.hash = c.input_hash)""",
+                (list(threads), [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]),
+            ).rowcount
 
     def redact(self, plan: ErasurePlan, *, clear_only: bool) -> int:
         """Overwrite the content of the covered events with a tombstone, in the log itself: the

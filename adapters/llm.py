@@ -206,6 +206,8 @@ class CachedLLM:
         # thread's content removes them (chatmem erase).
         self.thread_id = thread_id
         self._calls = _Count()  # shared with the per-thread copies, which do the asking
+        # The cache keys it read or wrote, when asked to keep them (tracking()); shared likewise.
+        self._used: set[tuple[str, str, bytes]] | None = None
 
     @property
     def calls(self) -> int:
@@ -217,8 +219,21 @@ class CachedLLM:
         scoped.thread_id = thread_id
         return scoped
 
+    def tracking(self) -> CachedLLM:
+        """A copy that keeps the cache keys it and its per-thread copies read or write (`used`):
+        a rebuild's, whose other entries of the thread nothing needs any more."""
+        tracked = copy.copy(self)
+        tracked._used = set()
+        return tracked
+
+    @property
+    def used(self) -> set[tuple[str, str, bytes]]:
+        return set(self._used or ())
+
     def complete(self, prompt: Prompt, response_model: type[T]) -> T:
         key = (self.model, prompt.version, input_hash(prompt))
+        if self._used is not None:
+            self._used.add(key)  # set.add holds the GIL: safe from the rebuilds' threads
         calls = instruments().llm_calls
         if not self.refresh:
             with self.pool.connection() as conn:

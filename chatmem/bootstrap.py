@@ -1010,7 +1010,9 @@ class Container:
         if s.retention_days is not None:
             removed["dead_letters_expired"] = eraser.expire_dead_letters(now - timedelta(days=s.retention_days))
         if threads:
-            _tally(removed, self._rebuild(sorted(threads), "retention"))
+            llm = self.llm("maintenance").tracking()
+            _tally(removed, self._rebuild(sorted(threads), "retention", llm))
+            removed["llm_cache"] = removed.get("llm_cache", 0) + eraser.sweep_outputs(sorted(threads), llm.used)
         removed["threads"] = len(threads)
         if removed["events"] or removed.get("dead_letters_expired"):  # a quiet run leaves no record
             run = eraser.record("retention", f"{removed['events']} events", "retention")
@@ -1031,10 +1033,13 @@ class Container:
         plan = eraser.plan_events(ids)
         removed = {"events": eraser.redact(plan, clear_only=False)}
         _tally(removed, self._purge(eraser, plan))
-        _tally(removed, self._rebuild(plan.threads, f"deleted-{run}"))
+        llm = self.llm("maintenance").tracking()
+        _tally(removed, self._rebuild(plan.threads, f"deleted-{run}", llm))
         # A deletion often follows its message within seconds, while a job may still be reading
-        # it: a second pass, as erase makes, with the facts derived meanwhile.
+        # it: a second pass, as erase makes, with the facts derived meanwhile; then the outputs
+        # the rebuild did not ask for again, a late job's included.
         _tally(removed, self._purge(eraser, eraser.plan_events(ids)))
+        removed["llm_cache"] = removed.get("llm_cache", 0) + eraser.sweep_outputs(plan.threads, llm.used)
         eraser.finish(run, removed)
         return removed
 
@@ -1049,9 +1054,9 @@ class Container:
             _tally(counts, self.mem0.erase_memories(plan.mem0_ids))
         return counts
 
-    def _rebuild(self, thread_ids: Sequence[str], owner: str) -> dict[str, int]:
+    def _rebuild(self, thread_ids: Sequence[str], owner: str, llm: CachedLLM | None = None) -> dict[str, int]:
         """Replay the threads over their tombstones, then drop the generations they replaced."""
-        llm = self.llm("maintenance")
+        llm = llm or self.llm("maintenance")
         for thread_id in thread_ids:
             self.replay(thread_id, llm, owner)
         return {f"old_{table}": n for table, n in self.projections.gc().items()}

@@ -69,14 +69,14 @@ class Driver:
         outcomes = []
         while self.jobs:
             t, g, job = self.jobs.pop(0)
+            # The workers tag each output with its thread, which erasure goes by.
+            llm = self.llm.for_thread(t) if hasattr(self.llm, "for_thread") else self.llm
             if job.kind in ("remember", "forget") or with_facts:
-                self.c.jobs.run_inline(self.llm, t, g, job)
+                self.c.jobs.run_inline(llm, t, g, job)
                 outcomes.append("inline")
             else:
                 s = self.c.settings
-                outcomes.append(
-                    run_job(self.c.summary_store, self.llm, job, t, g, fanin=s.rollup_fanin, keep=s.rollup_keep)
-                )
+                outcomes.append(run_job(self.c.summary_store, llm, job, t, g, fanin=s.rollup_fanin, keep=s.rollup_keep))
         return outcomes
 
 
