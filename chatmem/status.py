@@ -36,13 +36,20 @@ def table_counts(c: Container) -> dict[str, int]:
             counts["event_conflicts"] = kinds.get("conflict", 0)
             counts["clock_clamped"] = kinds.get("clock", 0)
         if scalar(conn, "SELECT to_regclass('erasures')") is not None:
-            erasures, runs, shredded = one(
+            erasures, runs, shredded, deleted = one(
                 conn,
-                """SELECT count(*) FILTER (WHERE scope <> 'retention'), count(*) FILTER (WHERE scope = 'retention'),
-                          coalesce(sum((removed->>'events')::bigint) FILTER (WHERE scope = 'retention'), 0)
+                """SELECT count(*) FILTER (WHERE scope IN ('user', 'thread')),
+                          count(*) FILTER (WHERE scope = 'retention'),
+                          coalesce(sum((removed->>'events')::bigint) FILTER (WHERE scope = 'retention'), 0),
+                          coalesce(sum((removed->>'events')::bigint) FILTER (WHERE scope = 'messages'), 0)
                    FROM erasures WHERE finished_at IS NOT NULL""",
             )
-            counts |= {"erasures": erasures, "retention_runs": runs, "retention_shredded_events": shredded}
+            counts |= {
+                "erasures": erasures,
+                "retention_runs": runs,
+                "retention_shredded_events": shredded,
+                "deleted_shredded_events": deleted,  # messages deleted on the platform, with their edits
+            }
     if "artifacts" in counts:
         counts |= {f"attachments_{k}": n for k, n in c.attachment_store.status_counts().items()}
     return counts

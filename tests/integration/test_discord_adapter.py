@@ -16,6 +16,7 @@ import pytest
 from chatmem.adapters.redis_stream import EVENT_FIELD
 from chatmem.producers.discord_bot import add_memory, edit_event_id
 from chatmem.producers.publisher import Publisher
+from chatmem.status import table_counts
 from chatmem.workers.ingest import IngestRunner
 from tests.conftest import logged_events, scalar
 from tests.discord_stub import (
@@ -261,3 +262,5 @@ def test_deleted_messages_are_published_and_forgotten(container):
     assert not [h for h in container.recall(A, "card PIN 4411").hits if "4411" in h.snippet]
     assert [h.snippet for h in container.recall(B, "when does the ferry leave").hits][:1] == [ferry["content"]]
     assert scalar(container, "SELECT requested_by FROM erasures WHERE scope = 'messages'") == "deleted on the platform"
+    counts = table_counts(container)  # `chatmem status`: not an erasure of anyone
+    assert (counts["deleted_shredded_events"], counts["erasures"]) == (4, 0)
