@@ -191,19 +191,20 @@ def write_episode_facts(
         return {**counts_only(done), "duplicate": True}
     if not current:
         return {"stale": True}
-    lines = {ln.seq: ln for ln in store.episode_user_lines(thread_id, generation, episode_id)}
+    lines = store.episode_user_lines(thread_id, generation, episode_id)
     if not lines:
         store.ledger_put(op, {"derived": []})
         return {}
     result = llm.complete(
-        prompts.extract_facts([prompts.Line(seq=s, role="user", text=ln.text) for s, ln in lines.items()]),
+        prompts.extract_facts([prompts.Line(seq=ln.seq, role="user", text=ln.text) for ln in lines]),
         prompts.FactList,
     )
     outcome: dict[str, int] = {}
     derived: list[dict[str, Any]] = []
     seen: set[tuple[str, str, str]] = set()
     for item in result.facts:
-        line = lines.get(item.seq)
+        # The prompt numbers its lines from 1 (prompts.numbered).
+        line = lines[item.seq - 1] if 1 <= item.seq <= len(lines) else None
         key = normalise_key(item.key, 6) if item.key != "name" else "name"
         if line is None or not key or not item.value.strip() or (line.user_id, item.category, key) in seen:
             continue  # a fact the model attributed to no user message of this episode

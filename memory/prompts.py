@@ -50,7 +50,7 @@ class FinalSummary(BaseModel):
 
 
 class FactItem(BaseModel):
-    seq: int = Field(description="the message the fact was stated in")
+    seq: int = Field(description="the message the fact was stated in, by its seq in the input")
     category: Literal["identity", "preference", "constraint", "instruction", "decision"]
     key: str = Field(description="what the fact is about, a few lowercase words, e.g. 'name', 'allergy peanuts'")
     value: str
@@ -109,6 +109,14 @@ class Prompt:
         return json.dumps(self.input, ensure_ascii=False, indent=1)
 
 
+def numbered(lines: list[Line], start: int = 1) -> list[dict[str, Any]]:
+    """The lines as a prompt shows them, numbered by their place in the prompt, not in the thread.
+    A message deleted or erased early in a thread then leaves the prompts of the later episodes,
+    and so their cached outputs, as they were: its rebuild asks the model again only about the
+    episode that held it. An answer's `seq` is that number (FactItem)."""
+    return [{**ln.prompt_dict(), "seq": i} for i, ln in enumerate(lines, start=start)]
+
+
 _STYLE = (
     "You maintain the memory of a chat between a user and an assistant. Be factual and brief; "
     "never invent anything that is not in the input. Answer in the conversation's language."
@@ -118,10 +126,10 @@ _STYLE = (
 def running_summary(lines: list[Line]) -> Prompt:
     return Prompt(
         name="running_summary",
-        version="running-v1",
+        version="running-v2",
         system=_STYLE + " Summarise the current episode so far and list its open loops "
         "(unanswered questions, promises such as 'I will', to-dos).",
-        input={"messages": [ln.prompt_dict() for ln in lines]},
+        input={"messages": numbered(lines)},
         response_model=RunningSummary,
     )
 
@@ -129,9 +137,9 @@ def running_summary(lines: list[Line]) -> Prompt:
 def chunk_summary(lines: list[Line]) -> Prompt:
     return Prompt(
         name="chunk_summary",
-        version="chunk-v1",
+        version="chunk-v2",
         system=_STYLE + " Summarise this stretch of the conversation in a few sentences.",
-        input={"messages": [ln.prompt_dict() for ln in lines]},
+        input={"messages": numbered(lines)},
         response_model=RunningSummary,
     )
 
@@ -139,11 +147,11 @@ def chunk_summary(lines: list[Line]) -> Prompt:
 def final_summary(lines: list[Line]) -> Prompt:
     return Prompt(
         name="final_summary",
-        version="final-v1",
+        version="final-v2",
         system=_STYLE + " The episode is over: give its topic, a short label, a summary, decisions, "
         "to-dos, durable facts about the user worth remembering (preferences, identity, constraints; "
         "no greetings or small talk), named entities, shared files and open questions.",
-        input={"messages": [ln.prompt_dict() for ln in lines]},
+        input={"messages": numbered(lines)},
         response_model=FinalSummary,
     )
 
@@ -151,12 +159,12 @@ def final_summary(lines: list[Line]) -> Prompt:
 def extract_facts(lines: list[Line]) -> Prompt:
     return Prompt(
         name="extract_facts",
-        version="facts-v1",
+        version="facts-v2",
         system=_STYLE + " From the user's messages, list durable facts about the user: identity (name, location, "
         "employer, occupation), preferences, constraints (allergies, things they never do), instructions to the "
         "assistant, and decisions. Skip greetings, small talk, questions and anything said with doubt. Give each "
         "fact the seq of its message, a short stable key, and a confidence (how explicitly it was stated).",
-        input={"messages": [ln.prompt_dict() for ln in lines]},
+        input={"messages": numbered(lines)},
         response_model=FactList,
     )
 
@@ -166,7 +174,7 @@ def topic_shift(before: list[Line], window: list[Line]) -> Prompt:
     the candidate and the turns after it seen so far (up to the next user turn)."""
     return Prompt(
         name="topic_shift",
-        version="topic-shift-v1",
+        version="topic-shift-v2",
         system="You segment a chat between a user and an assistant into topics. Decide whether the candidate "
         "turn starts a new topic. First say in one sentence each what the turns before the candidate are "
         "about and what the candidate and the turns after it are about; then label the intent and topic of the "
@@ -175,9 +183,9 @@ def topic_shift(before: list[Line], window: list[Line]) -> Prompt:
         "change of subject, a greeting that opens a new conversation). A follow-up, an answer, a reaction or a "
         "clarification continues the topic, even when its words differ.",
         input={
-            "before": [ln.prompt_dict() for ln in before],
-            "candidate_seq": window[0].seq,
-            "from_candidate": [ln.prompt_dict() for ln in window],
+            "before": numbered(before),
+            "candidate_seq": len(before) + 1,
+            "from_candidate": numbered(window, start=len(before) + 1),
         },
         response_model=TopicShift,
     )

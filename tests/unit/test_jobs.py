@@ -440,3 +440,14 @@ def test_sweep_re_queues_stale_attachments_only_when_their_queue_is_empty():
     assert sweeper(rig, store, {"attachments": 1}, [], busy).sweep().attachments == 0
     assert sweeper(rig, store, {}, [], idle).sweep().attachments == 1
     assert busy == [] and idle == [("old", 0)]
+
+
+def test_a_fact_is_read_by_its_place_in_the_prompt_not_in_the_thread():
+    """Prompts number their lines from 1, so a message deleted earlier in the thread leaves a later
+    episode's prompt, and its cached answer, unchanged (prompts.numbered)."""
+    rig = episodes_of(MemoryRig(), ["I live in Berlin.", "I live in Lisbon."])
+    item = dict(category="identity", key="location", value="Lisbon", confidence=0.9, importance=0.8, text="x")
+    rig.llm.answers["extract_facts"] = FactList(facts=[FactItem(seq=1, **item)])
+    out = write_episode_facts(rig.facts, rig.mem0, rig.llm, thread_id="t", generation=1, episode_id="t#2")
+    assert out == {"insert": 1} and [f["source_event_ids"] for f in rig.facts.facts] == [["t-2"]]
+    assert rig.llm.calls[-1].input["messages"] == [{"seq": 1, "role": "user", "text": "I live in Lisbon."}]

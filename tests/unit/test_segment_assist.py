@@ -156,21 +156,22 @@ def answering(new_topic_at=lambda data: False):
 
 
 def test_the_llm_assist_asks_a_def_dts_question_and_returns_the_models_answer():
-    llm = answering(lambda data: data["candidate_seq"] == 2)
+    llm = answering(lambda data: data["from_candidate"][0]["text"] == "turn 2 text")
     assist = LLMBoundaryAssist(llm, 0.1, Cooldown())
     assert decided(dialogue(), ScriptedScorer({(2, "closed"): 0.8}), assist) == [(Boundary(2, "shift"), 4)]
     [prompt] = llm.calls
-    assert prompt.name == "topic_shift" and prompt.version == "topic-shift-v1"
+    assert prompt.name == "topic_shift" and prompt.version == "topic-shift-v2"
+    # Numbered by their place in the prompt, not in the thread (prompts.numbered).
     assert prompt.input == {
         "before": [
-            {"seq": 0, "role": "user", "text": "turn 0 text"},
-            {"seq": 1, "role": "assistant", "text": "turn 1 text"},
+            {"seq": 1, "role": "user", "text": "turn 0 text"},
+            {"seq": 2, "role": "assistant", "text": "turn 1 text"},
         ],
-        "candidate_seq": 2,
+        "candidate_seq": 3,
         "from_candidate": [
-            {"seq": 2, "role": "user", "text": "turn 2 text"},
-            {"seq": 3, "role": "assistant", "text": "turn 3 text"},
-            {"seq": 4, "role": "user", "text": "turn 4 text"},
+            {"seq": 3, "role": "user", "text": "turn 2 text"},
+            {"seq": 4, "role": "assistant", "text": "turn 3 text"},
+            {"seq": 5, "role": "user", "text": "turn 4 text"},
         ],
     }
     assert "intent" in prompt.system and prompt.response_model is TopicShift
@@ -295,7 +296,8 @@ def test_a_boundary_the_model_confirms_when_the_window_closes_moves_the_window_t
 
 
 def test_the_doorbell_and_replay_place_the_same_boundaries_with_the_assist():
-    llm = answering(lambda data: data["candidate_seq"] in (3, 6))
+    opening = {"My laptop keeps crashing when I open the browser.", "Back to the Lisbon hotels."}  # seqs 3 and 6
+    llm = answering(lambda data: data["from_candidate"][0]["text"] in opening)
     cooldown = Cooldown()
 
     def factory(thread_id):
