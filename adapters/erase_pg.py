@@ -13,6 +13,7 @@ from datetime import datetime
 from psycopg_pool import ConnectionPool
 
 from chatmem.adapters import crypto
+from chatmem.adapters.cache_uses import Used
 from chatmem.adapters.keys_pg import KID, EventKeys, wrapped_key_sql
 from chatmem.adapters.llm import input_hash
 from chatmem.memory.episodes import author_name, message_text, texts_to_embed
@@ -212,13 +213,13 @@ class PostgresErasure:
             removed["embedding_cache"] = conn.execute(
                 "DELETE FROM embedding_cache WHERE text_hash = ANY(%s)", (list(plan.text_hashes),)
             ).rowcount
-            # A pair model answer reads several turns, no single message's: a thread's go together.
-            removed["pair_cache"] = conn.execute(
-                "DELETE FROM pair_cache WHERE thread_id = ANY(%s)", (plan.threads,)
-            ).rowcount
-            # A subject's threads lose every output. Some events of a thread (retention, deletions)
-            # leave it to sweep_outputs after the rebuild, which keeps what the rebuild asked again.
+            # A subject's threads lose every model answer: a pair model answer reads several turns,
+            # no single message's. Some events of a thread (retention, deletions) leave it to
+            # sweep_answers after the rebuild, which keeps what the rebuild used.
             whole_threads = plan.threads if plan.event_ids is None else []
+            removed["pair_cache"] = conn.execute(
+                "DELETE FROM pair_cache WHERE thread_id = ANY(%s)", (whole_threads,)
+            ).rowcount
             removed["llm_cache"] = conn.execute(
                 "DELETE FROM llm_cache WHERE thread_id = ANY(%s) OR input_hash = ANY(%s)",
                 (whole_threads, list(plan.llm_inputs)),
@@ -239,18 +240,24 @@ class PostgresErasure:
                 ).rowcount
         return removed, orphans
 
-    def sweep_outputs(self, threads: Sequence[str], used: set[tuple[str, str, bytes]]) -> int:
-        """Delete the threads' LLM outputs that their rebuild did not use. The rebuild read the log
-        without the removed events, so an output it used was made from an input without them,
-        and every output whose input held them is among the rest."""
-        keys = sorted(used)
-        with self.pool.connection() as conn:
-            return conn.execute(
+    def sweep_answers(self, threads: Sequence[str], used: Used) -> dict[str, int]:
+        """Delete the threads' LLM outputs and pair model answers that their rebuild did not use
+        (adapters/cache_uses.py): every answer computed from the removed events is among them."""
+        llm, pairs = sorted(used.llm), sorted(used.pairs)
+        with self.pool.connection() as conn, conn.transaction():
+            outputs = conn.execute(
                 """DELETE FROM llm_cache c WHERE c.thread_id = ANY(%s) AND NOT EXISTS (
                        SELECT 1 FROM unnest(%s::text[], %s::text[], %s::bytea[]) u(model, version, hash)
                        WHERE u.model = c.model AND u.version = c.prompt_version AND u.hash = c.input_hash)""",
-                (list(threads), [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]),
+                (list(threads), [k[0] for k in llm], [k[1] for k in llm], [k[2] for k in llm]),
             ).rowcount
+            answers = conn.execute(
+                """DELETE FROM pair_cache c WHERE c.thread_id = ANY(%s) AND NOT EXISTS (
+                       SELECT 1 FROM unnest(%s::text[], %s::bytea[]) u(model, hash)
+                       WHERE u.model = c.model AND u.hash = c.input_hash)""",
+                (list(threads), [k[0] for k in pairs], [k[1] for k in pairs]),
+            ).rowcount
+        return {"llm_cache": outputs, "pair_cache": answers}
 
     def redact(self, plan: ErasurePlan, *, clear_only: bool) -> int:
         """Overwrite the content of the covered events with a tombstone, in the log itself: the

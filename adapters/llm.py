@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 from pydantic import BaseModel, ValidationError
 
+from chatmem.adapters.cache_uses import CacheUses
 from chatmem.adapters.metrics import instruments
 from chatmem.memory.attachments import BadFile
 from chatmem.memory.attachments.filetypes import RECORDING_EXTENSIONS
@@ -196,6 +197,7 @@ class CachedLLM:
         limiter: RateLimiter | None = None,
         refresh: bool = False,
         thread_id: str | None = None,
+        uses: CacheUses | None = None,
     ):
         self.inner = inner
         self.pool = pool
@@ -206,8 +208,7 @@ class CachedLLM:
         # thread's content removes them (chatmem erase).
         self.thread_id = thread_id
         self._calls = _Count()  # shared with the per-thread copies, which do the asking
-        # The cache keys it read or wrote, when asked to keep them (tracking()); shared likewise.
-        self._used: set[tuple[str, str, bytes]] | None = None
+        self.uses = uses  # told of each key read or written, for the rebuilds it watches
 
     @property
     def calls(self) -> int:
@@ -219,21 +220,10 @@ class CachedLLM:
         scoped.thread_id = thread_id
         return scoped
 
-    def tracking(self) -> CachedLLM:
-        """A copy that keeps the cache keys it and its per-thread copies read or write (`used`):
-        a rebuild's, whose other entries of the thread nothing needs any more."""
-        tracked = copy.copy(self)
-        tracked._used = set()
-        return tracked
-
-    @property
-    def used(self) -> set[tuple[str, str, bytes]]:
-        return set(self._used or ())
-
     def complete(self, prompt: Prompt, response_model: type[T]) -> T:
         key = (self.model, prompt.version, input_hash(prompt))
-        if self._used is not None:
-            self._used.add(key)  # set.add holds the GIL: safe from the rebuilds' threads
+        if self.uses is not None:
+            self.uses.llm(self.thread_id, key)
         calls = instruments().llm_calls
         if not self.refresh:
             with self.pool.connection() as conn:

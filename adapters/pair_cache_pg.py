@@ -16,6 +16,7 @@ import json
 from psycopg_pool import ConnectionPool
 
 from chatmem.adapters.boundary_pair import OnnxPairEncoder
+from chatmem.adapters.cache_uses import CacheUses
 
 
 def pair_hash(context: str, candidate: str) -> bytes:
@@ -36,19 +37,24 @@ class CachedPairEncoder:
     would outlive an erasure's deletion of the thread's rows, and the rebuild would not write them
     back."""
 
-    def __init__(self, inner: OnnxPairEncoder, pool: ConnectionPool, thread_id: str | None = None):
+    def __init__(
+        self, inner: OnnxPairEncoder, pool: ConnectionPool, thread_id: str | None = None, uses: CacheUses | None = None
+    ):
         self.inner = inner
         self.pool = pool
         self.thread_id = thread_id
         self.model = model_key(inner)
+        self.uses = uses  # told of each key read or written, for the rebuilds it watches
 
     def for_thread(self, thread_id: str) -> CachedPairEncoder:
-        return CachedPairEncoder(self.inner, self.pool, thread_id)
+        return CachedPairEncoder(self.inner, self.pool, thread_id, self.uses)
 
     def logit(self, context: str, candidate: str) -> float:
         if self.thread_id is None:
             return self.inner.logit(context, candidate)
         key = pair_hash(context, candidate)
+        if self.uses is not None:
+            self.uses.pair(self.thread_id, (self.model, key))
         with self.pool.connection() as conn:
             row = conn.execute(
                 "SELECT logit FROM pair_cache WHERE model = %s AND input_hash = %s", (self.model, key)

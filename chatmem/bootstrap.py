@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # types only: the modules behind them load models or big libr
     from chatmem.adapters.attachments_pg import PostgresAttachmentStore
     from chatmem.adapters.blobs import LocalBlobStore
     from chatmem.adapters.browse_pg import PostgresBrowser
+    from chatmem.adapters.cache_uses import CacheUses
     from chatmem.adapters.context_pg import PostgresContextReader
     from chatmem.adapters.embedders import CachedEmbedder, QueryEmbedder, SwitchingEmbedder
     from chatmem.adapters.embedding_state_pg import EmbedderSpec, EmbeddingState
@@ -312,11 +313,20 @@ class Container:
             self._limiters.setdefault(queue, RateLimiter(s.llm_rate_limits.get(queue, 0))),
             refresh=refresh,
             thread_id=thread_id,
+            uses=self.cache_uses,
         )
 
     @cached_property
     def _limiters(self) -> dict[str, RateLimiter]:
         return {}
+
+    @cached_property
+    def cache_uses(self) -> CacheUses:
+        """Which cached model answers this process's rebuilds use (retention and deletions keep
+        the rest of a thread's answers through its rebuild: adapters/cache_uses.py)."""
+        from chatmem.adapters.cache_uses import CacheUses
+
+        return CacheUses()
 
     def boundary_assist(self, *, refresh: bool = False) -> AssistFactory | None:
         """The segmenter's LLM assist (memory/boundary_llm.py), per thread, or None: off by
@@ -370,9 +380,11 @@ class Container:
         from chatmem.adapters.pair_cache_pg import CachedPairEncoder
         from chatmem.memory.boundary_scorer import shipped_scorer
 
-        pool = self.pool
+        pool, uses = self.pool, self.cache_uses
         return with_pair_model(
-            shipped_scorer(), self.settings.segment_pair_model, cache=lambda model: CachedPairEncoder(model, pool)
+            shipped_scorer(),
+            self.settings.segment_pair_model,
+            cache=lambda model: CachedPairEncoder(model, pool, uses=uses),
         )
 
     @cached_property
@@ -1010,9 +1022,9 @@ class Container:
         if s.retention_days is not None:
             removed["dead_letters_expired"] = eraser.expire_dead_letters(now - timedelta(days=s.retention_days))
         if threads:
-            llm = self.llm("maintenance").tracking()
-            _tally(removed, self._rebuild(sorted(threads), "retention", llm))
-            removed["llm_cache"] = removed.get("llm_cache", 0) + eraser.sweep_outputs(sorted(threads), llm.used)
+            with self.cache_uses.watching(sorted(threads)) as used:
+                _tally(removed, self._rebuild(sorted(threads), "retention"))
+            _tally(removed, eraser.sweep_answers(sorted(threads), used))
         removed["threads"] = len(threads)
         if removed["events"] or removed.get("dead_letters_expired"):  # a quiet run leaves no record
             run = eraser.record("retention", f"{removed['events']} events", "retention")
@@ -1033,13 +1045,13 @@ class Container:
         plan = eraser.plan_events(ids)
         removed = {"events": eraser.redact(plan, clear_only=False)}
         _tally(removed, self._purge(eraser, plan))
-        llm = self.llm("maintenance").tracking()
-        _tally(removed, self._rebuild(plan.threads, f"deleted-{run}", llm))
+        with self.cache_uses.watching(plan.threads) as used:
+            _tally(removed, self._rebuild(plan.threads, f"deleted-{run}"))
         # A deletion often follows its message within seconds, while a job may still be reading
-        # it: a second pass, as erase makes, with the facts derived meanwhile; then the outputs
-        # the rebuild did not ask for again, a late job's included.
+        # it: a second pass, as erase makes, with the facts derived meanwhile; then the model
+        # answers the rebuild did not use, a late job's included.
         _tally(removed, self._purge(eraser, eraser.plan_events(ids)))
-        removed["llm_cache"] = removed.get("llm_cache", 0) + eraser.sweep_outputs(plan.threads, llm.used)
+        _tally(removed, eraser.sweep_answers(plan.threads, used))
         eraser.finish(run, removed)
         return removed
 
@@ -1054,9 +1066,9 @@ class Container:
             _tally(counts, self.mem0.erase_memories(plan.mem0_ids))
         return counts
 
-    def _rebuild(self, thread_ids: Sequence[str], owner: str, llm: CachedLLM | None = None) -> dict[str, int]:
+    def _rebuild(self, thread_ids: Sequence[str], owner: str) -> dict[str, int]:
         """Replay the threads over their tombstones, then drop the generations they replaced."""
-        llm = llm or self.llm("maintenance")
+        llm = self.llm("maintenance")
         for thread_id in thread_ids:
             self.replay(thread_id, llm, owner)
         return {f"old_{table}": n for table, n in self.projections.gc().items()}

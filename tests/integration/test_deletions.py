@@ -2,12 +2,13 @@
 LLM again, and that nothing derived from it is left in the LLM's output cache."""
 
 import json
+from datetime import timedelta
 
 from chatmem.adapters.metrics import instruments
-from chatmem.schemas.events import MessageDeletedEvent
+from chatmem.schemas.events import MessageDeletedEvent, MessageEvent
 from tests.conftest import scalar
 from tests.integration.test_episodes import Driver
-from tests.scripted import script_events
+from tests.scripted import T0, script_events
 
 
 def asked(c) -> float:
@@ -36,8 +37,57 @@ def test_a_deletion_asks_the_llm_again_only_for_what_held_the_message(container)
     d.publish([MessageDeletedEvent(event_id="del-d", thread_id="del", user_id="alex", platform_message_ids=["m9"])])
     d.advance("del")
     before = asked(c)
-    assert c.forget_deleted("del")["events"] == 1
+    removed = c.forget_deleted("del")
     again = asked(c) - before
+    assert removed["events"] == 1
 
     assert "QX-4417" not in llm_outputs(c)
-    assert 0 < again < entries / 2, (again, entries)
+    # The third episode's summary is asked again; the later episodes' prompts number their lines
+    # from 1 and are unchanged (3 of 8 while prompts used the thread's numbering, 7 of 8 while
+    # the rebuild dropped the thread's outputs first).
+    assert 0 < again <= 2 < entries, (again, entries)
+
+
+CHAT = [  # two people, no assistant: the segmenter's pair model reads their turns
+    ("ann", "Did you see the match last night?"),
+    ("bob", "Yes, what a finish in the last minute!"),
+    ("ann", "The keeper saved everything until then."),
+    ("bob", "I still can't believe that header."),
+    ("ann", "Anyway, my new flat has a leak in the bathroom, the code for the door is 7741."),
+    ("bob", "Oh no, did you call the landlord about the leak?"),
+    ("ann", "He says a plumber comes on Thursday."),
+    ("bob", "Good, keep the bathroom door open so it dries."),
+    ("ann", "By the way, are you coming to the quiz night on Friday?"),
+    ("bob", "Sure, I'll bring my brother, he knows all the geography."),
+]
+
+
+def test_the_pair_models_answers_about_other_turns_are_kept(container):
+    c = container
+    d = Driver(c)
+    d.processor.scorer = c.boundary_scorer  # as the segment worker has it: with the pair model
+    d.publish(
+        [
+            MessageEvent(
+                event_id=f"chat-{i}",
+                thread_id="chat",
+                user_id=who,
+                text=text,
+                occurred_at=T0 + timedelta(minutes=i),
+                platform_message_id=f"p{i}",
+                metadata={"author_name": who.capitalize()},
+            )
+            for i, (who, text) in enumerate(CHAT, start=1)
+        ]
+    )
+    d.advance("chat")
+    pairs = scalar(c, "SELECT count(*) FROM pair_cache WHERE thread_id = 'chat'")
+    assert pairs > 4
+    d.publish([MessageDeletedEvent(event_id="chat-d", thread_id="chat", user_id="ann", platform_message_ids=["p5"])])
+    d.advance("chat")
+    removed = c.forget_deleted("chat")
+    kept = scalar(c, "SELECT count(*) FROM pair_cache WHERE thread_id = 'chat'")
+    # The answers that read the deleted turn go; the others were used again by the rebuild.
+    assert 0 < removed["pair_cache"] < pairs and 0 < kept, (pairs, removed["pair_cache"], kept)
+    with c.pool.connection() as conn:
+        assert not [t for (t,) in conn.execute("SELECT text FROM messages") if "7741" in t]
