@@ -959,6 +959,19 @@ def bench_locomo(
     run(cli_settings(), console, data, out, set(sample) if sample else None, keep, ranker, totals)
 
 
+@bench_app.command("deletions")
+def bench_deletions(
+    data: Path = typer.Option(..., exists=True, dir_okay=False, help="LoCoMo JSON"),
+    sample: str = typer.Option("conv-26", help="the conversation to process and delete from"),
+    rounds: int = typer.Option(6, min=2, help="deletions, alternating the two ways"),
+    keep: Path = typer.Option(None, file_okay=False, help="run the services under this folder and keep them"),
+) -> None:
+    """LLM requests and wall time to forget one deleted message, outputs dropped first vs kept."""
+    from chatmem.bench.deletions import run
+
+    run(cli_settings(), console, data, sample, rounds, keep)
+
+
 @bench_app.command("context")
 def bench_context(
     messages: int = typer.Option(1_000_000, help="messages to bulk-load"),
