@@ -6,10 +6,12 @@ rebuilt by replay over the tombstones, then the old generations are collected.""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from chatmem.adapters import crypto
@@ -313,10 +315,12 @@ class PostgresErasure:
             ).fetchall()
         return [r[0] for r in rows]
 
-    def deleted(self, thread_id: str) -> list[str]:
+    def deleted(self, thread_id: str, *, shredded_too: bool = False) -> list[str]:
         """The messages, and their edits, that a message_deleted event of the thread names and
-        whose content is still there: in the thread or in its sub-threads (`<thread>:<topic>`),
-        since a chat's deletion does not say which forum topic the message was in."""
+        whose content is still there (or, `shredded_too`, whether or not it is): in the thread or
+        in its sub-threads (`<thread>:<topic>`), since a chat's deletion does not say which forum
+        topic the message was in."""
+        still = "" if shredded_too else f"AND NOT coalesce(e.payload->'metadata' ? '{ERASED}', false)"
         with self.pool.connection() as conn:
             rows = conn.execute(
                 f"""WITH gone AS (
@@ -327,8 +331,7 @@ class PostgresErasure:
                     SELECT e.event_id FROM events e
                     JOIN family USING (thread_id)
                     JOIN gone ON gone.id = e.payload->>'platform_message_id'
-                    WHERE e.type IN ('message', 'message_edited')
-                      AND NOT coalesce(e.payload->'metadata' ? '{ERASED}', false)
+                    WHERE e.type IN ('message', 'message_edited') {still}
                     ORDER BY e.stream_pos""",
                 {"t": thread_id},
             ).fetchall()
@@ -349,6 +352,45 @@ class PostgresErasure:
                 (event_id, thread_id, event_id),
             ).fetchone()
         return row[0] if row else None
+
+    def unfinished(self, scope: str, subject: str) -> list[int]:
+        """Runs of this scope and subject that were recorded and never finished, oldest first."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT id FROM erasures WHERE scope = %s AND subject = %s AND finished_at IS NULL ORDER BY id",
+                (scope, subject),
+            ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    @contextmanager
+    def one_run(self, name: str) -> Iterator[None]:
+        """Runs of one name one after another: a session lock on a connection of its own, which
+        closing releases, also when the process dies. A run that then finds an unfinished record
+        knows that run stopped, not that it is still going."""
+        info = self.pool.conninfo
+        with psycopg.connect(info if isinstance(info, str) else info(), autocommit=True) as conn:
+            conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"chatmem.{name}",))
+            yield
+
+    def pending_rebuilds(self, scope: str) -> list[tuple[int, list[str]]]:
+        """Unfinished runs of the scope and the threads each had yet to rebuild (note_pending)."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                """SELECT id, coalesce(removed->'pending_threads', '[]') FROM erasures
+                   WHERE scope = %s AND finished_at IS NULL ORDER BY id""",
+                (scope,),
+            ).fetchall()
+        return [(int(i), [str(t) for t in pending]) for i, pending in rows]
+
+    def note_pending(self, erasure_id: int, threads: Sequence[str]) -> None:
+        """The threads a run must rebuild, kept until it finishes (finish replaces them)."""
+        from psycopg.types.json import Jsonb
+
+        with self.pool.connection() as conn:
+            conn.execute(
+                "UPDATE erasures SET removed = %s WHERE id = %s",
+                (Jsonb({"pending_threads": list(threads)}), erasure_id),
+            )
 
     def record(self, scope: str, subject: str, requested_by: str) -> int:
         with self.pool.connection() as conn:

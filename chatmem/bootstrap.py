@@ -1012,24 +1012,32 @@ class Container:
         s = self.settings
         now = now or datetime.now(UTC)
         eraser = PostgresErasure(self.pool, self.event_keys)
-        removed: dict[str, int] = {"events": 0}
-        threads: set[str] = set()
-        while ids := eraser.expired(now, s.retention_days, s.retention_days_by):
-            plan = eraser.plan_events(ids)
-            removed["events"] += eraser.redact(plan, clear_only=False)
-            _tally(removed, self._purge(eraser, plan))
-            threads.update(plan.threads)
-        if s.retention_days is not None:
-            removed["dead_letters_expired"] = eraser.expire_dead_letters(now - timedelta(days=s.retention_days))
-        if threads:
-            with self.cache_uses.watching(sorted(threads)) as used:
-                _tally(removed, self._rebuild(sorted(threads), "retention"))
-            _tally(removed, eraser.sweep_answers(sorted(threads), used))
-        removed["threads"] = len(threads)
-        if removed["events"] or removed.get("dead_letters_expired"):  # a quiet run leaves no record
-            run = eraser.record("retention", f"{removed['events']} events", "retention")
-            eraser.finish(run, removed)
-        return removed
+        with eraser.one_run("retention"):
+            removed: dict[str, int] = {"events": 0}
+            # A run that stopped after shredding left threads to rebuild: the expired events are
+            # tombstones now, so only its record names them.
+            stopped = eraser.pending_rebuilds("retention")
+            threads: set[str] = {t for _, pending in stopped for t in pending}
+            run: int | None = None
+            while ids := eraser.expired(now, s.retention_days, s.retention_days_by):
+                plan = eraser.plan_events(ids)
+                run = run if run is not None else eraser.record("retention", "expired events", "retention")
+                threads.update(plan.threads)
+                eraser.note_pending(run, sorted(threads))  # before the shredding it is about
+                removed["events"] += eraser.redact(plan, clear_only=False)
+                _tally(removed, self._purge(eraser, plan))
+            if s.retention_days is not None:
+                removed["dead_letters_expired"] = eraser.expire_dead_letters(now - timedelta(days=s.retention_days))
+            if threads:
+                with self.cache_uses.watching(sorted(threads)) as used:
+                    _tally(removed, self._rebuild(sorted(threads), "retention"))
+                _tally(removed, eraser.sweep_answers(sorted(threads), used))
+            removed["threads"] = len(threads)
+            if run is None and removed.get("dead_letters_expired"):  # a quiet run leaves no record
+                run = eraser.record("retention", "expired events", "retention")
+            for done in [r for r, _ in stopped] + ([run] if run is not None else []):
+                eraser.finish(done, removed if done == run else {"threads": len(threads)})
+            return removed
 
     def forget_deleted(self, thread_id: str) -> dict[str, int]:
         """Shred the messages (and their edits) that the thread's message_deleted events name and
@@ -1038,22 +1046,29 @@ class Container:
         from chatmem.adapters.erase_pg import PostgresErasure
 
         eraser = PostgresErasure(self.pool, self.event_keys)
-        ids = eraser.deleted(thread_id)
-        if not ids:
-            return {"events": 0}
-        run = eraser.record("messages", f"{len(ids)} events of {thread_id}", "deleted on the platform")
-        plan = eraser.plan_events(ids)
-        removed = {"events": eraser.redact(plan, clear_only=False)}
-        _tally(removed, self._purge(eraser, plan))
-        with self.cache_uses.watching(plan.threads) as used:
-            _tally(removed, self._rebuild(plan.threads, f"deleted-{run}"))
-        # A deletion often follows its message within seconds, while a job may still be reading
-        # it: a second pass, as erase makes, with the facts derived meanwhile; then the model
-        # answers the rebuild did not use, a late job's included.
-        _tally(removed, self._purge(eraser, eraser.plan_events(ids)))
-        _tally(removed, eraser.sweep_answers(plan.threads, used))
-        eraser.finish(run, removed)
-        return removed
+        with eraser.one_run(f"forget_deleted:{thread_id}"):  # a burst of deletions queues several runs
+            ids = eraser.deleted(thread_id)
+            # A run that stopped after shredding (a worker lost, an outage) left its rebuild undone:
+            # the retry finds no content left to shred, and must still rebuild.
+            stopped = eraser.unfinished("messages", thread_id)
+            if not ids and not stopped:
+                return {"events": 0}
+            if stopped:
+                ids = eraser.deleted(thread_id, shredded_too=True)
+            run = stopped[0] if stopped else eraser.record("messages", thread_id, "deleted on the platform")
+            plan = eraser.plan_events(ids)
+            removed = {"events": eraser.redact(plan, clear_only=False)}
+            _tally(removed, self._purge(eraser, plan))
+            with self.cache_uses.watching(plan.threads) as used:
+                _tally(removed, self._rebuild(plan.threads, f"deleted-{run}"))
+            # A deletion often follows its message within seconds, while a job may still be reading
+            # it: a second pass, as erase makes, with the facts derived meanwhile; then the model
+            # answers the rebuild did not use, a late job's included.
+            _tally(removed, self._purge(eraser, eraser.plan_events(ids)))
+            _tally(removed, eraser.sweep_answers(plan.threads, used))
+            for done in {run, *stopped}:
+                eraser.finish(done, removed if done == run else {})
+            return removed
 
     def _purge(self, eraser: PostgresErasure, plan: ErasurePlan) -> dict[str, int]:
         """What replay does not rebuild: the rows, the files nobody else sent, and mem0's

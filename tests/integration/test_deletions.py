@@ -4,6 +4,8 @@ LLM again, and that nothing derived from it is left in the LLM's output cache.""
 import json
 from datetime import timedelta
 
+import pytest
+
 from chatmem.adapters.metrics import instruments
 from chatmem.schemas.events import MessageDeletedEvent, MessageEvent
 from tests.conftest import scalar
@@ -91,3 +93,28 @@ def test_the_pair_models_answers_about_other_turns_are_kept(container):
     assert 0 < removed["pair_cache"] < pairs and 0 < kept, (pairs, removed["pair_cache"], kept)
     with c.pool.connection() as conn:
         assert not [t for (t,) in conn.execute("SELECT text FROM messages") if "7741" in t]
+
+
+def test_a_run_stopped_before_its_rebuild_is_finished_by_the_next(container, monkeypatch):
+    c = container
+    d = Driver(c)
+    d.publish(script_events("stop"))
+    d.advance("stop")
+    d.publish([MessageDeletedEvent(event_id="stop-d", thread_id="stop", user_id="alex", platform_message_ids=["m9"])])
+    d.advance("stop")
+
+    def hotel_projected() -> bool:
+        return scalar(c, "SELECT count(*) FROM messages WHERE text LIKE %s", "%near Alfama under 150%") > 0
+
+    def lost(*args, **kwargs):
+        raise ConnectionError("the worker was lost")
+
+    monkeypatch.setattr(c, "_rebuild", lost)
+    with pytest.raises(ConnectionError):
+        c.forget_deleted("stop")
+    monkeypatch.undo()
+    assert hotel_projected()  # shredded in the log, not yet rebuilt: the retry finds no content left
+    assert c.forget_deleted("stop")["old_messages"] > 0  # ...and rebuilds all the same
+    assert not hotel_projected()
+    assert scalar(c, "SELECT count(*) FROM erasures WHERE finished_at IS NULL") == 0
+    assert c.forget_deleted("stop") == {"events": 0}

@@ -4,6 +4,8 @@ without them; what is still within its period stays whole."""
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from chatmem.adapters.services import ServiceUrls
 from chatmem.bootstrap import Container
 from chatmem.schemas.events import CommandEvent, MessageEvent
@@ -66,5 +68,31 @@ def test_expired_events_are_shredded_and_their_threads_rebuilt_on_a_fake_clock(s
         assert scalar(c, "SELECT count(*) FROM facts WHERE value LIKE %s", "%7781%") == 0
         assert not [h for h in c.recall("ann", "locker code 7781").hits if "7781" in h.snippet]
         assert scalar(c, "SELECT count(*) FROM erasures WHERE scope = 'retention'") == 1  # quiet runs leave none
+    finally:
+        c.close()
+
+
+def test_a_run_stopped_before_its_rebuild_is_finished_by_the_next(settings_factory, monkeypatch):
+    s = settings_factory(retention_days=30)
+    c = Container(s, ServiceUrls(s.database_url, s.redis_url, False, False))
+    try:
+        d = Driver(c)
+        d.publish([say("old", 1, "my old locker code is 7781", 40), say("old", 2, "the garden needs water", 1)])
+        d.advance("old")
+
+        def lost(*args, **kwargs):
+            raise ConnectionError("the worker was lost")
+
+        monkeypatch.setattr(c, "_rebuild", lost)
+        with pytest.raises(ConnectionError):
+            c.apply_retention(NOW)
+        monkeypatch.undo()
+        # Shredded in the log, still projected: the next run finds nothing expired, and rebuilds.
+        assert scalar(c, "SELECT count(*) FROM messages WHERE text LIKE %s", "%7781%") == 1
+        again = c.apply_retention(NOW)
+        assert (again["events"], again["threads"]) == (0, 1)
+        assert scalar(c, "SELECT count(*) FROM messages WHERE text LIKE %s", "%7781%") == 0
+        assert scalar(c, "SELECT count(*) FROM erasures WHERE finished_at IS NULL") == 0
+        assert c.apply_retention(NOW)["threads"] == 0
     finally:
         c.close()
