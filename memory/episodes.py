@@ -385,8 +385,9 @@ def plan_batch(
             b.message(ev, vectors.get(ev.event_id))
         elif ev.type == "message_edited":
             b.plan.edits.append((ev.payload.get("platform_message_id", ""), message_text(ev.payload)))
-        elif ev.type == "message_deleted":
-            # Shredding is not a projection: the maintenance queue runs it and rebuilds the thread.
+        elif ev.type == "message_deleted" and not any(j.kind == "forget_deleted" for j in b.plan.jobs):
+            # Shredding is not a projection: the maintenance queue runs it and rebuilds the thread,
+            # once for all the deletions logged so far.
             b.plan.jobs.append(Job("forget_deleted", "", 0, 0, ev.event_id))
         elif ev.type == "command" and not b.command(ev):
             break

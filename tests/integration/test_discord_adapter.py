@@ -243,7 +243,8 @@ def test_deleted_messages_are_published_and_forgotten(container):
     d = Driver(container)
     IngestRunner(container, "c").run(threading.Event(), until_idle=True)
     d.advance(CH)
-    assert [j.kind for _, _, j in d.jobs if j.kind == "forget_deleted"] == ["forget_deleted"] * 3
+    # The three deletions come in one batch of the thread: one run for all of them.
+    assert [j.kind for _, _, j in d.jobs if j.kind == "forget_deleted"] == ["forget_deleted"]
     with container.pool.connection() as conn:
         before = {r[0] for r in conn.execute("SELECT text FROM messages")}
     assert any("4411" in t for t in before)  # projected before its deletion was acted on

@@ -211,7 +211,9 @@ def test_forget_me_plans_an_erasure_and_erased_is_acknowledged():
 
 def test_a_deletion_plans_its_shredding_on_the_maintenance_queue_and_projects_nothing():
     gone = MessageDeletedEvent(event_id="t-d", thread_id="t", user_id="alex", platform_message_ids=["m1"])
-    p = plan([say(1, "my PIN is 4411", 0), gone, say(2, "and the weather", 1)])
+    also = MessageDeletedEvent(event_id="t-d2", thread_id="t", user_id="alex", platform_message_ids=["m2"])
+    p = plan([say(1, "my PIN is 4411", 0), gone, say(2, "and the weather", 1), also])
+    # One run shreds every deletion the thread has logged: one job for the batch.
     assert [j for j in p.jobs if j.kind == "forget_deleted"] == [Job("forget_deleted", "", 0, 0, "t-d")]
-    assert [m.event_id for m in p.messages] == ["t-1", "t-2"]  # the shredding and a rebuild remove it
-    assert len(p.consumed) == 3 and p.commands == [] and p.edits == []
+    assert [m.event_id for m in p.messages] == ["t-1", "t-2"]  # the shredding and a rebuild remove them
+    assert len(p.consumed) == 4 and p.commands == [] and p.edits == []
