@@ -200,15 +200,10 @@ def player(stub: TelegramStub, container: Any) -> Callable[[], Awaitable[None]]:
 # A moderation bot's rules: a message giving a password away is deleted at once, and "clean up"
 # deletes the two messages before it in one call.
 PASSWORD, CLEAN_UP = "password", "clean up"
+Play = Callable[[], Awaitable[None]]  # pushes the updates and waits for what they publish
 
 
-async def run_ptb(
-    stub: TelegramStub,
-    publisher: Publisher,
-    memory: Any,
-    play: Callable[[], Awaitable[None]],
-    moderate: bool = False,
-) -> None:
+async def run_ptb(stub: TelegramStub, publisher: Publisher, memory: Any, play: Play, moderate: bool = False) -> None:
     from telegram import Update
     from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
@@ -238,11 +233,7 @@ async def run_ptb(
 
 
 async def run_aiogram(
-    stub: TelegramStub,
-    publisher: Publisher,
-    memory: Any,
-    play: Callable[[], Awaitable[None]],
-    moderate: bool = False,
+    stub: TelegramStub, publisher: Publisher, memory: Any, play: Play, moderate: bool = False
 ) -> None:
     from aiogram import Bot, Dispatcher, F, Router
     from aiogram.client.session.aiohttp import AiohttpSession
