@@ -1,5 +1,6 @@
 """A deleted message on the real stack, beyond the adapters: what its thread's rebuild asks the
-LLM again, and that nothing derived from it is left in the LLM's output cache."""
+models again, that no cached answer derived from it is left, and that a run stopped between the
+shredding and the rebuild is finished by the next."""
 
 import json
 from datetime import timedelta
