@@ -131,7 +131,7 @@ def test_the_models_answers_move_boundaries_and_a_replay_reproduces_them_from_th
     assert request["response_format"]["json_schema"]["name"] == "TopicShift"
     assert '"candidate_seq"' in request["messages"][1]["content"] and "topic" in request["messages"][0]["content"]
     cached = scalar(
-        c, "SELECT count(*) FROM llm_cache WHERE prompt_version = %s AND thread_id = %s", "topic-shift-v1", "always"
+        c, "SELECT count(*) FROM llm_cache WHERE prompt_version = %s AND thread_id = %s", "topic-shift-v2", "always"
     )
     # One question for each window decided (every user turn's but the last one's, still open),
     # tagged with the thread: erasing it removes them.
