@@ -215,16 +215,10 @@ class PostgresErasure:
             removed["embedding_cache"] = conn.execute(
                 "DELETE FROM embedding_cache WHERE text_hash = ANY(%s)", (list(plan.text_hashes),)
             ).rowcount
-            # A subject's threads lose every model answer: a pair model answer reads several turns,
-            # no single message's. Some events of a thread (retention, deletions) leave it to
-            # sweep_answers after the rebuild, which keeps what the rebuild used.
-            whole_threads = plan.threads if plan.event_ids is None else []
-            removed["pair_cache"] = conn.execute(
-                "DELETE FROM pair_cache WHERE thread_id = ANY(%s)", (whole_threads,)
-            ).rowcount
+            # The threads' other model answers (LLM outputs, pair model logits, which read several
+            # turns, no single message's) are swept after the rebuild: sweep_answers.
             removed["llm_cache"] = conn.execute(
-                "DELETE FROM llm_cache WHERE thread_id = ANY(%s) OR input_hash = ANY(%s)",
-                (whole_threads, list(plan.llm_inputs)),
+                "DELETE FROM llm_cache WHERE input_hash = ANY(%s)", (list(plan.llm_inputs),)
             ).rowcount
             # Dead letters are raw bytes that may not even parse: any that names the subject goes.
             names = [f'"{x}"' for x in ([plan.user_id] if plan.user_id else []) + plan.whole]

@@ -893,10 +893,13 @@ class Container:
         spools = [self.settings.resolved_spool_dir, self.settings.resolved_spool_dir / "bulk"]
         removed["spooled_events"] = sum(Spool(d).erase(doomed) for d in spools)
         _tally(removed, self._purge(eraser, plan))
-        _tally(removed, self._rebuild(plan.threads, f"erase-{erasure_id}"))
+        with self.cache_uses.watching(plan.threads) as used:
+            _tally(removed, self._rebuild(plan.threads, f"erase-{erasure_id}"))
         # A job already past reading the content when the keys went may have written after the
-        # purge (a fact, a mem0 memory): a second pass, now that the replays held every lease.
+        # purge (a fact, a mem0 memory): a second pass, now that the replays held every lease;
+        # then the model answers the rebuilds did not use, a late job's included.
         _tally(removed, self._purge(eraser, plan))
+        _tally(removed, eraser.sweep_answers(plan.threads, used))
         # The log records that an erasure happened in each thread, without content.
         self.sink.add_many(
             [
