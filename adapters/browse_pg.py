@@ -10,6 +10,7 @@ from psycopg.rows import dict_row
 
 from chatmem.adapters.read_pg import PostgresReader
 from chatmem.adapters.sql import message_active
+from chatmem.schemas.events import ERASED
 
 
 class PostgresBrowser(PostgresReader):
@@ -102,3 +103,14 @@ class PostgresBrowser(PostgresReader):
                 (episode_id, ep["thread_id"]),
             ).fetchall()
         return ep
+
+    def logged_message(self, event_id: str) -> dict[str, Any] | None:
+        """A message as logged, whether or not processed yet: its thread, author and platform
+        message id (in clear in the log). None when there is none, or its content is erased."""
+        with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(
+                f"""SELECT thread_id, user_id, payload->>'platform_message_id' AS platform_message_id
+                    FROM events WHERE event_id = %s AND type = 'message'
+                      AND NOT coalesce(payload->'metadata' ? '{ERASED}', false)""",
+                (event_id,),
+            ).fetchone()

@@ -24,6 +24,7 @@ from chatmem.schemas.events import (
     CommandEvent,
     CommandName,
     InvalidEvent,
+    MessageDeletedEvent,
     MessageEvent,
     describe_validation_error,
     validate_identifier,
@@ -215,7 +216,11 @@ class MemoryTools:
         user = self.user(key, user_id)
         thread = self.writable_thread(user, thread_id)
         if kind == "message":
-            return self._publish(MessageEvent, thread=thread, user=user, text=text)
+            # Its own id is its platform id: delete_message can then name it.
+            event_id = _new_event_id()
+            return self._publish(
+                MessageEvent, thread=thread, user=user, text=text, event_id=event_id, platform_message_id=event_id
+            )
         return self._publish(CommandEvent, thread=thread, user=user, command=CommandName.REMEMBER, args={"text": text})
 
     def forget(self, key: KeyInfo, text: str, thread_id: str | None, user_id: str | None) -> Queued:
@@ -223,17 +228,41 @@ class MemoryTools:
         thread = self.writable_thread(user, thread_id)
         return self._publish(CommandEvent, thread=thread, user=user, command=CommandName.FORGET, args={"text": text})
 
-    def _publish(self, kind: type[MessageEvent | CommandEvent], *, thread: str, user: str, **fields: Any) -> Queued:
-        """The event built (what it refuses, the tool's error says) and published."""
-        try:
-            event = kind(
-                event_id=f"mcp-{uuid.uuid4().hex}", thread_id=thread, user_id=user, platform=PLATFORM, **fields
+    def delete_message(self, key: KeyInfo, event_id: str, user_id: str | None) -> Queued:
+        user = self.user(key, user_id)
+        message_id = _checked(event_id, "event_id")
+        logged = self.c.browser.logged_message(message_id)
+        # Another user's message, or none: the same answer, which tells nothing of the other.
+        if (
+            logged is None
+            or logged["user_id"] != user
+            or not self.c.browser.readable_threads(user, logged["thread_id"])
+        ):
+            raise ToolError(f"no message {message_id!r} of this user")
+        if not logged["platform_message_id"]:
+            raise ToolError(
+                "this message has no platform message id, so it cannot be deleted alone; "
+                "an operator can erase the user's whole memory (chatmem erase)"
             )
+        gone = [logged["platform_message_id"]]
+        return self._publish(MessageDeletedEvent, thread=logged["thread_id"], user=user, platform_message_ids=gone)
+
+    def _publish(
+        self, kind: type[MessageEvent | MessageDeletedEvent | CommandEvent], *, thread: str, user: str, **fields: Any
+    ) -> Queued:
+        """The event built (what it refuses, the tool's error says) and published."""
+        fields.setdefault("event_id", _new_event_id())
+        try:
+            event = kind(thread_id=thread, user_id=user, platform=PLATFORM, **fields)
         except ValidationError as error:
             raise ToolError(describe_validation_error(error)) from None
         with self._publish_lock:
             self._publisher().publish_nowait(event)
         return Queued(event_id=event.event_id, thread_id=event.thread_id, user_id=event.user_id)
+
+
+def _new_event_id() -> str:
+    return f"mcp-{uuid.uuid4().hex}"
 
 
 def _overview(row: dict[str, Any], summaries: list[dict[str, Any]]) -> EpisodeOverview:
@@ -363,6 +392,22 @@ def create_server(tools: MemoryTools, caller: Callable[[Context], KeyInfo]) -> M
         a note or a statement of theirs as part of the conversation history. Do not store your own replies
         or anything the user did not ask to keep."""
         return tools.add_memory(caller(ctx), text, kind, thread_id, user_id)
+
+    @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False))
+    def delete_message(
+        ctx: Context,
+        event_id: Annotated[
+            str,
+            Field(max_length=128, description="The message's event_id: as add_memory returned it, or from a citation."),
+        ],
+        user_id: UserArg = None,
+    ) -> Queued:
+        """Delete one of the user's own messages from memory for good: its text, its edits, and what was
+        derived from it (its facts go; summaries are rebuilt without it). Use it only when the user asks
+        to delete something they said or stored, naming the message by the event_id that add_memory
+        returned or that a search_memory citation gives. It cannot be undone. Processed in the
+        background; returns at once."""
+        return tools.delete_message(caller(ctx), event_id, user_id)
 
     @mcp.tool(annotations=READ_ONLY)
     def list_episodes(

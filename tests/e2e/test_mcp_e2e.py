@@ -21,14 +21,24 @@ from tests.conftest import ROOT, scalar, settings_env, spawn, stop, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
-TOOLS = {"search_memory", "get_context", "add_memory", "list_episodes", "get_episode", "forget", "what_do_you_know"}
+TOOLS = {
+    "search_memory",
+    "get_context",
+    "add_memory",
+    "delete_message",
+    "list_episodes",
+    "get_episode",
+    "forget",
+    "what_do_you_know",
+}
 WEDDING = "My sister's wedding is in Porto on the 14th of June, and I am bringing the cake."
 
 
 @pytest.fixture
 def stack(container):
     s = container.settings
-    procs = [spawn(s, "ingest"), spawn(s, "worker", "--queues", "segment,summarize,facts", "--concurrency", "1")]
+    queues = "segment,summarize,facts,maintenance"
+    procs = [spawn(s, "ingest"), spawn(s, "worker", "--queues", queues, "--concurrency", "1")]
     yield container
     for p in procs:
         stop(p)
@@ -94,6 +104,21 @@ def test_stdio_client_adds_a_memory_and_finds_it_with_its_citation(stack, tmp_pa
                     await anyio.sleep(1)
                 assert any("vegetarian" in f["value"] for f in await known())
 
+                # The user asks to delete what they stored: the message goes, with what it became.
+                slip = await call(session, "add_memory", text="My bank PIN is 4471, keep it safe.")
+                slip_id = slip.structured_content["event_id"]
+                await until_found(session, slip_id, "bank PIN")
+                deleted = await call(session, "delete_message", event_id=slip_id)
+                assert not deleted.is_error, deleted.content
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline and "4471" in str(
+                    (await call(session, "search_memory", query="bank PIN", limit=10)).structured_content
+                ):
+                    await anyio.sleep(1)
+                assert "4471" not in str((await call(session, "get_context", query="bank PIN")).structured_content)
+                again = await call(session, "delete_message", event_id=slip_id)
+                assert again.is_error and "no message" in again.content[0].text
+
     anyio.run(main)
 
 
@@ -157,6 +182,7 @@ async def _alice_and_bob(url: str, keys: dict[str, str]) -> None:
             "get_episode": [{"episode_id": "bob-chat#1"}, {"episode_id": "bob-chat#1", "user_id": "bob"}],
             "add_memory": [{"text": "hi", "thread_id": "bob-chat"}, {"text": "hi", "user_id": "bob"}],
             "forget": [{"text": "locker", "user_id": "bob"}, {"text": "locker", "thread_id": "bob-chat"}],
+            "delete_message": [{"event_id": "b1"}, {"event_id": "b1", "user_id": "bob"}],
             "what_do_you_know": [{"user_id": "bob"}, {"user_id": "%"}],
         }
         for tool, calls in refused.items():
