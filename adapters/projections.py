@@ -19,6 +19,7 @@ from chatmem.adapters.sql import scalar
 from chatmem.memory.episodes import OpenEpisode, Plan, ThreadContext
 from chatmem.memory.ports import LeaseLost, UnknownThread
 from chatmem.memory.segmentation import SegmenterState
+from chatmem.schemas.events import ERASED
 from chatmem.schemas.records import ThreadLease
 
 # The projected message row as bulk-written (COPY BINARY): columns and their Postgres types.
@@ -99,6 +100,23 @@ class PostgresProjections:
                    AND type = 'command' AND payload->>'command' = 'memory_on'
                    AND stream_pos < (SELECT coalesce(max(watermark), 0) FROM ingest_state WHERE stream_key = %s))""",
                 (thread_id, after_pos, watermark_key),
+            ).fetchone()
+        return row is not None and bool(row[0])
+
+    def deletion_ahead(self, thread_id: str, after_pos: int, watermark_key: str) -> bool:
+        """A message_deleted event committed after a paused thread's cursor that names one of the
+        thread's messages whose content is still there: a shredding to do now."""
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                f"""WITH gone AS (
+                        SELECT jsonb_array_elements_text(payload->'platform_message_ids') AS id FROM events
+                        WHERE thread_id = %(t)s AND type = 'message_deleted' AND stream_pos > %(after)s
+                          AND stream_pos < (SELECT coalesce(max(watermark), 0) FROM ingest_state
+                                            WHERE stream_key = %(key)s))
+                    SELECT EXISTS (SELECT 1 FROM events e JOIN gone ON gone.id = e.payload->>'platform_message_id'
+                                   WHERE e.thread_id = %(t)s AND e.type IN ('message', 'message_edited')
+                                     AND NOT coalesce(e.payload->'metadata' ? '{ERASED}', false))""",
+                {"t": thread_id, "after": after_pos, "key": watermark_key},
             ).fetchone()
         return row is not None and bool(row[0])
 

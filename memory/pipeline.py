@@ -25,6 +25,8 @@ class Projections(Protocol):
 
     def memory_on_ahead(self, thread_id: str, after_pos: int, watermark_key: str) -> bool: ...
 
+    def deletion_ahead(self, thread_id: str, after_pos: int, watermark_key: str) -> bool: ...
+
     def apply(self, plan: Plan, *, lease: ThreadLease | None, advance) -> ThreadLease | None: ...  # noqa: ANN001
 
 
@@ -75,7 +77,11 @@ class ThreadProcessor:
         ctx = self.projections.load_context(lease.thread_id)
         if not ctx.memory_on:
             if not self.projections.memory_on_ahead(lease.thread_id, lease.cursor_pos, self.stream_key):
-                return lease  # paused: events wait in the log (no progress ends the drain)
+                # Paused: events wait in the log (no progress ends the drain). A deletion does not
+                # wait: what someone deleted is shredded now, memory on or off.
+                if self.projections.deletion_ahead(lease.thread_id, lease.cursor_pos, self.stream_key):
+                    self.enqueue(lease.thread_id, ctx.generation, Job("forget_deleted", "", 0, 0))
+                return lease
             ctx = replace(ctx, memory_on=True)  # catch up, in order, up to and past the memory_on
         embedder = concrete(self.embedder)
         vectors = embed_batch(embedder, batch)

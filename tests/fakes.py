@@ -576,6 +576,24 @@ class FakeProjections:
             for e in self.log.store.logged(thread_id)
         )
 
+    def deletion_ahead(self, thread_id: str, after_pos: int, watermark_key: str) -> bool:
+        if self.log is None:
+            return False
+        watermark = self.log.store.watermarks.get(watermark_key, 0)
+        logged = self.log.store.logged(thread_id)
+        gone = {
+            i
+            for e in logged
+            if e.type == "message_deleted" and after_pos < e.stream_pos < watermark
+            for i in e.payload.get("platform_message_ids", [])
+        }
+        return any(
+            e.type in ("message", "message_edited")
+            and e.payload.get("platform_message_id") in gone
+            and not (e.payload.get("metadata") or {}).get("erased")
+            for e in logged
+        )
+
     def _lease_held(self, lease: ThreadLease) -> bool:
         return self.log is None or self.log.leases.get(lease.thread_id) == lease.owner
 

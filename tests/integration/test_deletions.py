@@ -11,7 +11,7 @@ from chatmem.adapters.metrics import instruments
 from chatmem.schemas.events import MessageDeletedEvent, MessageEvent
 from tests.conftest import scalar
 from tests.integration.test_episodes import Driver
-from tests.scripted import T0, script_events
+from tests.scripted import T0, command, script_events
 
 
 def asked(c) -> float:
@@ -119,3 +119,27 @@ def test_a_run_stopped_before_its_rebuild_is_finished_by_the_next(container, mon
     assert not hotel_projected()
     assert scalar(c, "SELECT count(*) FROM erasures WHERE finished_at IS NULL") == 0
     assert c.forget_deleted("stop") == {"events": 0}
+
+
+def test_a_deletion_is_shredded_while_the_chats_memory_is_off(container):
+    """Events wait in the log while memory is off; a deletion does not: what someone deleted goes
+    now. The thread stays paused."""
+    c = container
+    d = Driver(c)
+    events = script_events("off")[:4]
+    d.publish([*events, command("off", "memory_off", 1, 5)])
+    d.advance("off")
+    d.publish([MessageDeletedEvent(event_id="off-d", thread_id="off", user_id="alex", platform_message_ids=["m3"])])
+    d.advance("off")
+    assert [j.kind for _, _, j in d.jobs if j.kind == "forget_deleted"] == ["forget_deleted"]
+    assert c.forget_deleted("off")["events"] == 1
+    with c.pool.connection() as conn:
+        texts = [t for (t,) in conn.execute("SELECT text FROM messages WHERE thread_id = 'off'")]
+        paused = conn.execute("SELECT NOT memory_on FROM threads WHERE thread_id = 'off'").fetchone()[0]
+    assert texts == [e.text for e in events if e.platform_message_id != "m3"] and paused
+    d.jobs.clear()
+    d.publish(
+        [MessageEvent(event_id="off-5", thread_id="off", user_id="alex", text="still off", platform_message_id="m5")]
+    )
+    d.advance("off")
+    assert d.jobs == []  # nothing left to shred: no more runs
