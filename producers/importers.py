@@ -160,6 +160,7 @@ SERVICE = "service message"
 EMPTY = "empty message"
 FILE_MISSING = "file missing from the export folder"
 FILE_OUTSIDE = "file outside the export folder"
+FILE_UNNAMEABLE = "file path this system cannot hold (a NUL character, or a name too long)"
 HTTP_URL = "http:// URL (only https:// is accepted)"
 TOO_MANY = "more than 32 attachments on one message"
 MAX_ATTACHMENTS = 32
@@ -299,11 +300,14 @@ def local_file_url(base_dir: Path, reference: str, *, inside_only: bool) -> tupl
         candidates.append(unquote(candidates[0]))
     root = base_dir.resolve()
     for candidate in candidates:
-        path = (root / candidate).resolve()  # an absolute `candidate` replaces root
-        if inside_only and not path.is_relative_to(root):
-            return None, FILE_OUTSIDE
-        if path.is_file():
-            return path.as_uri(), ""
+        try:
+            path = (root / candidate).resolve()  # an absolute `candidate` replaces root
+            if inside_only and not path.is_relative_to(root):
+                return None, FILE_OUTSIDE
+            if path.is_file():
+                return path.as_uri(), ""
+        except (OSError, ValueError):  # ENAMETOOLONG and the like; ValueError: a NUL in the path
+            return None, FILE_UNNAMEABLE
     return None, FILE_MISSING
 
 

@@ -18,6 +18,7 @@ from chatmem.producers.import_chatgpt import chatgpt_items, current_branch
 from chatmem.producers.import_discord import discord_items
 from chatmem.producers.import_telegram import TelegramOptions, telegram_items
 from chatmem.producers.importers import (
+    FILE_UNNAMEABLE,
     AttachmentSkipped,
     ChatImport,
     Failed,
@@ -209,6 +210,17 @@ def test_any_field_of_an_export_replaced_by_any_json_gives_reports_or_events_tha
                 assert parse_event(serialize(item)) == item
 
     check()
+
+
+@pytest.mark.parametrize("reference", ["\x00", "a" * 300, "photos/\x00.jpg", "photos/" + "b" * 300 + ".jpg"])
+def test_a_file_path_this_system_cannot_hold_skips_the_file_not_the_import(reference):
+    path, parser = FORMATS["telegram"]
+    doc = json.loads(path.read_text())
+    doc["messages"][3]["photo"] = reference  # a photo the export holds, its path damaged
+    items = list(parser(LoneSurrogatesReplaced(io.BytesIO(json.dumps(doc).encode())), path.parent))
+    assert FILE_UNNAMEABLE in [i.reason for i in items if isinstance(i, AttachmentSkipped)]
+    message_id = f"{doc['messages'][3]['id']}"
+    assert any(isinstance(i, MessageEvent) and i.platform_message_id == message_id for i in items)
 
 
 # --- a byte order mark ----------------------------------------------------------------------
