@@ -18,6 +18,7 @@ URLs at INFO) gets a filter that redacts bot tokens."""
 from __future__ import annotations
 
 import base64
+import errno
 import ipaddress
 import logging
 import re
@@ -96,6 +97,20 @@ class FetchLimits:
     ca_file: Path | None = None
 
 
+# Errors of the path itself: ENAMETOOLONG, ENOTDIR ("a/file/x"), ELOOP (a symlink loop), EINVAL.
+_PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP, errno.EINVAL})
+
+
+def _why(error: BaseException) -> str:
+    return getattr(error, "strerror", None) or type(error).__name__
+
+
+def _short(path: Path) -> str:
+    """A path for a failure reason: a name too long to open is too long to store whole."""
+    text = str(path)
+    return text if len(text) <= 200 else text[:100] + "…" + text[-60:]
+
+
 class UrlFetcher:
     def __init__(
         self,
@@ -135,7 +150,14 @@ class UrlFetcher:
         parts = urlsplit(url)
         if parts.netloc not in ("", "localhost"):
             raise BadFile(f"file:// URL on another host ({parts.netloc}) is not fetched")
-        path = Path(unquote(parts.path)).resolve()
+        try:
+            path = Path(unquote(parts.path)).resolve()
+        except ValueError:
+            raise BadFile("file path holds a NUL character") from None
+        except RuntimeError:  # before Python 3.13
+            raise BadFile("file path cannot be resolved: a symbolic link loop") from None
+        except OSError as error:
+            raise BadFile(f"file path cannot be resolved: {_why(error)}") from None
         root = self.limits.file_root
         if root is not None and not path.is_relative_to(Path(root).resolve()):
             raise BadFile(f"file {path} is outside the allowed folder")
@@ -150,6 +172,12 @@ class UrlFetcher:
             raise BadFile(f"not a file: {path}") from None
         except PermissionError:
             raise BadFile(f"no permission to read {path}") from None
+        except OSError as error:
+            # A path that can never be read fails the file; anything else (EIO, EMFILE ...) may
+            # pass, and is retried.
+            if error.errno in _PATH_ERRNOS:
+                raise BadFile(f"cannot read {_short(path)}: {_why(error)}") from None
+            raise TransientError(f"cannot read {_short(path)} now: {_why(error)}") from None
 
     def _sized(self, data: bytes) -> bytes:
         if len(data) > self.limits.max_bytes:

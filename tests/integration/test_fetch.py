@@ -158,6 +158,26 @@ def test_file_and_data_urls(tmp_path):
         f.fetch("ftp://example.com/a")
 
 
+def test_a_file_path_that_can_never_be_read_fails_the_file_with_its_reason(tmp_path):
+    """Not an exception the attachment job does not know, which would leave the file pending and
+    fail its task at every sweep."""
+    f = UrlFetcher(FetchLimits(100, 1.0))
+    (tmp_path / "a.txt").write_bytes(b"hello")
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    for url, reason in [
+        (tmp_path.as_uri() + "/a%00b", "NUL character"),
+        (tmp_path.as_uri() + "/" + "a" * 300, "File name too long"),
+        ((tmp_path / "a.txt").as_uri() + "/x", "Not a directory"),
+        ((tmp_path / "loop1").as_uri(), "symbolic link"),
+    ]:
+        with pytest.raises(BadFile, match=reason):
+            f.fetch(url)
+    with pytest.raises(BadFile) as long_name:
+        f.fetch(tmp_path.as_uri() + "/" + "b" * 5000)
+    assert len(long_name.value.reason) < 300  # the reason is stored: not the whole name
+
+
 def test_a_pinned_connection_verifies_the_certificate_and_sends_the_host_name(server):
     base, ca = server
     port = base.rsplit(":", 1)[1]
