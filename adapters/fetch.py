@@ -125,7 +125,10 @@ class UrlFetcher:
         self.telegram = telegram or TelegramFiles()
 
     def fetch(self, url: str) -> bytes:
-        scheme = urlsplit(url).scheme.lower()
+        try:
+            scheme = urlsplit(url).scheme.lower()
+        except ValueError:  # an unclosed [ in the host, say
+            raise BadFile(f"malformed URL: {url[:200]}") from None
         if scheme == "data":
             return self._data(url)
         if scheme == "file":
@@ -150,6 +153,8 @@ class UrlFetcher:
         parts = urlsplit(url)
         if parts.netloc not in ("", "localhost"):
             raise BadFile(f"file:// URL on another host ({parts.netloc}) is not fetched")
+        if not parts.path.strip("/"):  # an empty path would resolve to the worker's own folder
+            raise BadFile("file:// URL names no file")
         try:
             path = Path(unquote(parts.path)).resolve()
         except ValueError:
@@ -191,6 +196,8 @@ class UrlFetcher:
             infos = self._resolve(host, port, type=socket.SOCK_STREAM)
         except socket.gaierror as error:
             raise TransientError(f"cannot resolve {host}: {error}") from None
+        except UnicodeError:  # IDNA refuses the name: an empty label, or one over 63 characters
+            raise BadFile(f"malformed host name: {host[:200]}") from None
         addresses: list[str] = []
         for info in infos:
             ip = ipaddress.ip_address(info[4][0])
@@ -220,8 +227,8 @@ class UrlFetcher:
             trust_env=False,
             limits=httpx.Limits(max_keepalive_connections=0),
         ) as client:
-            for _ in range(MAX_REDIRECTS + 1):
-                target = _https_url(url)
+            for hop in range(MAX_REDIRECTS + 1):
+                target = _https_url(url, redirected=hop > 0)
                 host = target.raw_host.decode("ascii")
                 try:
                     response = self._send_pinned(client, target, deadline)
@@ -357,13 +364,15 @@ def _bot_api_result(response: httpx.Response) -> dict[str, Any]:
     raise BadFile(f"the Telegram Bot API refused the file: {description}")
 
 
-def _https_url(url: str) -> httpx.URL:
+def _https_url(url: str, *, redirected: bool = False) -> httpx.URL:
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL:
         raise BadFile(f"malformed URL: {url[:200]}") from None
     if parsed.scheme != "https" or not parsed.raw_host:
-        raise BadFile(f"redirected to a URL that is not fetched: {url[:200]}")
+        if redirected:
+            raise BadFile(f"redirected to a URL that is not fetched: {url[:200]}")
+        raise BadFile(f"https:// URL names no host: {url[:200]}")
     return parsed
 
 

@@ -158,9 +158,9 @@ def test_file_and_data_urls(tmp_path):
         f.fetch("ftp://example.com/a")
 
 
-def test_a_file_path_that_can_never_be_read_fails_the_file_with_its_reason(tmp_path):
+def test_a_url_or_file_path_that_can_never_be_read_fails_the_file_with_its_reason(tmp_path):
     """Not an exception the attachment job does not know, which would leave the file pending and
-    fail its task at every sweep."""
+    fail its task at every sweep. The wire accepts each of these URLs."""
     f = UrlFetcher(FetchLimits(100, 1.0))
     (tmp_path / "a.txt").write_bytes(b"hello")
     (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
@@ -170,6 +170,16 @@ def test_a_file_path_that_can_never_be_read_fails_the_file_with_its_reason(tmp_p
         (tmp_path.as_uri() + "/" + "a" * 300, "File name too long"),
         ((tmp_path / "a.txt").as_uri() + "/x", "Not a directory"),
         ((tmp_path / "loop1").as_uri(), "symbolic link"),
+    ]:
+        with pytest.raises(BadFile, match=reason):
+            f.fetch(url)
+    for url, reason in [
+        ("https://[::1", "malformed URL"),
+        ("https://a..b/", "malformed host name"),
+        ("https://" + "a" * 64 + ".example/", "malformed host name"),  # a label over 63 characters
+        ("https://:443/x", "names no host"),
+        ("file://localhost", "names no file"),
+        ("file:///", "names no file"),
     ]:
         with pytest.raises(BadFile, match=reason):
             f.fetch(url)
