@@ -21,9 +21,11 @@ import base64
 import errno
 import ipaddress
 import logging
+import os
 import re
 import socket
 import ssl
+import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -95,6 +97,9 @@ class FetchLimits:
     allow_private: bool = False
     file_root: Path | None = None
     ca_file: Path | None = None
+    # chatmem's own files, never read as an attachment: its data folder (the keys, the database,
+    # the blobs), the key-encryption key and the .env that holds the tokens.
+    refused: tuple[Path, ...] = ()
 
 
 # Errors of the path itself: ENAMETOOLONG, ENOTDIR ("a/file/x"), ELOOP (a symlink loop), EINVAL.
@@ -109,6 +114,29 @@ def _short(path: Path) -> str:
     """A path for a failure reason: a name too long to open is too long to store whole."""
     text = str(path)
     return text if len(text) <= 200 else text[:100] + "…" + text[-60:]
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """At most `limit` + 1 bytes of a regular file. A device (/dev/zero, /dev/urandom) reports no
+    size and never ends, a FIFO blocks until someone writes: both are refused, on the descriptor
+    itself (O_NONBLOCK: opening a FIFO does not wait), so the check and the read see one file."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+        if not stat.S_ISREG(mode):
+            raise BadFile(f"not a regular file (a device, FIFO or socket): {_short(path)}")
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise BadFile(f"file is {size} bytes, above the limit of {limit}")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(limit + 1)
+        if len(data) > limit:  # it grew since, or reports no size (/proc)
+            raise BadFile(f"file is larger than the limit of {limit} bytes")
+        return data
+    finally:
+        os.close(fd)
 
 
 class UrlFetcher:
@@ -166,11 +194,10 @@ class UrlFetcher:
         root = self.limits.file_root
         if root is not None and not path.is_relative_to(Path(root).resolve()):
             raise BadFile(f"file {path} is outside the allowed folder")
+        if any(path.is_relative_to(own.resolve()) for own in self.limits.refused):
+            raise BadFile(f"file {_short(path)} is one of chatmem's own (its data folder, key or settings)")
         try:
-            size = path.stat().st_size
-            if size > self.limits.max_bytes:
-                raise BadFile(f"file is {size} bytes, above the limit of {self.limits.max_bytes}")
-            return path.read_bytes()
+            return _read_regular(path, self.limits.max_bytes)
         except FileNotFoundError:
             raise BadFile(f"file not found: {path}") from None
         except IsADirectoryError:

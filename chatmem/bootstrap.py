@@ -428,9 +428,18 @@ class Container:
 
     @cached_property
     def fetcher(self) -> UrlFetcher:
+        from pathlib import Path
+
         from chatmem.adapters.fetch import FetchLimits, TelegramFiles, UrlFetcher
 
         s = self.settings
+        own = (
+            s.data_dir,
+            s.resolved_blob_dir,
+            s.resolved_spool_dir,
+            *([s.kek_file] if s.kek_file else []),
+            Path(".env"),
+        )
         return UrlFetcher(
             FetchLimits(
                 s.attachment_max_bytes,
@@ -438,6 +447,7 @@ class Container:
                 s.attachment_allow_private_urls,
                 s.attachment_file_root,
                 s.attachment_ca_file,
+                refused=own,
             ),
             telegram=TelegramFiles(s.telegram_api_url, s.telegram_bot_token),
         )

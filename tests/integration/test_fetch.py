@@ -3,6 +3,7 @@ size and time limits, redirects, refusals of private addresses, connections pinn
 checked address (DNS rebinding), file:// and data: URLs."""
 
 import ipaddress
+import os
 import socket
 import ssl
 import threading
@@ -183,6 +184,23 @@ def test_a_url_or_file_path_that_can_never_be_read_fails_the_file_with_its_reaso
     ]:
         with pytest.raises(BadFile, match=reason):
             f.fetch(url)
+    # A device never ends and a FIFO waits for a writer: refused without reading or waiting.
+    os.mkfifo(tmp_path / "fifo")
+    for url in ("file:///dev/zero", (tmp_path / "fifo").as_uri()):
+        with pytest.raises(BadFile, match="not a regular file"):
+            f.fetch(url)
+    with pytest.raises(BadFile, match="larger than the limit"):
+        f.fetch("file:///proc/self/status")  # a size of 0, and more than 100 bytes to read
+    # chatmem's own files are never an attachment, whatever the producer names.
+    own = tmp_path / "data"
+    (own / "keys").mkdir(parents=True)
+    (own / "keys" / "kek").write_text("c2VjcmV0")
+    (tmp_path / ".env").write_text("CHATMEM_TELEGRAM_BOT_TOKEN=123:abc")
+    guarded = UrlFetcher(FetchLimits(100, 1.0, refused=(own, tmp_path / ".env")))
+    for url in ((own / "keys" / "kek").as_uri(), (tmp_path / ".env").as_uri(), (own / ".." / "data").as_uri()):
+        with pytest.raises(BadFile, match="chatmem's own"):
+            guarded.fetch(url)
+    assert guarded.fetch((tmp_path / "a.txt").as_uri()) == b"hello"
     with pytest.raises(BadFile) as long_name:
         f.fetch(tmp_path.as_uri() + "/" + "b" * 5000)
     assert len(long_name.value.reason) < 300  # the reason is stored: not the whole name
