@@ -12,10 +12,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import trustme
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from chatmem.adapters.fetch import FetchLimits, UrlFetcher
 from chatmem.memory.attachments import BadFile
 from chatmem.memory.ports import TransientError
+from chatmem.schemas.events import Attachment
 
 pytestmark = pytest.mark.integration
 BODY = b"\x89PNG\r\n\x1a\n" + b"x" * 5000
@@ -204,6 +208,37 @@ def test_a_url_or_file_path_that_can_never_be_read_fails_the_file_with_its_reaso
     with pytest.raises(BadFile) as long_name:
         f.fetch(tmp_path.as_uri() + "/" + "b" * 5000)
     assert len(long_name.value.reason) < 300  # the reason is stored: not the whole name
+
+
+_URL_PIECES = st.text(max_size=12) | st.sampled_from(
+    ["[", "]", "%00", "%2e%2e", "..", ":", "@", "a" * 70, "/", "%", "#", "?", "dev/zero", "proc/self/status", "\\"]
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.sampled_from(["https://", "file://", "file:///", "data:", "data:;base64,", "telegram:file/"]),
+    st.lists(_URL_PIECES, max_size=5),
+)
+def test_any_url_the_wire_accepts_is_fetched_or_fails_as_the_job_knows(tmp_path_factory, scheme, pieces):
+    """The attachment job knows BadFile (the file fails) and TransientError (retried): nothing
+    else may come out of a fetch. Offline: names do not resolve; files only under an empty folder."""
+    url = scheme + "".join(pieces)
+    try:
+        Attachment(url=url)
+    except ValidationError:
+        return  # the wire refuses it: it never reaches a worker
+
+    def offline(host, port, *args, **kwargs):
+        host.encode("idna")  # what getaddrinfo does with the name first
+        raise socket.gaierror(socket.EAI_NONAME, "offline")
+
+    inbox = tmp_path_factory.mktemp("inbox")
+    f = UrlFetcher(FetchLimits(1_000, 1.0, file_root=inbox), resolve=offline)
+    try:
+        assert len(f.fetch(url)) <= 1_000
+    except (BadFile, TransientError):
+        pass
 
 
 def test_a_pinned_connection_verifies_the_certificate_and_sends_the_host_name(server):
