@@ -347,15 +347,6 @@ class PostgresErasure:
             ).fetchone()
         return row[0] if row else None
 
-    def unfinished(self, scope: str, subject: str) -> list[int]:
-        """Runs of this scope and subject that were recorded and never finished, oldest first."""
-        with self.pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT id FROM erasures WHERE scope = %s AND subject = %s AND finished_at IS NULL ORDER BY id",
-                (scope, subject),
-            ).fetchall()
-        return [int(r[0]) for r in rows]
-
     @contextmanager
     def one_run(self, name: str) -> Iterator[None]:
         """Runs of one name one after another: a session lock on a connection of its own, which
@@ -366,13 +357,15 @@ class PostgresErasure:
             conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"chatmem.{name}",))
             yield
 
-    def pending_rebuilds(self, scope: str) -> list[tuple[int, list[str]]]:
-        """Unfinished runs of the scope and the threads each had yet to rebuild (note_pending)."""
+    def unfinished(self, scope: str, subject: str | None = None) -> list[tuple[int, list[str]]]:
+        """Runs of the scope (and subject) recorded and never finished, oldest first, with the
+        threads each had yet to rebuild (note_pending)."""
         with self.pool.connection() as conn:
             rows = conn.execute(
                 """SELECT id, coalesce(removed->'pending_threads', '[]') FROM erasures
-                   WHERE scope = %s AND finished_at IS NULL ORDER BY id""",
-                (scope,),
+                   WHERE scope = %s AND (%s::text IS NULL OR subject = %s) AND finished_at IS NULL
+                   ORDER BY id""",
+                (scope, subject, subject),
             ).fetchall()
         return [(int(i), [str(t) for t in pending]) for i, pending in rows]
 

@@ -122,14 +122,13 @@ def _read_regular(path: Path, limit: int) -> bytes:
     itself (O_NONBLOCK: opening a FIFO does not wait), so the check and the read see one file."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
-        if not stat.S_ISREG(mode):
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise BadFile(f"not a file: {_short(path)}")
+        if not stat.S_ISREG(info.st_mode):
             raise BadFile(f"not a regular file (a device, FIFO or socket): {_short(path)}")
-        size = os.fstat(fd).st_size
-        if size > limit:
-            raise BadFile(f"file is {size} bytes, above the limit of {limit}")
+        if info.st_size > limit:
+            raise BadFile(f"file is {info.st_size} bytes, above the limit of {limit}")
         with os.fdopen(os.dup(fd), "rb") as fh:
             data = fh.read(limit + 1)
         if len(data) > limit:  # it grew since, or reports no size (/proc)

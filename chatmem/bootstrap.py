@@ -1029,7 +1029,7 @@ class Container:
             removed: dict[str, int] = {"events": 0}
             # A run that stopped after shredding left threads to rebuild: the expired events are
             # tombstones now, so only its record names them.
-            stopped = eraser.pending_rebuilds("retention")
+            stopped = eraser.unfinished("retention")
             threads: set[str] = {t for _, pending in stopped for t in pending}
             run: int | None = None
             while ids := eraser.expired(now, s.retention_days, s.retention_days_by):
@@ -1063,7 +1063,7 @@ class Container:
             ids = eraser.deleted(thread_id)
             # A run that stopped after shredding (a worker lost, an outage) left its rebuild undone:
             # the retry finds no content left to shred, and must still rebuild.
-            stopped = eraser.unfinished("messages", thread_id)
+            stopped = [run for run, _ in eraser.unfinished("messages", thread_id)]
             if not ids and not stopped:
                 return {"events": 0}
             if stopped:
