@@ -1,5 +1,5 @@
-"""Which cached model answers a rebuild reads or writes. Retention and deletions rebuild a thread
-over tombstones: an answer the rebuild uses was computed from the thread without the removed
+"""Which cached model answers a rebuild reads or writes. Erasure, retention and deletions rebuild
+threads over tombstones: an answer the rebuild uses was computed from the thread without the removed
 events, and every answer computed from them is among those it does not use, which are then
 deleted (adapters/erase_pg.py, `sweep_answers`). The rest of the thread's answers are kept, so
 the model is asked again only about what held the removed events."""

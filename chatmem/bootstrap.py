@@ -322,8 +322,8 @@ class Container:
 
     @cached_property
     def cache_uses(self) -> CacheUses:
-        """Which cached model answers this process's rebuilds use (retention and deletions keep
-        the rest of a thread's answers through its rebuild: adapters/cache_uses.py)."""
+        """Which cached model answers this process's rebuilds use (erasure, retention and
+        deletions keep the rest of a thread's answers through its rebuild: adapters/cache_uses.py)."""
         from chatmem.adapters.cache_uses import CacheUses
 
         return CacheUses()
