@@ -1,5 +1,6 @@
-"""Images: decoding within limits (Pillow), type sniffing from magic numbers (filetype), and OCR
-with rapidocr, whose detection and recognition models ship inside its wheel."""
+"""Images: decoding within limits (Pillow, with pi-heif-decoder's plugin for HEIC), type sniffing
+from magic numbers (filetype), and OCR with rapidocr, whose detection and recognition models ship
+inside its wheel."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ import logging
 import re
 import threading
 import warnings
+from functools import cache
 
 import numpy as np
 
 from chatmem.memory.attachments import BadFile, ImageInfo
 
 _EXIF_TAGS = {271: "camera_make", 272: "camera_model", 306: "modified_at", 36867: "taken_at"}
+# HEIF still images coded in HEVC, by their file's brand. `filetype` knows `heic` (and `mif1` or
+# `msf1` naming it), not the 10-bit and layered `heix`, `heim` and `heis` some phones and cameras write.
+_HEIC_BRANDS = {b"heic", b"heix", b"heim", b"heis"}
 
 
 def guess_binary(data: bytes) -> str | None:
@@ -21,7 +26,18 @@ def guess_binary(data: bytes) -> str | None:
     import filetype
 
     kind = filetype.guess(data[:8192])
-    return kind.mime if kind else None
+    if kind:
+        return kind.mime
+    return "image/heic" if data[4:8] == b"ftyp" and data[8:12] in _HEIC_BRANDS else None
+
+
+@cache
+def open_heic_too() -> None:
+    """Let Pillow open HEIC photos. Only the primary image is read (no thumbnails, depth maps or
+    other auxiliary images), on one thread, as OCR runs."""
+    from pi_heif import register_heif_opener
+
+    register_heif_opener(decode_threads=1, thumbnails=False, depth_images=False, aux_images=False)
 
 
 class PillowImageReader:
@@ -29,6 +45,7 @@ class PillowImageReader:
         from PIL import Image
 
         self.max_pixels = max_pixels
+        open_heic_too()
         # Pillow refuses images above twice its own MAX_IMAGE_PIXELS (about 179 M pixels) inside
         # Image.open, before we see the size. Our limit is the one that counts: never let
         # Pillow's ceiling sit below it (it stays above, as a backstop for frames and tiles).
@@ -59,7 +76,8 @@ class PillowImageReader:
             raise self._too_large(f"{int(found[1]):,} pixels" if found else "too large") from None
         except UnidentifiedImageError:
             raise BadFile("not an image Pillow can read") from None
-        except (OSError, SyntaxError, ValueError) as error:
+        except (OSError, SyntaxError, ValueError, EOFError, RuntimeError) as error:
+            # EOFError and RuntimeError: the HEIC plugin's for data its decoder cannot finish.
             raise BadFile(f"corrupt image: {error}") from None
         _upright(img)
         return img

@@ -74,7 +74,7 @@ class OpenAILLM:
 
 
 # What vision endpoints take (OpenAI's: PNG, JPEG, WebP, non-animated GIF); BMP, TIFF and AVIF
-# were refused with HTTP 400, which failed the file's task.
+# were refused with HTTP 400, which failed the file's task. HEIC is not among them either.
 VISION_FORMATS = frozenset({"image/png", "image/jpeg", "image/webp", "image/gif"})
 
 
@@ -84,8 +84,9 @@ def _as_png(data: bytes) -> bytes:
 
     from PIL import Image
 
-    from chatmem.adapters.images import eight_bit
+    from chatmem.adapters.images import eight_bit, open_heic_too
 
+    open_heic_too()
     with Image.open(io.BytesIO(data)) as img:
         shown = eight_bit(img)  # Pillow's own conversion of 16-bit grey clips it white
         shown = shown.convert("RGBA" if "A" in shown.getbands() else "RGB")

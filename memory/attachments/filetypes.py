@@ -21,6 +21,7 @@ IMAGE_MIMES = {
     "image/bmp",
     "image/tiff",
     "image/avif",  # what newer Android phones and browsers save
+    "image/heic",  # what iPhones save
 }
 # Recordings speech-to-text endpoints take (OpenAI's: flac, mp3, mp4/m4a, ogg, wav, webm), by the
 # name `filetype` gives each, with the extension the upload is named by (the endpoint reads the

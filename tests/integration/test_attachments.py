@@ -511,6 +511,35 @@ def test_an_avif_photo_is_read_by_ocr(driver, container, tmp_path):
     assert "AVIF image, 900×420" in message_text(container, "avif-1")
 
 
+IMAGES = Path(__file__).parents[1] / "fixtures" / "images"
+
+
+@pytest.mark.parametrize("name", ["ticket.heic", "ticket_turned.heic"])
+def test_an_iphone_photo_in_heic_is_read_by_ocr(driver, container, tmp_path, name):
+    # An iPhone saves HEIC, and sends it so when the photo goes as a file; it was refused as a type
+    # not understood. The turned one is stored as the sensor saw it, turned by the file's own
+    # transform (and EXIF orientation 6): read upright, and not turned twice.
+    data = (IMAGES / name).read_bytes()
+    driver.publish([message("heic", "alice", 1, "ticket", [Attachment(url=put(tmp_path, name, data))])])
+    driver.advance("heic")
+    assert driver.run_attachments() == ["done"]
+    assert "Flight LH 1234 to Lisbon" in scalar(
+        container, "SELECT string_agg(text, ' ') FROM artifact_text WHERE kind = 'ocr'"
+    )
+    assert "HEIF image, 900×420" in message_text(container, "heic-1")
+    assert scalar(container, "SELECT mime_type FROM artifacts") == "image/heic"
+
+
+def test_a_broken_heic_photo_fails_with_its_reason(tmp_path):
+    whole = (IMAGES / "ticket.heic").read_bytes()
+    reader = PillowImageReader(max_pixels=10_000_000)
+    for broken in (whole[: len(whole) // 2], whole[:200]):
+        with pytest.raises(BadFile, match="not an image Pillow can read"):
+            reader.inspect(broken)
+    with pytest.raises(BadFile, match="above the limit of 100,000"):
+        PillowImageReader(max_pixels=100_000).inspect(whole)  # 900×420, told by the header
+
+
 def spreadsheet() -> bytes:
     book = openpyxl.Workbook()
     costs = book.active

@@ -17,7 +17,7 @@ from chatmem.memory.ports import TransientError
 from chatmem.schemas.events import Attachment
 from tests.conftest import scalar
 from tests.fake_openai import FakeOpenAI, completion, serving
-from tests.integration.test_attachments import TICKET, message, message_text, put, text_image
+from tests.integration.test_attachments import IMAGES, TICKET, message, message_text, put, text_image
 from tests.integration.test_episodes import Driver
 
 pytestmark = pytest.mark.integration
@@ -76,6 +76,20 @@ def test_an_image_in_a_format_the_endpoint_refuses_goes_as_png(vision_container,
     sent = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
     assert (sent.format, sent.size) == ("PNG", (900, 420))
     assert scalar(c, "SELECT mime_type FROM artifacts") == f"image/{fmt.lower()}"
+
+
+def test_a_heic_photo_goes_as_png(vision_container, tmp_path):
+    c = vision_container
+    heic = (IMAGES / "ticket_turned.heic").read_bytes()
+    driver = Driver(c)
+    driver.publish([message("trip", "alice", 1, "pass", [Attachment(url=put(tmp_path, "t.heic", heic))])])
+    driver.advance("trip")
+    assert driver.run_attachments() == ["done"]
+    [request] = FakeOpenAI.requests
+    url = request["messages"][1]["content"][1]["image_url"]["url"]
+    sent = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
+    assert (sent.format, sent.size) == ("PNG", (900, 420))  # as shown, not as the sensor saw it
+    assert message_text(c, "trip-1").endswith("] a boarding pass for a flight to Lisbon")
 
 
 def test_a_vision_endpoint_that_is_down_is_retried_then_the_offline_description_is_used(vision_container, tmp_path):

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chatmem.adapters.images import guess_binary
 from chatmem.memory.attachments.analysis import Analyzer, Reader
 from chatmem.memory.attachments.chunks import Block, DerivedText, chunk_blocks
 from chatmem.memory.attachments.errors import BadFile
@@ -312,6 +313,25 @@ def test_audio_is_sniffed_from_its_magic_number_and_may_be_declared_as_audio():
     assert declared_mismatch("video", None, image) == "declared as video; the bytes are image/png"
     with pytest.raises(BadFile, match="video/quicktime are not understood"):
         sniff(b"\x00\x00\x00\x14ftypqt  ", None, lambda _: "video/quicktime")
+
+
+def iso_file(brand: bytes, *compatible: bytes) -> bytes:
+    """The start of an ISO media file: its `ftyp` box, then filler."""
+    ftyp = b"ftyp" + brand + bytes(4) + b"".join(compatible)
+    return (8 + len(ftyp) - 4).to_bytes(4, "big") + ftyp + bytes(64)
+
+
+@pytest.mark.parametrize("brand", [b"heic", b"heix", b"heim", b"heis"])
+def test_a_heic_photo_is_told_by_its_brand(brand):
+    # `filetype` knows `heic` only; phones and cameras also write the 10-bit and layered brands.
+    assert sniff(iso_file(brand, b"mif1", brand), "IMG_0001.HEIC", guess_binary) == Sniffed("image/heic", "image")
+
+
+def test_other_iso_media_files_are_not_taken_for_heic():
+    assert guess_binary(iso_file(b"avif", b"mif1", b"avif")) == "image/avif"
+    assert guess_binary(iso_file(b"mp42", b"isom")) == "video/mp4"
+    with pytest.raises(BadFile, match="not understood|unknown type"):
+        sniff(iso_file(b"hevc", b"mif1"), None, guess_binary)  # an image sequence (a burst): not read
 
 
 def test_a_video_without_a_sound_track_is_not_sent_to_the_speech_model():

@@ -1,6 +1,7 @@
-"""The embedded Postgres must run on the CPUs we say it runs on.
+"""The embedded Postgres and the HEIC decoder must run on the CPUs we say they run on.
 
-The guard reads the machine code of the shipped pgvector (and of the server): no AVX-512
+The guard reads the machine code of the shipped pgvector (and of the server, and of the HEIC
+decoder's libraries): no AVX-512
 instruction may run outside a variant that is chosen at run time, and the instructions that run
 unconditionally must be ones the start-up CPU check asks for. A dependency bump that brings back
 an AVX-512 build (it crashed every CPU without AVX-512 with 'Illegal instruction') fails here,
@@ -128,6 +129,32 @@ def test_the_cpu_check_asks_for_every_instruction_pgvector_runs_unconditionally(
             f"{binary} needs {sorted(used - pgcheck.EMBEDDED_X86_FEATURES)} that the start-up CPU check "
             "does not ask for: add them to EMBEDDED_X86_FEATURES and to docs/platforms.md"
         )
+
+
+def heif_decoder_binaries() -> list[Path]:
+    """The HEIC plugin's extension and the libraries its wheel carries (libheif, libde265)."""
+    import pi_heif
+
+    site = Path(pi_heif.__file__).parents[1]
+    return sorted([*site.glob("_pi_heif*.so"), *site.glob("pi_heif_decoder.libs/*.so*")])
+
+
+# libde265 picks its AVX2 and AVX-512 transforms with cpuid at run time
+# (init_acceleration_functions_avx512); the AVX-512 file's helpers are named `..._512`.
+HEIF_DISPATCHED = re.compile(r"avx512|_512", re.I)
+
+
+@needs_objdump
+@x86_only
+def test_the_heic_decoder_runs_avx512_only_where_it_asked_the_cpu():
+    binaries = heif_decoder_binaries()
+    assert len(binaries) >= 3, binaries  # the extension, libheif and libde265
+    for binary in binaries:
+        found = avx512_functions(binary)
+        unconditional = sorted(f for f in found if not HEIF_DISPATCHED.search(f))
+        assert not unconditional, f"{binary} runs AVX-512 unconditionally in: {unconditional[:10]}"
+        if found:
+            assert "\tcpuid" in disassembly(binary), f"{binary} has AVX-512 variants but never asks the CPU (cpuid)"
 
 
 def test_the_instruction_classifier_sees_what_crashed_before():
