@@ -1,19 +1,22 @@
-"""Documents to structure blocks: PDF (pypdf), HTML (BeautifulSoup), Markdown (markdown-it) and
-plain text. Headings become heading blocks, so chunks follow the document's sections."""
+"""Documents to structure blocks: PDF (pypdf), Word (python-docx), Excel (openpyxl), PowerPoint
+(python-pptx), HTML (BeautifulSoup), Markdown (markdown-it) and plain text. Headings become heading
+blocks, so chunks follow the document's sections."""
 
 from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from chatmem.memory.attachments import BadFile, Block
-from chatmem.memory.attachments.filetypes import DOCX_MIME, XLSX_MIME, decode_text
+from chatmem.memory.attachments.filetypes import DOCX_MIME, PPTX_MIME, XLSX_MIME, decode_text
 
-if TYPE_CHECKING:  # pypdf and python-docx load on first use
+if TYPE_CHECKING:  # pypdf, python-docx and python-pptx load on first use
     from docx.document import Document as WordDocument
+    from pptx.shapes.base import BaseShape
+    from pptx.slide import Slides
     from pypdf import PdfReader
 
 _BLANK = re.compile(r"\n\s*\n")
@@ -39,6 +42,8 @@ class DocumentReader:
             return self._docx(data)
         if mime == XLSX_MIME:
             return self._xlsx(data)
+        if mime == PPTX_MIME:
+            return self._pptx(data)
         text = decode_text(data)[: self.max_chars]
         if mime == "text/html":
             return self._html(text)
@@ -90,6 +95,24 @@ class DocumentReader:
             finally:
                 book.close()
         return blocks, {"sheets": sheets}
+
+    def _pptx(self, data: bytes) -> tuple[list[Block], dict]:
+        """A presentation's first `max_pages` slides in order: each slide's title as a heading,
+        then the text of its shapes and its speaker notes."""
+        from pptx import Presentation
+        from pptx.exc import InvalidXmlError, PackageNotFoundError
+
+        with self._office_file(data, "presentation", PackageNotFoundError, InvalidXmlError):
+            deck = Presentation(io.BytesIO(data))
+            total = len(deck.slides)
+            blocks = _slide_blocks(deck.slides, self.max_pages, self.max_chars)
+            title = deck.core_properties.title
+        meta: dict = {"slides": total}
+        if total > self.max_pages:
+            meta["slides_read"] = self.max_pages
+        if title and title.strip():
+            meta["doc_title"] = title.strip()[:200]
+        return blocks, meta
 
     @contextmanager
     def _office_file(self, data: bytes, what: str, *library_errors: type[Exception]) -> Iterator[None]:
@@ -371,3 +394,46 @@ def _sheet_blocks(sheets: Sequence[Any], max_chars: int) -> list[Block]:
             if chars > max_chars:
                 return blocks
     return blocks
+
+
+def _slide_blocks(slides: Slides, max_slides: int, max_chars: int) -> list[Block]:
+    """Per slide (its number as the page): its title, or "Slide N" when it has none, as a heading;
+    then each paragraph of its text boxes and placeholders and each table row (cells joined by
+    " | "), in the slide's own order, grouped shapes included; then its speaker notes."""
+    blocks: list[Block] = []
+    chars = 0
+    for number, slide in enumerate(slides, start=1):
+        if number > max_slides:
+            break
+        title_shape = slide.shapes.title
+        title = title_shape.text_frame.text.strip() if title_shape is not None else ""
+        found = [Block(" ".join(title.split()) or f"Slide {number}", heading=True, level=1, page=number)]
+        skip = {title_shape.shape_id} if title_shape is not None else set()
+        found += [Block(text, page=number) for text in _shape_texts(slide.shapes, skip)]
+        # Reading `notes_slide` makes one when the slide has none: ask first.
+        if slide.has_notes_slide and (frame := slide.notes_slide.notes_text_frame) is not None:
+            found += [Block(p.text.strip(), page=number) for p in frame.paragraphs if p.text.strip()]
+        blocks += found
+        chars += sum(len(b.text) for b in found)
+        if chars > max_chars:
+            break
+    return blocks
+
+
+def _shape_texts(shapes: Iterable[BaseShape], skip: set[int]) -> Iterator[str]:
+    from pptx.shapes.autoshape import Shape
+    from pptx.shapes.graphfrm import GraphicFrame
+    from pptx.shapes.group import GroupShape
+
+    for shape in shapes:
+        if shape.shape_id in skip:
+            continue
+        if isinstance(shape, GroupShape):
+            yield from _shape_texts(shape.shapes, skip)
+        elif isinstance(shape, Shape) and shape.has_text_frame:  # text boxes and placeholders
+            yield from (p.text.strip() for p in shape.text_frame.paragraphs if p.text.strip())
+        elif isinstance(shape, GraphicFrame) and shape.has_table:
+            for row in shape.table.rows:
+                cells = dict.fromkeys(c.text.strip() for c in row.cells if c.text.strip())
+                if cells:
+                    yield " | ".join(cells)

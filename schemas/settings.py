@@ -297,7 +297,7 @@ class Settings(BaseSettings):
         None, description="Extra CA bundle for https:// downloads (a private CA). Unset: the system's."
     )
     attachment_max_pixels: int = Field(40_000_000, ge=1, description="Largest image (width x height) decoded.")
-    attachment_max_pages: int = Field(300, ge=1, description="Most PDF pages read.")
+    attachment_max_pages: int = Field(300, ge=1, description="Most PDF pages (or presentation slides) read.")
     attachment_max_text_chars: int = Field(2_000_000, ge=1, description="Most characters of text kept per document.")
     attachment_max_pdf_pages: int = Field(
         10_000,

@@ -129,6 +129,8 @@ class Analyzer:
             raise BadFile("the document has no text (neither a text layer nor readable page images)")
         summary: FileSummary = self.llm.complete(file_summary(filename, [c.text for c in chunks[:12]]), FileSummary)
         texts = [*chunks, DerivedText("file_summary", 0, f"{summary.title}: {summary.summary}")]
-        n = meta.get("pages")
-        pages = f"{n} page{'s' if n != 1 else ''}: " if n else ""
-        return Analysis(clip(pages + summary.summary, SURROGATE_CHARS), texts, {**meta, "title": summary.title})
+        lead = ""
+        for key, unit in (("pages", "page"), ("slides", "slide")):
+            if n := meta.get(key):
+                lead = f"{n} {unit}{'s' if n != 1 else ''}: "
+        return Analysis(clip(lead + summary.summary, SURROGATE_CHARS), texts, {**meta, "title": summary.title})

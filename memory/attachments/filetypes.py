@@ -38,9 +38,10 @@ VIDEO_EXTENSIONS = {"video/mp4": "mp4", "video/webm": "webm"}
 RECORDING_EXTENSIONS = {**AUDIO_EXTENSIONS, **VIDEO_EXTENSIONS}
 DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 XLSX_MIME = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
-# Documents told by their magic number (a Word or Excel file is a ZIP whose parts name it); the
-# text kinds are told apart by their shape.
-BINARY_DOCUMENT_MIMES = {"application/pdf", DOCX_MIME, XLSX_MIME}
+PPTX_MIME = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+# Documents told by their magic number (a Word, Excel or PowerPoint file is a ZIP whose parts
+# name it); the text kinds are told apart by their shape.
+BINARY_DOCUMENT_MIMES = {"application/pdf", DOCX_MIME, XLSX_MIME, PPTX_MIME}
 DOCUMENT_MIMES = {*BINARY_DOCUMENT_MIMES, "text/plain", "text/markdown", "text/html"}
 
 

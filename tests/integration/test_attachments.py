@@ -11,15 +11,17 @@ from pathlib import Path
 import docx
 import numpy as np
 import openpyxl
+import pptx
 import pytest
 from fpdf import FPDF
 from PIL import Image, ImageDraw, ImageFont
+from pptx.util import Inches
 from pypdf import PdfReader, PdfWriter
 
 from chatmem.adapters.documents import DocumentReader
 from chatmem.adapters.images import PillowImageReader, RapidOcr
 from chatmem.memory.attachments import Analysis, BadFile, DerivedText
-from chatmem.memory.attachments.filetypes import DOCX_MIME, XLSX_MIME
+from chatmem.memory.attachments.filetypes import DOCX_MIME, PPTX_MIME, XLSX_MIME
 from chatmem.memory.ports import TransientError
 from chatmem.schemas.events import Attachment, MessageEvent
 from chatmem.schemas.read import Scope
@@ -570,9 +572,55 @@ def test_a_spreadsheet_is_read_sheet_by_sheet_row_by_row():
         reader.read(spreadsheet()[:3000], XLSX_MIME)
 
 
+def presentation() -> bytes:
+    deck = pptx.Presentation()
+    deck.core_properties.title = "Q3 review"
+    budget = deck.slides.add_slide(deck.slide_layouts[1])  # a title and a body
+    budget.shapes.title.text = "Budget for the Porto office"
+    body = budget.placeholders[1].text_frame
+    body.text = "The standing desks from Deskworks cost 4,200 EUR"
+    body.add_paragraph().text = "Chairs: 950 EUR"
+    budget.notes_slide.notes_text_frame.text = "Ask Maria about the lease before Friday."
+    plan = deck.slides.add_slide(deck.slide_layouts[6])  # blank: no title
+    group = plan.shapes.add_group_shape()
+    group.shapes.add_textbox(Inches(1), Inches(1), Inches(4), Inches(1)).text_frame.text = "Launch date: 14 March"
+    table = plan.shapes.add_table(2, 2, Inches(1), Inches(3), Inches(4), Inches(1)).table
+    for r, row in enumerate([["Role", "When"], ["Two engineers", "spring"]]):
+        for c, value in enumerate(row):
+            table.cell(r, c).text = value
+    deck.slides.add_slide(deck.slide_layouts[0]).shapes.title.text = "Questions?"
+    out = io.BytesIO()
+    deck.save(out)
+    return out.getvalue()
+
+
+def test_a_presentation_is_read_slide_by_slide_with_its_notes():
+    blocks, meta = DocumentReader(max_pages=5, max_chars=10_000).read(presentation(), PPTX_MIME)
+    assert meta == {"slides": 3, "doc_title": "Q3 review"}
+    assert [(b.text, b.heading, b.page) for b in blocks] == [
+        ("Budget for the Porto office", True, 1),
+        ("The standing desks from Deskworks cost 4,200 EUR", False, 1),
+        ("Chairs: 950 EUR", False, 1),
+        ("Ask Maria about the lease before Friday.", False, 1),  # the speaker notes
+        ("Slide 2", True, 2),  # no title of its own
+        ("Launch date: 14 March", False, 2),  # in a group
+        ("Role | When", False, 2),
+        ("Two engineers | spring", False, 2),
+        ("Questions?", True, 3),
+    ]
+    blocks, meta = DocumentReader(max_pages=1, max_chars=10_000).read(presentation(), PPTX_MIME)
+    assert meta["slides_read"] == 1 and {b.page for b in blocks} == {1}
+    with pytest.raises(BadFile, match="broken presentation"):
+        DocumentReader(max_pages=5, max_chars=10_000).read(presentation()[:5000], PPTX_MIME)
+
+
 @pytest.mark.parametrize(
     ("name", "make", "mime", "cost"),
-    [("plan.docx", word_document, DOCX_MIME, "4,200 EUR"), ("costs.xlsx", spreadsheet, XLSX_MIME, "4200")],
+    [
+        ("plan.docx", word_document, DOCX_MIME, "4,200 EUR"),
+        ("costs.xlsx", spreadsheet, XLSX_MIME, "4200"),
+        ("review.pptx", presentation, PPTX_MIME, "4,200 EUR"),
+    ],
 )
 def test_an_office_file_is_chunked_summarised_and_found(driver, container, tmp_path, name, make, mime, cost):
     office = Attachment(url=put(tmp_path, name, make()), mime_type=mime)

@@ -12,6 +12,7 @@ from chatmem.memory.attachments.chunks import Block, DerivedText, chunk_blocks
 from chatmem.memory.attachments.errors import BadFile
 from chatmem.memory.attachments.filetypes import (
     DOCX_MIME,
+    PPTX_MIME,
     XLSX_MIME,
     Sniffed,
     declared_mismatch,
@@ -122,6 +123,7 @@ def test_a_word_document_is_a_document_by_its_magic_number():
     assert declared_mismatch("document", DOCX_MIME, word) is None
     assert declared_mismatch("image", None, word) == f"declared as an image but the bytes are {DOCX_MIME}"
     assert sniff(b"PK\x03\x04 ...", "costs.xlsx", lambda _: XLSX_MIME) == Sniffed(XLSX_MIME, "document")
+    assert sniff(b"PK\x03\x04 ...", "review.pptx", lambda _: PPTX_MIME) == Sniffed(PPTX_MIME, "document")
 
 
 def test_a_declared_type_may_be_generic_but_not_wrong():
@@ -383,6 +385,12 @@ def test_the_reading_runs_behind_the_read_port_and_the_models_stay_with_the_job(
     plugged = Analyzer(images, ocr, FakeDocumentReader(), Llm(), words, 100, read=lambda data, sniffed: elsewhere)
     result = plugged(b"%PDF", Sniffed("application/pdf", "document"), "x.pdf")
     assert [t.text for t in result.texts] == ["Read elsewhere.", "A title: It says things."]
+    assert result.description == "1 page: It says things."
+    deck = Extraction(
+        blocks=[Block("Budget", heading=True, level=1, page=1), Block("Desks.", page=1)], meta={"slides": 12}
+    )
+    slides = Analyzer(images, ocr, FakeDocumentReader(), Llm(), words, 100, read=lambda data, sniffed: deck)
+    assert slides(b"PK", Sniffed(PPTX_MIME, "document"), "q3.pptx").description == "12 slides: It says things."
     seen = Analyzer(
         images,
         ocr,
