@@ -1,6 +1,6 @@
-"""Documents to structure blocks: PDF (pypdf), Word (python-docx), Excel (openpyxl), PowerPoint
-(python-pptx), HTML (BeautifulSoup), Markdown (markdown-it) and plain text. Headings become heading
-blocks, so chunks follow the document's sections."""
+"""Documents to structure blocks: PDF (pypdf), Word (python-docx), Excel (openpyxl; xlrd for
+Excel 97-2003), PowerPoint (python-pptx), HTML (BeautifulSoup), Markdown (markdown-it) and plain
+text. Headings become heading blocks, so chunks follow the document's sections."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import io
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime, time
 from typing import TYPE_CHECKING, Any
 
 from chatmem.memory.attachments import BadFile, Block
-from chatmem.memory.attachments.filetypes import DOCX_MIME, PPTX_MIME, XLSX_MIME, decode_text
+from chatmem.memory.attachments.filetypes import DOCX_MIME, PPTX_MIME, XLS_MIME, XLSX_MIME, decode_text
 
 if TYPE_CHECKING:  # pypdf, python-docx and python-pptx load on first use
     from docx.document import Document as WordDocument
@@ -44,6 +45,8 @@ class DocumentReader:
             return self._xlsx(data)
         if mime == PPTX_MIME:
             return self._pptx(data)
+        if mime == XLS_MIME:
+            return self._xls(data)
         text = decode_text(data)[: self.max_chars]
         if mime == "text/html":
             return self._html(text)
@@ -90,10 +93,38 @@ class DocumentReader:
         with self._office_file(data, "spreadsheet", InvalidFileException):
             book = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
             try:
-                blocks = _sheet_blocks(book.worksheets, self.max_chars)
+                named = ((str(sheet.title), sheet.iter_rows(values_only=True)) for sheet in book.worksheets)
+                blocks = _sheet_blocks(named, self.max_chars)
                 sheets = len(book.worksheets)
             finally:
                 book.close()
+        return blocks, {"sheets": sheets}
+
+    def _xls(self, data: bytes) -> tuple[list[Block], dict]:
+        """An Excel 97-2003 workbook, read as an .xlsx is: sheet by sheet, row by row."""
+        import struct
+
+        import xlrd
+        from xlrd.compdoc import CompDocError
+        from xlrd.formula import FormulaError
+
+        # What xlrd raises on a file it cannot read: its own errors, and those of the records it
+        # walks (a code page Python does not know: LookupError; a loop of sectors: RecursionError;
+        # a formula it cannot parse; found by a mutation fuzz).
+        broken = (xlrd.XLRDError, CompDocError, FormulaError, struct.error, EOFError, IndexError, KeyError, ValueError,
+                  TypeError, AssertionError, ZeroDivisionError, OverflowError, AttributeError, LookupError,
+                  RecursionError)  # fmt: skip
+        try:
+            # xlrd writes what it finds odd to stdout unless given a log of its own.
+            book = xlrd.open_workbook(file_contents=data, on_demand=True, logfile=_Discard())
+            try:
+                sheets = book.nsheets
+                named = ((book.sheet_by_index(i).name, _xls_rows(book, i)) for i in range(sheets))
+                blocks = _sheet_blocks(named, self.max_chars)
+            finally:
+                book.release_resources()
+        except broken as error:
+            raise BadFile(f"broken spreadsheet: {error}") from None
         return blocks, {"sheets": sheets}
 
     def _pptx(self, data: bytes) -> tuple[list[Block], dict]:
@@ -380,13 +411,14 @@ def _docx_blocks(document: WordDocument, max_chars: int) -> list[Block]:
     return blocks
 
 
-def _sheet_blocks(sheets: Sequence[Any], max_chars: int) -> list[Block]:
+def _sheet_blocks(sheets: Iterable[tuple[str, Iterable[Sequence[Any]]]], max_chars: int) -> list[Block]:
+    """Each sheet's name as a heading, then a block per row with a value, its cells joined by " | "."""
     blocks: list[Block] = []
     chars = 0
-    for sheet in sheets:
-        blocks.append(Block(str(sheet.title), heading=True, level=1))
-        for row in sheet.iter_rows(values_only=True):
-            cells = [text for v in row if v is not None and (text := str(v).strip())]
+    for title, rows in sheets:
+        blocks.append(Block(title, heading=True, level=1))
+        for row in rows:
+            cells = [text for v in row if v is not None and (text := _cell_text(v))]
             if not cells:
                 continue
             blocks.append(Block(" | ".join(cells)))
@@ -437,3 +469,38 @@ def _shape_texts(shapes: Iterable[BaseShape], skip: set[int]) -> Iterator[str]:
                 cells = dict.fromkeys(c.text.strip() for c in row.cells if c.text.strip())
                 if cells:
                     yield " | ".join(cells)
+
+
+class _Discard:
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def _cell_text(value: Any) -> str:
+    """A cell as text; a date and time at midnight is the date alone (a date cell, as shown)."""
+    if isinstance(value, datetime) and value.time() == time():
+        return value.date().isoformat()
+    return str(value).strip()
+
+
+def _xls_rows(book: Any, index: int) -> Iterator[list[Any]]:
+    """A sheet's rows as openpyxl gives an .xlsx's values: whole numbers as int, dates as
+    datetime, TRUE and FALSE as bool; cells in error are left out."""
+    import xlrd
+
+    sheet = book.sheet_by_index(index)
+    for r in range(sheet.nrows):
+        row: list[Any] = []
+        for cell in sheet.row(r):
+            if cell.ctype == xlrd.XL_CELL_NUMBER:
+                row.append(int(cell.value) if float(cell.value).is_integer() else cell.value)
+            elif cell.ctype == xlrd.XL_CELL_DATE:
+                try:
+                    row.append(xlrd.xldate_as_datetime(cell.value, book.datemode))
+                except (xlrd.XLDateError, ValueError, OverflowError):
+                    row.append(cell.value)  # a number formatted as a date it cannot be
+            elif cell.ctype == xlrd.XL_CELL_BOOLEAN:
+                row.append(bool(cell.value))
+            elif cell.ctype == xlrd.XL_CELL_TEXT:
+                row.append(cell.value)
+        yield row

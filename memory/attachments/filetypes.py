@@ -39,9 +39,11 @@ RECORDING_EXTENSIONS = {**AUDIO_EXTENSIONS, **VIDEO_EXTENSIONS}
 DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 XLSX_MIME = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 PPTX_MIME = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+XLS_MIME = "application/vnd.ms-excel"  # Excel 97-2003
 # Documents told by their magic number (a Word, Excel or PowerPoint file is a ZIP whose parts
-# name it); the text kinds are told apart by their shape.
-BINARY_DOCUMENT_MIMES = {"application/pdf", DOCX_MIME, XLSX_MIME, PPTX_MIME}
+# name it; an older Excel file, a compound file whose first sector opens its workbook); the text
+# kinds are told apart by their shape.
+BINARY_DOCUMENT_MIMES = {"application/pdf", DOCX_MIME, XLSX_MIME, PPTX_MIME, XLS_MIME}
 DOCUMENT_MIMES = {*BINARY_DOCUMENT_MIMES, "text/plain", "text/markdown", "text/html"}
 
 

@@ -5,7 +5,7 @@ import base64
 import io
 import re
 import zipfile
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import docx
@@ -13,6 +13,7 @@ import numpy as np
 import openpyxl
 import pptx
 import pytest
+import xlwt
 from fpdf import FPDF
 from PIL import Image, ImageDraw, ImageFont
 from pptx.util import Inches
@@ -21,7 +22,7 @@ from pypdf import PdfReader, PdfWriter
 from chatmem.adapters.documents import DocumentReader
 from chatmem.adapters.images import PillowImageReader, RapidOcr
 from chatmem.memory.attachments import Analysis, BadFile, DerivedText
-from chatmem.memory.attachments.filetypes import DOCX_MIME, PPTX_MIME, XLSX_MIME
+from chatmem.memory.attachments.filetypes import DOCX_MIME, PPTX_MIME, XLS_MIME, XLSX_MIME
 from chatmem.memory.ports import TransientError
 from chatmem.schemas.events import Attachment, MessageEvent
 from chatmem.schemas.read import Scope
@@ -572,6 +573,52 @@ def test_a_spreadsheet_is_read_sheet_by_sheet_row_by_row():
         reader.read(spreadsheet()[:3000], XLSX_MIME)
 
 
+def old_spreadsheet() -> bytes:
+    """The same workbook as an Excel 97-2003 file, with a date and a boolean."""
+    book = xlwt.Workbook()
+    costs = book.add_sheet("Office costs")
+    rows = [["Item", "Supplier", "Cost (EUR)"], ["Standing desks", "Deskworks", 4200], [], ["Chairs", None, 950.5]]
+    for r, row in enumerate(rows):
+        for c, value in enumerate(row):
+            if value is not None:
+                costs.write(r, c, value)
+    hiring = book.add_sheet("Hiring")
+    hiring.write(0, 0, "Engineers")
+    hiring.write(0, 1, date(2027, 3, 14), xlwt.easyxf(num_format_str="YYYY-MM-DD"))
+    hiring.write(0, 2, True)
+    out = io.BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
+def test_an_excel_97_spreadsheet_is_read_as_an_xlsx_is():
+    # It was refused as a type not understood.
+    reader = DocumentReader(max_pages=5, max_chars=10_000)
+    blocks, meta = reader.read(old_spreadsheet(), XLS_MIME)
+    assert meta == {"sheets": 2}
+    assert [(b.text, b.heading) for b in blocks] == [
+        ("Office costs", True),
+        ("Item | Supplier | Cost (EUR)", False),
+        ("Standing desks | Deskworks | 4200", False),  # stored as 4200.0
+        ("Chairs | 950.5", False),
+        ("Hiring", True),
+        ("Engineers | 2027-03-14 | True", False),  # a date, as shown
+    ]
+    whole = old_spreadsheet()
+    for broken in (whole[:600], whole[:512] + bytes(len(whole) - 512)):
+        with pytest.raises(BadFile, match="broken spreadsheet"):
+            reader.read(broken, XLS_MIME)
+
+
+def test_a_date_in_a_spreadsheet_reads_as_shown():
+    book = openpyxl.Workbook()
+    book.active.append(["Launch", datetime(2027, 3, 14), datetime(2027, 3, 14, 9, 30)])
+    out = io.BytesIO()
+    book.save(out)
+    blocks, _ = DocumentReader(max_pages=5, max_chars=10_000).read(out.getvalue(), XLSX_MIME)
+    assert blocks[1].text == "Launch | 2027-03-14 | 2027-03-14 09:30:00"
+
+
 def presentation() -> bytes:
     deck = pptx.Presentation()
     deck.core_properties.title = "Q3 review"
@@ -620,6 +667,7 @@ def test_a_presentation_is_read_slide_by_slide_with_its_notes():
         ("plan.docx", word_document, DOCX_MIME, "4,200 EUR"),
         ("costs.xlsx", spreadsheet, XLSX_MIME, "4200"),
         ("review.pptx", presentation, PPTX_MIME, "4,200 EUR"),
+        ("costs.xls", old_spreadsheet, XLS_MIME, "4200"),
     ],
 )
 def test_an_office_file_is_chunked_summarised_and_found(driver, container, tmp_path, name, make, mime, cost):

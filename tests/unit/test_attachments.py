@@ -13,6 +13,7 @@ from chatmem.memory.attachments.errors import BadFile
 from chatmem.memory.attachments.filetypes import (
     DOCX_MIME,
     PPTX_MIME,
+    XLS_MIME,
     XLSX_MIME,
     Sniffed,
     declared_mismatch,
@@ -124,6 +125,7 @@ def test_a_word_document_is_a_document_by_its_magic_number():
     assert declared_mismatch("image", None, word) == f"declared as an image but the bytes are {DOCX_MIME}"
     assert sniff(b"PK\x03\x04 ...", "costs.xlsx", lambda _: XLSX_MIME) == Sniffed(XLSX_MIME, "document")
     assert sniff(b"PK\x03\x04 ...", "review.pptx", lambda _: PPTX_MIME) == Sniffed(PPTX_MIME, "document")
+    assert sniff(b"\xd0\xcf\x11\xe0 ...", "costs.xls", lambda _: XLS_MIME) == Sniffed(XLS_MIME, "document")
 
 
 def test_a_declared_type_may_be_generic_but_not_wrong():
