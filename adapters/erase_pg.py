@@ -18,6 +18,7 @@ from chatmem.adapters import crypto
 from chatmem.adapters.cache_uses import Used
 from chatmem.adapters.keys_pg import KID, EventKeys, wrapped_key_sql
 from chatmem.adapters.llm import input_hash
+from chatmem.adapters.sql import THREAD_FAMILY
 from chatmem.memory.episodes import author_name, message_text, texts_to_embed
 from chatmem.memory.prompts import file_summary, named_text
 from chatmem.schemas.events import ERASED
@@ -320,8 +321,7 @@ class PostgresErasure:
                 f"""WITH gone AS (
                         SELECT DISTINCT jsonb_array_elements_text(payload->'platform_message_ids') AS id
                         FROM events WHERE thread_id = %(t)s AND type = 'message_deleted'),
-                    family AS (
-                        SELECT thread_id FROM threads WHERE thread_id = %(t)s OR starts_with(thread_id, %(t)s || ':'))
+                    family AS ({THREAD_FAMILY})
                     SELECT e.event_id FROM events e
                     JOIN family USING (thread_id)
                     JOIN gone ON gone.id = e.payload->>'platform_message_id'

@@ -15,7 +15,7 @@ from psycopg_pool import ConnectionPool
 
 from chatmem.adapters.attachments_pg import add_references, edited_text
 from chatmem.adapters.postgres import bulk_insert
-from chatmem.adapters.sql import scalar
+from chatmem.adapters.sql import THREAD_FAMILY, scalar
 from chatmem.memory.episodes import OpenEpisode, Plan, ThreadContext
 from chatmem.memory.ports import LeaseLost, UnknownThread
 from chatmem.memory.segmentation import SegmenterState
@@ -105,16 +105,19 @@ class PostgresProjections:
 
     def deletion_ahead(self, thread_id: str, after_pos: int, watermark_key: str) -> bool:
         """A message_deleted event committed after a paused thread's cursor that names one of the
-        thread's messages whose content is still there: a shredding to do now."""
+        messages of the thread or its sub-threads (a forum's topics) whose content is still there:
+        a shredding to do now."""
         with self.pool.connection() as conn:
             row = conn.execute(
                 f"""WITH gone AS (
                         SELECT jsonb_array_elements_text(payload->'platform_message_ids') AS id FROM events
                         WHERE thread_id = %(t)s AND type = 'message_deleted' AND stream_pos > %(after)s
                           AND stream_pos < (SELECT coalesce(max(watermark), 0) FROM ingest_state
-                                            WHERE stream_key = %(key)s))
-                    SELECT EXISTS (SELECT 1 FROM events e JOIN gone ON gone.id = e.payload->>'platform_message_id'
-                                   WHERE e.thread_id = %(t)s AND e.type IN ('message', 'message_edited')
+                                            WHERE stream_key = %(key)s)),
+                    family AS ({THREAD_FAMILY})
+                    SELECT EXISTS (SELECT 1 FROM events e JOIN family USING (thread_id)
+                                   JOIN gone ON gone.id = e.payload->>'platform_message_id'
+                                   WHERE e.type IN ('message', 'message_edited')
                                      AND NOT coalesce(e.payload->'metadata' ? '{ERASED}', false))""",
                 {"t": thread_id, "after": after_pos, "key": watermark_key},
             ).fetchone()

@@ -10,6 +10,9 @@ from psycopg.abc import Params
 
 # What Connection.execute takes (psycopg's `Query` also admits t-strings, which execute does not).
 Query = str | bytes | sql.SQL | sql.Composed
+# The thread named by the parameter `t` and its sub-threads (`<thread>:<topic>`, a forum's topics):
+# a chat's deletion does not say which topic the message was in.
+THREAD_FAMILY = "SELECT thread_id FROM threads WHERE thread_id = %(t)s OR starts_with(thread_id, %(t)s || ':')"
 
 
 def one(conn: psycopg.Connection, query: Query, params: Params | None = None) -> tuple[Any, ...]:

@@ -143,3 +143,25 @@ def test_a_deletion_is_shredded_while_the_chats_memory_is_off(container):
     )
     d.advance("off")
     assert d.jobs == []  # nothing left to shred: no more runs
+
+
+def test_a_deletion_in_a_forum_topic_is_shredded_while_the_chats_memory_is_off(container):
+    """A chat's deletion names only the chat; the message may sit in one of its forum topics
+    (`<chat>:<topic>`). With the chat's memory off it waited until memory was on again."""
+    c = container
+    d = Driver(c)
+    topic = [
+        MessageEvent(event_id=f"t-{n}", thread_id="forum:7", user_id="alex", text=text, platform_message_id=f"m{n}")
+        for n, text in enumerate(["the door code is 4512", "thanks, got it"], start=1)
+    ]
+    d.publish([*topic, command("forum", "memory_off", 1, 5)])
+    d.advance("forum:7")
+    d.advance("forum")
+    d.jobs.clear()
+    d.publish([MessageDeletedEvent(event_id="forum-d", thread_id="forum", user_id="bot", platform_message_ids=["m1"])])
+    d.advance("forum")
+    assert [j.kind for _, _, j in d.jobs if j.kind == "forget_deleted"] == ["forget_deleted"]
+    assert c.forget_deleted("forum")["events"] == 1
+    with c.pool.connection() as conn:
+        texts = [t for (t,) in conn.execute("SELECT text FROM messages WHERE thread_id = 'forum:7'")]
+    assert texts == ["thanks, got it"]
