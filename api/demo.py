@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -60,8 +63,16 @@ IMAGE_QUESTION = "Which gate and seat are on the boarding pass photo I sent?"
 BOARDING_PASS = ["BOARDING PASS", "ALICE MARTIN", "Flight TP 1357 Porto to Lisbon", "Gate B17   Seat 14C"]
 
 
-def _image_event(settings: Settings) -> MessageEvent:
-    """A photo with text in it, drawn now and sent by file:// (as a bot would after downloading it)."""
+@contextmanager
+def demo_photo() -> Iterator[MessageEvent]:
+    """A message with a photo with text in it, drawn now and sent by file:// as a bot would after
+    downloading it, from a folder of its own for as long as the block runs: not under data_dir,
+    whose files the attachment fetcher refuses."""
+    with tempfile.TemporaryDirectory(prefix="chatmem-demo-") as folder:
+        yield _image_event(Path(folder))
+
+
+def _image_event(folder: Path) -> MessageEvent:
     import io
 
     from PIL import Image, ImageDraw, ImageFont
@@ -71,8 +82,7 @@ def _image_event(settings: Settings) -> MessageEvent:
     font = ImageFont.load_default(size=32)
     for i, line in enumerate(BOARDING_PASS):
         draw.text((30, 25 + i * 65), line, fill="black", font=font)
-    path = settings.data_dir / "demo" / "boarding-pass.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = folder / "boarding-pass.png"
     buf = io.BytesIO()
     img.save(buf, "PNG")
     path.write_bytes(buf.getvalue())
@@ -90,13 +100,17 @@ def _image_event(settings: Settings) -> MessageEvent:
     )
 
 
-def _print_attachments(c: Container, console: Console, event_ids: list[str]) -> None:
+def _print_attachments(c: Container, console: Console, event_ids: list[str]) -> int:
+    """The attachments' table; returns how many were not read (the demo's photo must be)."""
     table = Table(title="attachments (the message's history text gets a surrogate; derived texts are searchable)")
     for col in ("message text", "status", "derived texts"):
         table.add_column(col, overflow="fold")
+    unread = 0
     for text, status, reason, texts in c.progress.attachments(event_ids):
         table.add_row(escape(text), f"{status or 'failed'} {reason}".strip(), escape(texts or ""))
+        unread += status != "done"
     console.print(table)
+    return unread
 
 
 def _answer(c: Container, console: Console, thread_id: str, user_id: str, question: str) -> None:
@@ -153,7 +167,7 @@ def _print_memory(c: Container, console: Console, thread_ids: list[str]) -> None
 
 
 def run_demo(settings: Settings, console: Console, timeout: float) -> int:
-    with services.running(settings) as urls:
+    with services.running(settings) as urls, ExitStack() as stack:
         migrate.migrate(urls.database_url, settings.vector_dim)
         console.print(
             f"[bold]chatmem demo[/bold] · postgres {services.shown(urls.database_url)} · "
@@ -164,7 +178,7 @@ def run_demo(settings: Settings, console: Console, timeout: float) -> int:
         try:
             supervisor.start()
             events = [parse_event(line) for line in SAMPLE.read_bytes().splitlines() if line.strip()]
-            photo = _image_event(settings)
+            photo = stack.enter_context(demo_photo())
             with Publisher.from_settings(settings, urls.redis_url) as pub:
                 result = publish_jsonl(pub, SAMPLE, settings)
                 pub.publish(photo)
@@ -189,12 +203,15 @@ def run_demo(settings: Settings, console: Console, timeout: float) -> int:
             _print_memory(c, console, thread_ids)
             _print_episodes(c, console, thread_ids)
             _print_facts(c, console, sorted({e.user_id for e in events}))
-            _print_attachments(c, console, [photo.event_id])
+            unread = _print_attachments(c, console, [photo.event_id])
             _answer(c, console, "demo-alice", "alice", DEMO_QUESTION)
             _answer(c, console, "demo-alice", "alice", IMAGE_QUESTION)
             rep = report(c)
             console.print(f"status: {rep.counts} · queues {rep.queues} · largest lag {rep.lag.max_events}")
-            return _print_models(console, rep.models)
+            code = _print_models(console, rep.models)
+            if unread:
+                console.print("[red]the photo was not read (its row above says why)[/red]")
+            return code or int(bool(unread))
         finally:
             supervisor.stop()
             c.close()
