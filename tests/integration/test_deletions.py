@@ -121,6 +121,20 @@ def test_a_run_stopped_before_its_rebuild_is_finished_by_the_next(container, mon
     assert c.forget_deleted("stop") == {"events": 0}
 
 
+def deleted_while_off(c, d: Driver, chat: str, message_id: str, shown: str) -> list[str]:
+    """A deletion of `message_id` published in the paused `chat`: one run is queued, and it shreds
+    one message. The texts left in thread `shown`."""
+    deletion = MessageDeletedEvent(
+        event_id=f"{chat}-d", thread_id=chat, user_id="bot", platform_message_ids=[message_id]
+    )
+    d.publish([deletion])
+    d.advance(chat)
+    assert [j.kind for _, _, j in d.jobs if j.kind == "forget_deleted"] == ["forget_deleted"]
+    assert c.forget_deleted(chat)["events"] == 1
+    with c.pool.connection() as conn:
+        return [t for (t,) in conn.execute("SELECT text FROM messages WHERE thread_id = %s ORDER BY seq", (shown,))]
+
+
 def test_a_deletion_is_shredded_while_the_chats_memory_is_off(container):
     """Events wait in the log while memory is off; a deletion does not: what someone deleted goes
     now. The thread stays paused."""
@@ -129,14 +143,9 @@ def test_a_deletion_is_shredded_while_the_chats_memory_is_off(container):
     events = script_events("off")[:4]
     d.publish([*events, command("off", "memory_off", 1, 5)])
     d.advance("off")
-    d.publish([MessageDeletedEvent(event_id="off-d", thread_id="off", user_id="alex", platform_message_ids=["m3"])])
-    d.advance("off")
-    assert [j.kind for _, _, j in d.jobs if j.kind == "forget_deleted"] == ["forget_deleted"]
-    assert c.forget_deleted("off")["events"] == 1
-    with c.pool.connection() as conn:
-        texts = [t for (t,) in conn.execute("SELECT text FROM messages WHERE thread_id = 'off'")]
-        paused = conn.execute("SELECT NOT memory_on FROM threads WHERE thread_id = 'off'").fetchone()[0]
-    assert texts == [e.text for e in events if e.platform_message_id != "m3"] and paused
+    texts = deleted_while_off(c, d, "off", "m3", "off")
+    assert texts == [e.text for e in events if e.platform_message_id != "m3"]
+    assert scalar(c, "SELECT NOT memory_on FROM threads WHERE thread_id = 'off'")
     d.jobs.clear()
     d.publish(
         [MessageEvent(event_id="off-5", thread_id="off", user_id="alex", text="still off", platform_message_id="m5")]
@@ -158,10 +167,4 @@ def test_a_deletion_in_a_forum_topic_is_shredded_while_the_chats_memory_is_off(c
     d.advance("forum:7")
     d.advance("forum")
     d.jobs.clear()
-    d.publish([MessageDeletedEvent(event_id="forum-d", thread_id="forum", user_id="bot", platform_message_ids=["m1"])])
-    d.advance("forum")
-    assert [j.kind for _, _, j in d.jobs if j.kind == "forget_deleted"] == ["forget_deleted"]
-    assert c.forget_deleted("forum")["events"] == 1
-    with c.pool.connection() as conn:
-        texts = [t for (t,) in conn.execute("SELECT text FROM messages WHERE thread_id = 'forum:7'")]
-    assert texts == ["thanks, got it"]
+    assert deleted_while_off(c, d, "forum", "m1", "forum:7") == ["thanks, got it"]
