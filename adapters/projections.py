@@ -123,6 +123,20 @@ class PostgresProjections:
             ).fetchone()
         return row is not None and bool(row[0])
 
+    def deletions_naming(self, thread_id: str, platform_ids: Sequence[str]) -> list[str]:
+        """Of this thread and the chat it is a topic of (`<chat>:<topic>`), those whose
+        message_deleted events name one of `platform_ids` (the partial index events_deletions
+        reads only deletion events)."""
+        owners = [thread_id, thread_id.rsplit(":", 1)[0]] if ":" in thread_id else [thread_id]
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                """SELECT DISTINCT thread_id FROM events
+                   WHERE thread_id = ANY(%s) AND type = 'message_deleted'
+                     AND payload->'platform_message_ids' ?| %s""",
+                (owners, list(platform_ids)),
+            ).fetchall()
+        return sorted(r[0] for r in rows)
+
     def apply(self, plan: Plan, *, lease: ThreadLease | None, advance) -> ThreadLease | None:  # noqa: ANN001
         """Write the plan. Live (lease given): in the same transaction as the cursor move and the
         thread's state. Replay (lease None): projection rows of the new generation only."""

@@ -27,6 +27,8 @@ class Projections(Protocol):
 
     def deletion_ahead(self, thread_id: str, after_pos: int, watermark_key: str) -> bool: ...
 
+    def deletions_naming(self, thread_id: str, platform_ids: Sequence[str]) -> list[str]: ...
+
     def apply(self, plan: Plan, *, lease: ThreadLease | None, advance) -> ThreadLease | None: ...  # noqa: ANN001
 
 
@@ -65,6 +67,23 @@ class ThreadProcessor:
         self.renew_lease = renew_lease
         self.scorer = scorer  # None: the shipped bag alone, without the pair model
 
+    def _late_for_a_deletion(self, thread_id: str, generation: int, batch: Sequence[LoggedEvent], plan: Plan) -> None:
+        """A message (or edit) logged after the deletion that names it, as a producer's spool
+        delivered late sends it: the deletion's thread (this one, or the chat this thread is a
+        topic of) shreds it again."""
+        named = [
+            pid
+            for ev in batch
+            if ev.type in ("message", "message_edited") and (pid := ev.payload.get("platform_message_id"))
+        ]
+        if not named:
+            return
+        queued = any(j.kind == "forget_deleted" for j in plan.jobs)
+        for owner in self.projections.deletions_naming(thread_id, named):
+            if not (owner == thread_id and queued):
+                # The job names its thread only; the generation is read by summary jobs alone.
+                self.enqueue(owner, generation, Job("forget_deleted", "", 0, 0))
+
     def prefetch(self, batches: Sequence[Sequence[LoggedEvent]]) -> int:
         """Embed the texts of several threads' batches in one call, so that each thread's
         `apply` reads them from the embedder's cache: larger model calls cost less per text."""
@@ -96,6 +115,7 @@ class ThreadProcessor:
             log.info("thread %s: %s %s (%s): %s", lease.thread_id, ack.command, ack.status, ack.event_id, ack.detail)
         for job in plan.jobs:
             self.enqueue(lease.thread_id, ctx.generation, job)
+        self._late_for_a_deletion(lease.thread_id, ctx.generation, batch, plan)
         if self.enqueue_attachment is not None:
             for event_id, position, *_ in plan.attachments:
                 self.enqueue_attachment(event_id, position)  # keyed: a repeat does nothing

@@ -594,6 +594,20 @@ class FakeProjections:
             for e in logged
         )
 
+    def deletions_naming(self, thread_id: str, platform_ids: Sequence[str]) -> list[str]:
+        if self.log is None:
+            return []
+        owners = [thread_id, thread_id.rsplit(":", 1)[0]] if ":" in thread_id else [thread_id]
+        wanted = set(platform_ids)
+        return sorted(
+            owner
+            for owner in owners
+            if any(
+                e.type == "message_deleted" and wanted & set(e.payload.get("platform_message_ids", []))
+                for e in self.log.store.logged(owner)
+            )
+        )
+
     def _lease_held(self, lease: ThreadLease) -> bool:
         return self.log is None or self.log.leases.get(lease.thread_id) == lease.owner
 

@@ -168,3 +168,32 @@ def test_a_deletion_in_a_forum_topic_is_shredded_while_the_chats_memory_is_off(c
     d.advance("forum")
     d.jobs.clear()
     assert deleted_while_off(c, d, "forum", "m1", "forum:7") == ["thanks, got it"]
+
+
+@pytest.mark.parametrize("where", ["late", "late:7"])
+def test_a_message_logged_after_its_deletion_is_shredded(container, where):
+    """A producer's spool can deliver a message after the deletion that names it. It was kept
+    until the thread's next deletion; now its arrival runs the deletion's thread again (the chat's,
+    for a message in one of its forum topics)."""
+    c = container
+    d = Driver(c)
+    d.publish([MessageDeletedEvent(event_id="late-d", thread_id="late", user_id="bot", platform_message_ids=["m1"])])
+    d.advance("late")
+    d.jobs.clear()
+    spooled = [
+        MessageEvent(event_id=f"{where}-{n}", thread_id=where, user_id="alex", text=text, platform_message_id=f"m{n}")
+        for n, text in enumerate(["the door code is 4512", "see you at six"], start=1)
+    ]
+    d.publish(spooled)
+    d.advance(where)
+    assert [(t, j.kind) for t, _, j in d.jobs if j.kind == "forget_deleted"] == [("late", "forget_deleted")]
+    assert c.forget_deleted("late")["events"] == 1
+    with c.pool.connection() as conn:
+        texts = [t for (t,) in conn.execute("SELECT text FROM messages WHERE thread_id = %s", (where,))]
+    assert texts == ["see you at six"]
+    d.jobs.clear()
+    d.publish(
+        [MessageEvent(event_id=f"{where}-3", thread_id=where, user_id="alex", text="ok", platform_message_id="m3")]
+    )
+    d.advance(where)
+    assert [j for _, _, j in d.jobs if j.kind == "forget_deleted"] == []  # m3 was never deleted
