@@ -123,17 +123,20 @@ class PostgresProjections:
             ).fetchone()
         return row is not None and bool(row[0])
 
-    def deletions_naming(self, thread_id: str, platform_ids: Sequence[str]) -> list[str]:
-        """Of this thread and the chat it is a topic of (`<chat>:<topic>`), those whose
-        message_deleted events name one of `platform_ids` (the partial index events_deletions
-        reads only deletion events)."""
+    def deletions_naming(self, thread_id: str, logged: Sequence[tuple[str, int]]) -> list[str]:
+        """Of this thread and the chat it is a topic of (`<chat>:<topic>`), those with a
+        message_deleted event logged before a message of `logged` (platform id, stream position)
+        that it names. A deletion logged after is the planner's, when the thread reaches it. The
+        partial index events_deletions reads only deletion events."""
         owners = [thread_id, thread_id.rsplit(":", 1)[0]] if ":" in thread_id else [thread_id]
+        ids, positions = [i for i, _ in logged], [p for _, p in logged]
         with self.pool.connection() as conn:
             rows = conn.execute(
-                """SELECT DISTINCT thread_id FROM events
-                   WHERE thread_id = ANY(%s) AND type = 'message_deleted'
-                     AND payload->'platform_message_ids' ?| %s""",
-                (owners, list(platform_ids)),
+                """SELECT DISTINCT d.thread_id FROM events d
+                   JOIN unnest(%s::text[], %s::bigint[]) AS m(id, pos)
+                     ON d.payload->'platform_message_ids' ? m.id AND d.stream_pos < m.pos
+                   WHERE d.thread_id = ANY(%s) AND d.type = 'message_deleted'""",
+                (ids, positions, owners),
             ).fetchall()
         return sorted(r[0] for r in rows)
 

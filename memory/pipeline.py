@@ -27,7 +27,7 @@ class Projections(Protocol):
 
     def deletion_ahead(self, thread_id: str, after_pos: int, watermark_key: str) -> bool: ...
 
-    def deletions_naming(self, thread_id: str, platform_ids: Sequence[str]) -> list[str]: ...
+    def deletions_naming(self, thread_id: str, logged: Sequence[tuple[str, int]]) -> list[str]: ...
 
     def apply(self, plan: Plan, *, lease: ThreadLease | None, advance) -> ThreadLease | None: ...  # noqa: ANN001
 
@@ -72,7 +72,7 @@ class ThreadProcessor:
         delivered late sends it: the deletion's thread (this one, or the chat this thread is a
         topic of) shreds it again."""
         named = [
-            pid
+            (pid, ev.stream_pos)
             for ev in batch
             if ev.type in ("message", "message_edited") and (pid := ev.payload.get("platform_message_id"))
         ]

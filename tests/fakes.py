@@ -594,17 +594,17 @@ class FakeProjections:
             for e in logged
         )
 
-    def deletions_naming(self, thread_id: str, platform_ids: Sequence[str]) -> list[str]:
+    def deletions_naming(self, thread_id: str, logged: Sequence[tuple[str, int]]) -> list[str]:
         if self.log is None:
             return []
         owners = [thread_id, thread_id.rsplit(":", 1)[0]] if ":" in thread_id else [thread_id]
-        wanted = set(platform_ids)
         return sorted(
             owner
             for owner in owners
             if any(
-                e.type == "message_deleted" and wanted & set(e.payload.get("platform_message_ids", []))
+                e.type == "message_deleted" and pid in e.payload.get("platform_message_ids", []) and e.stream_pos < pos
                 for e in self.log.store.logged(owner)
+                for pid, pos in logged
             )
         )
 

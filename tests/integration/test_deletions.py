@@ -197,3 +197,21 @@ def test_a_message_logged_after_its_deletion_is_shredded(container, where):
     )
     d.advance(where)
     assert [j for _, _, j in d.jobs if j.kind == "forget_deleted"] == []  # m3 was never deleted
+
+
+def test_a_deletion_logged_after_its_message_is_left_to_the_planner(container):
+    """Both already in the log, the message in an earlier batch than its deletion: one run, queued
+    when the thread reaches the deletion (not a second one when it reaches the message)."""
+    c = container
+    d = Driver(c)
+    said = [
+        MessageEvent(
+            event_id=f"order-{n}", thread_id="order", user_id="alex", text=f"line {n}", platform_message_id=f"m{n}"
+        )
+        for n in range(1, 5)
+    ]
+    d.publish(
+        [*said, MessageDeletedEvent(event_id="order-d", thread_id="order", user_id="bot", platform_message_ids=["m1"])]
+    )
+    d.advance("order", batch_size=2)
+    assert [j.kind for _, _, j in d.jobs if j.kind == "forget_deleted"] == ["forget_deleted"]
