@@ -25,7 +25,7 @@ class Projections(Protocol):
 
     def memory_on_ahead(self, thread_id: str, after_pos: int, watermark_key: str) -> bool: ...
 
-    def deletion_ahead(self, thread_id: str, after_pos: int, watermark_key: str) -> bool: ...
+    def deletion_pending(self, thread_id: str, watermark_key: str) -> bool: ...
 
     def deletions_naming(self, thread_id: str, logged: Sequence[tuple[str, int]]) -> list[str]: ...
 
@@ -98,7 +98,7 @@ class ThreadProcessor:
             if not self.projections.memory_on_ahead(lease.thread_id, lease.cursor_pos, self.stream_key):
                 # Paused: events wait in the log (no progress ends the drain). A deletion does not
                 # wait: what someone deleted is shredded now, memory on or off.
-                if self.projections.deletion_ahead(lease.thread_id, lease.cursor_pos, self.stream_key):
+                if self.projections.deletion_pending(lease.thread_id, self.stream_key):
                     self.enqueue(lease.thread_id, ctx.generation, Job("forget_deleted", "", 0, 0))
                 return lease
             ctx = replace(ctx, memory_on=True)  # catch up, in order, up to and past the memory_on

@@ -215,3 +215,26 @@ def test_a_deletion_logged_after_its_message_is_left_to_the_planner(container):
     )
     d.advance("order", batch_size=2)
     assert [j.kind for _, _, j in d.jobs if j.kind == "forget_deleted"] == ["forget_deleted"]
+
+
+def test_a_late_message_in_a_paused_chat_is_shredded(container):
+    """The deletion was applied before the chat's memory went off; the message it names arrives
+    after (a spool delivered late) and waits behind the paused cursor. It waited, sealed, until
+    memory was on again."""
+    c = container
+    d = Driver(c)
+    d.publish([MessageDeletedEvent(event_id="hush-d", thread_id="hush", user_id="bot", platform_message_ids=["m1"])])
+    d.publish([command("hush", "memory_off", 1, 5)])
+    d.advance("hush")
+    d.jobs.clear()
+    late = MessageEvent(event_id="hush-1", thread_id="hush", user_id="alex", text="pin 4411", platform_message_id="m1")
+    d.publish([late])
+    d.advance("hush")
+    assert [j.kind for _, _, j in d.jobs if j.kind == "forget_deleted"] == ["forget_deleted"]
+    assert c.forget_deleted("hush")["events"] == 1
+    payload = scalar(c, "SELECT payload FROM events WHERE event_id = 'hush-1'")
+    assert "text" not in payload and payload["metadata"] == {"erased": True}
+    d.jobs.clear()
+    d.publish([MessageEvent(event_id="hush-2", thread_id="hush", user_id="alex", text="ok", platform_message_id="m2")])
+    d.advance("hush")
+    assert d.jobs == []  # nothing left to shred: no more runs
