@@ -103,16 +103,15 @@ class PostgresProjections:
             ).fetchone()
         return row is not None and bool(row[0])
 
-    def deletion_pending(self, thread_id: str, watermark_key: str) -> bool:
-        """A message_deleted event of a paused thread that names one of the messages of the
-        thread or its sub-threads (a forum's topics) whose content is still there: a shredding to
-        do now. The deletion may be ahead of the paused cursor, or behind it with the message ahead
-        (a producer's spool delivered it late)."""
+    def deletion_ahead(self, thread_id: str, after_pos: int, watermark_key: str) -> bool:
+        """A message_deleted event committed after a paused thread's cursor that names one of the
+        messages of the thread or its sub-threads (a forum's topics) whose content is still there:
+        a shredding to do now. (Usually there is none, and the join reads nothing.)"""
         with self.pool.connection() as conn:
             row = conn.execute(
                 f"""WITH gone AS (
                         SELECT jsonb_array_elements_text(payload->'platform_message_ids') AS id FROM events
-                        WHERE thread_id = %(t)s AND type = 'message_deleted'
+                        WHERE thread_id = %(t)s AND type = 'message_deleted' AND stream_pos > %(after)s
                           AND stream_pos < (SELECT coalesce(max(watermark), 0) FROM ingest_state
                                             WHERE stream_key = %(key)s)),
                     family AS ({THREAD_FAMILY})
@@ -120,7 +119,7 @@ class PostgresProjections:
                                    JOIN gone ON gone.id = e.payload->>'platform_message_id'
                                    WHERE e.type IN ('message', 'message_edited')
                                      AND NOT coalesce(e.payload->'metadata' ? '{ERASED}', false))""",
-                {"t": thread_id, "key": watermark_key},
+                {"t": thread_id, "after": after_pos, "key": watermark_key},
             ).fetchone()
         return row is not None and bool(row[0])
 

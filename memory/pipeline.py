@@ -11,7 +11,15 @@ from dataclasses import replace
 from typing import Protocol
 
 from chatmem.memory.boundary_llm import AssistFactory, for_batch
-from chatmem.memory.episodes import Job, Plan, SummaryPolicy, ThreadContext, plan_batch, texts_to_embed
+from chatmem.memory.episodes import (
+    Job,
+    Plan,
+    SummaryPolicy,
+    ThreadContext,
+    is_erased,
+    plan_batch,
+    texts_to_embed,
+)
 from chatmem.memory.ports import Embedder, concrete
 from chatmem.memory.segmentation import Scorer, SegmenterConfig, thread_scorer
 from chatmem.schemas.records import LoggedEvent, ThreadLease
@@ -25,7 +33,7 @@ class Projections(Protocol):
 
     def memory_on_ahead(self, thread_id: str, after_pos: int, watermark_key: str) -> bool: ...
 
-    def deletion_pending(self, thread_id: str, watermark_key: str) -> bool: ...
+    def deletion_ahead(self, thread_id: str, after_pos: int, watermark_key: str) -> bool: ...
 
     def deletions_naming(self, thread_id: str, logged: Sequence[tuple[str, int]]) -> list[str]: ...
 
@@ -67,18 +75,21 @@ class ThreadProcessor:
         self.renew_lease = renew_lease
         self.scorer = scorer  # None: the shipped bag alone, without the pair model
 
-    def _late_for_a_deletion(self, thread_id: str, generation: int, batch: Sequence[LoggedEvent], plan: Plan) -> None:
+    def _late_for_a_deletion(
+        self, thread_id: str, generation: int, batch: Sequence[LoggedEvent], *, queued: bool
+    ) -> None:
         """A message (or edit) logged after the deletion that names it, as a producer's spool
         delivered late sends it: the deletion's thread (this one, or the chat this thread is a
-        topic of) shreds it again."""
+        topic of) shreds it again. `queued`: this thread's run is queued already."""
         named = [
             (pid, ev.stream_pos)
             for ev in batch
-            if ev.type in ("message", "message_edited") and (pid := ev.payload.get("platform_message_id"))
+            if ev.type in ("message", "message_edited")
+            and not is_erased(ev.payload)  # shredded already: a paused thread sees it again
+            and (pid := ev.payload.get("platform_message_id"))
         ]
         if not named:
             return
-        queued = any(j.kind == "forget_deleted" for j in plan.jobs)
         for owner in self.projections.deletions_naming(thread_id, named):
             if not (owner == thread_id and queued):
                 # The job names its thread only; the generation is read by summary jobs alone.
@@ -97,9 +108,12 @@ class ThreadProcessor:
         if not ctx.memory_on:
             if not self.projections.memory_on_ahead(lease.thread_id, lease.cursor_pos, self.stream_key):
                 # Paused: events wait in the log (no progress ends the drain). A deletion does not
-                # wait: what someone deleted is shredded now, memory on or off.
-                if self.projections.deletion_pending(lease.thread_id, self.stream_key):
+                # wait: what someone deleted is shredded now, memory on or off, whether the deletion
+                # waits here or the message does (delivered late, after its deletion).
+                ahead = self.projections.deletion_ahead(lease.thread_id, lease.cursor_pos, self.stream_key)
+                if ahead:
                     self.enqueue(lease.thread_id, ctx.generation, Job("forget_deleted", "", 0, 0))
+                self._late_for_a_deletion(lease.thread_id, ctx.generation, batch, queued=ahead)
                 return lease
             ctx = replace(ctx, memory_on=True)  # catch up, in order, up to and past the memory_on
         embedder = concrete(self.embedder)
@@ -115,7 +129,8 @@ class ThreadProcessor:
             log.info("thread %s: %s %s (%s): %s", lease.thread_id, ack.command, ack.status, ack.event_id, ack.detail)
         for job in plan.jobs:
             self.enqueue(lease.thread_id, ctx.generation, job)
-        self._late_for_a_deletion(lease.thread_id, ctx.generation, batch, plan)
+        queued = any(j.kind == "forget_deleted" for j in plan.jobs)
+        self._late_for_a_deletion(lease.thread_id, ctx.generation, batch, queued=queued)
         if self.enqueue_attachment is not None:
             for event_id, position, *_ in plan.attachments:
                 self.enqueue_attachment(event_id, position)  # keyed: a repeat does nothing

@@ -576,7 +576,7 @@ class FakeProjections:
             for e in self.log.store.logged(thread_id)
         )
 
-    def deletion_pending(self, thread_id: str, watermark_key: str) -> bool:
+    def deletion_ahead(self, thread_id: str, after_pos: int, watermark_key: str) -> bool:
         if self.log is None:
             return False
         watermark = self.log.store.watermarks.get(watermark_key, 0)
@@ -584,7 +584,7 @@ class FakeProjections:
         gone = {
             i
             for e in logged
-            if e.type == "message_deleted" and e.stream_pos < watermark
+            if e.type == "message_deleted" and after_pos < e.stream_pos < watermark
             for i in e.payload.get("platform_message_ids", [])
         }
         return any(
