@@ -9,6 +9,9 @@ Ids (docs/chat-adapters.md has the full rules):
 - user_id    `telegram:<user id>` (the sending chat's id for messages sent on behalf of a chat)
 - event_id   `telegram:<chat_id>:<message_id>`; an edit `...:edit:<edit_date>`; a redelivered
   update therefore maps to the same event id and is stored once
+- business   a chat of a business account the bot is connected to puts
+  `business:<connection digest>:` before the chat id, and its people's user ids are scoped the
+  same way (see `business_tag`)
 - files      `telegram:file/<file_id>`, fetched by the attachments worker with its own token
 """
 
@@ -57,6 +60,13 @@ FILE_URL_PREFIX = "telegram:file/"
 # Update fields that carry a new message, and those that carry an edited one.
 MESSAGE_KEYS = ("message", "channel_post")
 EDIT_KEYS = ("edited_message", "edited_channel_post")
+# The same for the chats of a business account the bot is connected to, and its deletions: the
+# one kind of deletion Telegram tells a bot about.
+BUSINESS_MESSAGE, BUSINESS_EDIT, BUSINESS_DELETED = (
+    "business_message",
+    "edited_business_message",
+    "deleted_business_messages",
+)
 # Bot API calls that delete messages, and the parameter that names them. Telegram tells a bot of
 # no deletion made by someone else, so these calls are all it can report.
 DELETE_METHODS = {"deletemessage": "message_id", "deletemessages": "message_ids"}
@@ -92,6 +102,27 @@ def file_url(file_id: str) -> str:
     return FILE_URL_PREFIX + file_id
 
 
+def business_tag(connection_id: str) -> str:
+    """What ids carry of a business connection: `business:` and 16 hex digits of its sha256.
+    The connection id itself is what the bot acts for the business account with (beside its
+    token); memory only needs to tell connections apart, so it keeps none."""
+    return "business:" + hashlib.sha256(connection_id.encode()).hexdigest()[:16]
+
+
+def _business(message: Json) -> str | None:
+    connection = message.get("business_connection_id")
+    return business_tag(str(connection)) if connection else None
+
+
+def chat_part(message: Json) -> str:
+    """The chat in a message's ids. A business chat is the private chat between the business
+    account and a customer: its id is the customer's user id, the same as the bot's own private
+    chat with them and as every other business's chat with them, so the connection goes first."""
+    chat_id = message["chat"]["id"]
+    tag = _business(message)
+    return f"{tag}:{chat_id}" if tag else str(chat_id)
+
+
 def topic_id(message: Json) -> int | None:
     """The forum topic a message is in; None outside topics. In an ordinary group a reply chain
     also has a message_thread_id, but it is not a topic (is_topic_message is absent)."""
@@ -101,18 +132,26 @@ def topic_id(message: Json) -> int | None:
 
 
 def thread_id_of(message: Json) -> str:
-    return thread_id_for(message["chat"]["id"], topic_id(message))
+    return thread_id_for(chat_part(message), topic_id(message))
 
 
 def user_id_of(message: Json, *, prefer_from: bool = False) -> str:
     """The sender: the chat a message was sent on behalf of (a channel post, an anonymous group
     admin, a linked channel's automatic forward), else the user. `prefer_from` takes the user
-    first (the bot's own messages)."""
+    first (the bot's own messages). In a business chat a person is a user of that business only:
+    facts the bot learns for one business must not reach another's chats, nor the bot's own
+    chat with the same person. The bot answering for the business is the bot."""
+    if bot := message.get("sender_business_bot"):
+        return user_id_for(bot["id"])
     sender = _sender(message, prefer_from)
-    return user_id_for(sender["id"] if sender else message["chat"]["id"])
+    sender_id = sender["id"] if sender else message["chat"]["id"]
+    tag = _business(message)
+    return user_id_for(f"{tag}:{sender_id}" if tag else sender_id)
 
 
 def _sender(message: Json, prefer_from: bool) -> Json | None:
+    if bot := message.get("sender_business_bot"):
+        return bot
     user, chat = message.get("from"), message.get("sender_chat")
     return (user or chat) if prefer_from else (chat or user)
 
@@ -284,14 +323,24 @@ class Incoming:
 
 
 def map_update(update: Json, *, bot_username: str | None = None) -> Incoming | None:
-    """The event an update holds: a new message (or channel post), a memory command, or an
-    edit; None for everything else (callback queries, service messages, member changes ...)."""
+    """The event an update holds: a new message (or channel post), a memory command, an edit,
+    or a business chat's message, edit or deletion; None for everything else (callback
+    queries, service messages, member changes ...)."""
     for key in MESSAGE_KEYS:
         if update.get(key):
             return map_message(update[key], bot_username=bot_username)
     for key in EDIT_KEYS:
         if update.get(key):
             return map_edit(update[key])
+    if message := update.get(BUSINESS_MESSAGE):
+        # The bot speaks there as the business, to people who may not know a bot is listening:
+        # a memory command is their words to the business, not an order to the bot.
+        by_bot = bool(message.get("sender_business_bot"))
+        return map_message(message, role=Role.ASSISTANT if by_bot else Role.USER, commands=False)
+    if message := update.get(BUSINESS_EDIT):
+        return map_edit(message, assistant=bool(message.get("sender_business_bot")))
+    if deleted := update.get(BUSINESS_DELETED):
+        return map_business_deleted(deleted)
     return None
 
 
@@ -306,7 +355,7 @@ def map_message(
     thread, user = thread_id_of(message), user_id_of(message, prefer_from=assistant)
     meta = _metadata(message, assistant)
     origin = Origin(
-        event_id=message_event_id(chat_id, message_id),
+        event_id=message_event_id(chat_part(message), message_id),
         thread_id=thread,
         user_id=user,
         platform=PLATFORM,
@@ -341,7 +390,7 @@ def map_edit(message: Json, *, assistant: bool = False) -> Incoming:
     chat_id, message_id = int(message["chat"]["id"]), int(message["message_id"])
     edit_date = _epoch(message.get("edit_date") or message["date"])
     text = content_text(message)
-    event_id = edit_event_id(chat_id, message_id, edit_date)
+    event_id = edit_event_id(chat_part(message), message_id, edit_date)
     if assistant:
         # A bot streaming its answer edits several times a second; the text tells those apart.
         event_id += ":" + hashlib.sha256(text.encode()).hexdigest()[:8]
@@ -382,6 +431,26 @@ def map_deleted(method: str, params: Json, result: Any, bot_id: int | None) -> M
     )
 
 
+def map_business_deleted(deleted: Json) -> Incoming | None:
+    """Messages deleted in a business chat, by either side: Telegram does not say who, so the
+    event's user is the chat's other person. None when it names no message."""
+    ids = sorted({int(i) for i in deleted.get("message_ids") or []})
+    if not ids:
+        return None
+    chat_id = int(deleted["chat"]["id"])
+    chat = chat_part({"chat": deleted["chat"], "business_connection_id": deleted["business_connection_id"]})
+    thread = thread_id_for(chat)
+    user = user_id_for(chat)
+    event = MessageDeletedEvent(
+        event_id=f"{message_event_id(chat, ids[0])}:deleted",
+        thread_id=thread,
+        user_id=user,
+        platform=PLATFORM,
+        platform_message_ids=[str(i) for i in ids],
+    )
+    return Incoming(event, chat_id, ids[0], None, thread, user)
+
+
 def _whole_number(value: Any) -> TypeGuard[int | str]:
     if isinstance(value, bool):
         return False
@@ -414,7 +483,7 @@ def message_of(update_or_message: Json) -> Json | None:
     """The message in an update dict, or the dict itself when it is a message."""
     if _is_message(update_or_message):
         return update_or_message
-    for key in (*MESSAGE_KEYS, *EDIT_KEYS):
+    for key in (*MESSAGE_KEYS, *EDIT_KEYS, BUSINESS_MESSAGE, BUSINESS_EDIT):
         if update_or_message.get(key):
             return update_or_message[key]
     return None
@@ -449,12 +518,12 @@ def context_for(memory: MemoryView, update_or_message: Json, *, query: str | Non
 def recall_reply(memory: MemoryView, update_or_message: Json, question: str | None = None, *, limit: int = 5) -> str:
     """An answer from memory with citations (t.me links where Telegram has them). In a group
     only that chat (or topic) is searched, so nothing from a user's private chats is shown to
-    the group; in a private chat, every chat the user wrote in."""
+    the group; in a private chat, every chat the user wrote in; in a business chat, that chat."""
     message = message_of(update_or_message)
     if message is None:
         raise ValueError("the update holds no message")
     question = question if question is not None else content_text(message)
-    private = message["chat"].get("type") == "private"
+    private = message["chat"].get("type") == "private" and not _business(message)
     try:
         result = memory.recall(
             user_id_of(message), question, limit=limit, thread_id=None if private else thread_id_of(message)

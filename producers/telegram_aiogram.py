@@ -31,7 +31,15 @@ from chatmem.producers.telegram import EventPublisher, Incoming
 _MESSAGE_METHOD_PREFIXES = ("send", "edit", "forward", "stop")
 # aiogram asks Telegram only for the update types that have handlers (allowed_updates); memory
 # needs these whatever handlers the bot has.
-_NEEDED_UPDATES = ("message", "edited_message", "channel_post", "edited_channel_post")
+_NEEDED_UPDATES = (
+    "message",
+    "edited_message",
+    "channel_post",
+    "edited_channel_post",
+    telegram.BUSINESS_MESSAGE,
+    telegram.BUSINESS_EDIT,
+    telegram.BUSINESS_DELETED,
+)
 
 
 def add_memory(

@@ -2,8 +2,9 @@
 their real polling loops against it: getMe, getUpdates (a queue the test pushes to; offset,
 timeout, limit and allowed_updates honoured), sendMessage (recorded; answers a Message with a
 new message_id), setMyCommands, deleteWebhook, getFile and the file download path
-/file/bot<token>/<file_path>. It runs aiohttp on its own thread and loop, so a test can push
-updates from anywhere."""
+/file/bot<token>/<file_path>. sendMessage with a business_connection_id answers as Telegram does
+for a connected business bot: the message is the business owner's (`business_owners`), sent by
+the bot. It runs aiohttp on its own thread and loop, so a test can push updates from anywhere."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ class TelegramStub:
         self.files: dict[str, StubFile] = {}
         self.get_file_failures: list[int] = []  # statuses the next getFile calls answer with
         self.allowed_updates: list[str] | None = None
+        self.business_owners: dict[str, dict[str, Any]] = {}  # connection id -> the account's owner
         self.confirmed = 0  # the highest offset a client has confirmed
         self._messages: dict[tuple[int, int], dict[str, Any]] = {}
         self._update_ids = itertools.count(1)
@@ -113,7 +115,7 @@ class TelegramStub:
         with self._lock:
             update = {**update, "update_id": next(self._update_ids)}
             self.updates.append(update)
-            for key in ("message", "edited_message", "channel_post", "edited_channel_post"):
+            for key in ("message", "edited_message", "channel_post", "edited_channel_post", "business_message"):
                 if message := update.get(key):
                     self._messages[(message["chat"]["id"], message["message_id"])] = message
         if self._new_update is not None:
@@ -218,6 +220,10 @@ class TelegramStub:
             if params.get("message_thread_id"):
                 message["message_thread_id"] = int(params["message_thread_id"])
                 message["is_topic_message"] = True
+            if connection := params.get("business_connection_id"):
+                message["business_connection_id"] = connection
+                message["from"] = self.business_owners[connection]
+                message["sender_business_bot"] = self.me
             reply = params.get("reply_parameters") or {}
             reply_id = reply.get("message_id") if isinstance(reply, dict) else None
             reply_id = reply_id or params.get("reply_to_message_id")
@@ -294,3 +300,14 @@ def photo_sizes(prefix: str) -> list[dict[str, Any]]:
         {"file_id": f"{prefix}-x", "file_unique_id": f"{prefix}x", "width": 1280, "height": 853, "file_size": 90_000},
         {"file_id": f"{prefix}-m", "file_unique_id": f"{prefix}m", "width": 320, "height": 213, "file_size": 9_000},
     ]
+
+
+# A business account (Telegram Business) with the bot connected to it; Alice writes to it, so
+# its chat with her has her user id, as her private chat with the bot does.
+OWNER = {"id": 444, "is_bot": False, "first_name": "Olga", "last_name": "Florist"}
+CONNECTION = "bc-olga-0001"
+
+
+def business(message_dict: dict[str, Any], connection: str = CONNECTION) -> dict[str, Any]:
+    """A message of a business chat, as business_message and edited_business_message carry it."""
+    return {**message_dict, "business_connection_id": connection}

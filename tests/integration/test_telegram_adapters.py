@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from PIL import Image, ImageDraw, ImageFont
@@ -30,7 +30,19 @@ from chatmem.schemas.events import CommandEvent, MessageEditedEvent, MessageEven
 from chatmem.workers.ingest import IngestRunner
 from tests.conftest import ROOT, logged_events, scalar, settings_env, stop, wait_for
 from tests.integration.test_episodes import Driver
-from tests.telegram_stub import BOB, FORUM, GROUP, PRIVATE, T0, TelegramStub, message, photo_sizes
+from tests.telegram_stub import (
+    BOB,
+    CONNECTION,
+    FORUM,
+    GROUP,
+    OWNER,
+    PRIVATE,
+    T0,
+    TelegramStub,
+    business,
+    message,
+    photo_sizes,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -179,14 +191,16 @@ async def until(predicate: Callable[[], bool], what: Callable[[], str], timeout:
         await asyncio.sleep(0.02)
 
 
-def player(stub: TelegramStub, container: Any) -> Callable[[], Awaitable[None]]:
+def player(
+    stub: TelegramStub, container: Any, script: list[tuple[dict[str, Any], int, int]] = SCRIPT
+) -> Callable[[], Awaitable[None]]:
     """Pushes the script one update at a time, waiting for its events and replies, so the
     stream's order is the script's whatever the library's concurrency."""
     r, key = container.redis, container.settings.stream_key
 
     async def play() -> None:
         events = sent = 0
-        for update, n_events, n_sent in SCRIPT:
+        for update, n_events, n_sent in script:
             stub.push(update)
             events, sent = events + n_events, sent + n_sent
             await until(
@@ -201,17 +215,27 @@ def player(stub: TelegramStub, container: Any) -> Callable[[], Awaitable[None]]:
 # deletes the two messages before it in one call.
 PASSWORD, CLEAN_UP = "password", "clean up"
 Play = Callable[[], Awaitable[None]]  # pushes the updates and waits for what they publish
+# The bots the tests run: "echo" repeats each text, "moderate" deletes by the rules above,
+# "business" answers a business account's customers (not its owner) for it, and nothing else.
+Mode = Literal["echo", "moderate", "business"]
 
 
-async def run_ptb(stub: TelegramStub, publisher: Publisher, memory: Any, play: Play, moderate: bool = False) -> None:
+def thanks(first_name: str) -> str:
+    return f"Thanks, {first_name}! Olga will be with you shortly."
+
+
+async def run_ptb(stub: TelegramStub, publisher: Publisher, memory: Any, play: Play, mode: Mode = "echo") -> None:
     from telegram import Update
     from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
     async def echo(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         m = update.effective_message
         assert m is not None and m.text is not None
-        if not moderate:
+        if mode == "echo":
             await m.reply_text(f"echo: {m.text}", do_quote=True)
+        elif mode == "business":
+            if m.from_user is not None and m.from_user.id != OWNER["id"]:
+                await m.reply_text(thanks(m.from_user.first_name))  # PTB answers for the business
         elif PASSWORD in m.text:
             await m.delete()
         elif m.text == CLEAN_UP:
@@ -219,7 +243,8 @@ async def run_ptb(stub: TelegramStub, publisher: Publisher, memory: Any, play: P
 
     app = Application.builder().token(TOKEN).base_url(f"{stub.url}/bot").base_file_url(f"{stub.url}/file/bot").build()
     telegram_ptb.add_memory(app, publisher, memory=memory)
-    app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & filters.TEXT & ~filters.COMMAND, echo))
+    kind = filters.UpdateType.BUSINESS_MESSAGE if mode == "business" else filters.UpdateType.MESSAGE
+    app.add_handler(MessageHandler(kind & filters.TEXT & ~filters.COMMAND, echo))
     async with app:
         assert await telegram_ptb.set_commands(app.bot)
         await app.start()
@@ -232,9 +257,7 @@ async def run_ptb(stub: TelegramStub, publisher: Publisher, memory: Any, play: P
             await app.stop()
 
 
-async def run_aiogram(
-    stub: TelegramStub, publisher: Publisher, memory: Any, play: Play, moderate: bool = False
-) -> None:
+async def run_aiogram(stub: TelegramStub, publisher: Publisher, memory: Any, play: Play, mode: Mode = "echo") -> None:
     from aiogram import Bot, Dispatcher, F, Router
     from aiogram.client.session.aiohttp import AiohttpSession
     from aiogram.client.telegram import TelegramAPIServer
@@ -244,12 +267,18 @@ async def run_aiogram(
     router = Router()
 
     # Only a message handler: aiogram would ask Telegram for message updates only; add_memory
-    # must make it ask for edits too (the stub honours allowed_updates).
-    @router.message(F.text, ~F.text.startswith("/"))
+    # must make it ask for edits (and a business's edits and deletions) too (the stub honours
+    # allowed_updates).
+    observer = router.business_message if mode == "business" else router.message
+
+    @observer(F.text, ~F.text.startswith("/"))
     async def echo(m: Message) -> None:
         assert m.text is not None
-        if not moderate:
+        if mode == "echo":
             await m.reply(f"echo: {m.text}")
+        elif mode == "business":
+            if m.from_user is not None and m.from_user.id != OWNER["id"]:
+                await m.reply(thanks(m.from_user.first_name))  # aiogram answers for the business
         elif PASSWORD in m.text:
             await m.delete()
         elif m.text == CLEAN_UP:
@@ -377,7 +406,7 @@ def test_messages_the_bot_deletes_are_published_and_forgotten(run, stub, contain
 
     publisher = Publisher(container.sink, container.settings.resolved_spool_dir)
     try:
-        asyncio.run(run(stub, publisher, container, play, moderate=True))
+        asyncio.run(run(stub, publisher, container, play, mode="moderate"))
         assert publisher.flush(10)
     finally:
         publisher.close()
@@ -404,6 +433,80 @@ def test_messages_the_bot_deletes_are_published_and_forgotten(run, stub, contain
         texts = {r[0] for r in conn.execute("SELECT text FROM messages")}
     assert texts == {CLEAN_UP}
     assert "hunter2" not in json.dumps([e["payload"] for e in logged_events(container)])
+
+
+@pytest.mark.parametrize("run", [run_ptb, run_aiogram], ids=["python-telegram-bot", "aiogram"])
+def test_a_business_bot_remembers_each_business_apart_and_forgets_what_telegram_deletes(run, stub, container):
+    """A bot connected to a business account: its customers' messages, the owner's and the
+    bot's answers for the business are published in a thread of that business chat, apart from
+    Alice's own chat with the bot (the same chat id). A command is a customer's words, not an
+    order. Telegram's deleted_business_messages update is honoured: the message is shredded."""
+    from chatmem.producers import telegram
+
+    stub.business_owners[CONNECTION] = OWNER
+    command_entity = {"type": "bot_command", "offset": 0, "length": len("/memory_off")}
+    shop = f"telegram:{telegram.business_tag(CONNECTION)}:111"
+    card = "my card is 4111 1111 1111 1111"
+    deleted = {"business_connection_id": CONNECTION, "chat": PRIVATE, "message_ids": [8]}
+    script: list[tuple[dict[str, Any], int, int]] = [  # (update, events it publishes, messages sent)
+        ({"message": message(PRIVATE, 5, text="my locker code is 4471")}, 1, 0),
+        ({"business_message": business(message(PRIVATE, 5, text="Do you have white tulips?"))}, 2, 1),
+        ({"business_message": business(message(PRIVATE, 6, user=OWNER, text="Yes, 3 euros a stem"))}, 1, 0),
+        ({"business_message": business(message(PRIVATE, 7, text="/memory_off", entities=[command_entity]))}, 1, 0),
+        (
+            {"edited_business_message": business(message(PRIVATE, 5, text="Pink tulips?", edit_date=T0 + 60))},
+            1,
+            0,
+        ),
+        ({"business_message": business(message(PRIVATE, 8, text=card))}, 2, 1),
+        ({"deleted_business_messages": deleted}, 1, 0),
+    ]
+    r, key = container.redis, container.settings.stream_key
+    publisher = Publisher(container.sink, container.settings.resolved_spool_dir)
+    try:
+        asyncio.run(run(stub, publisher, container, player(stub, container, script), mode="business"))
+        assert publisher.flush(10)
+    finally:
+        publisher.close()
+
+    # The bot answered the customer twice, for the business; nothing answered the command.
+    assert [(s["text"], s["business_connection_id"]) for s in stub.sent] == [(thanks("Alice"), CONNECTION)] * 2
+    events = [parse_event(fields[b"event"]) for _, fields in r.xrange(key)]
+    answers = iter(f"{shop}:{s['message_id']}" for s in stub.sent)
+    customer, owner = shop, shop.removesuffix(":111") + ":444"
+    assert [
+        (e.type, e.event_id, e.thread_id, getattr(e, "role", "-"), e.user_id, getattr(e, "text", None)) for e in events
+    ] == [
+        ("message", "telegram:111:5", P, "user", "telegram:111", "my locker code is 4471"),
+        ("message", f"{shop}:5", shop, "user", customer, "Do you have white tulips?"),
+        ("message", next(answers), shop, "assistant", BOT_USER, thanks("Alice")),
+        ("message", f"{shop}:6", shop, "user", owner, "Yes, 3 euros a stem"),
+        ("message", f"{shop}:7", shop, "user", customer, "/memory_off"),
+        ("message_edited", f"{shop}:5:edit:{T0 + 60}", shop, "-", customer, "Pink tulips?"),
+        ("message", f"{shop}:8", shop, "user", customer, card),
+        ("message", next(answers), shop, "assistant", BOT_USER, thanks("Alice")),
+        ("message_deleted", f"{shop}:8:deleted", shop, "-", customer, None),
+    ]
+    assert CONNECTION not in json.dumps([fields[b"event"].decode() for _, fields in r.xrange(key)])
+
+    # Ingest and process: the deleted message is shredded; the business chat's memory is its own.
+    IngestRunner(container, "c").run(threading.Event(), until_idle=True)
+    driver = Driver(container)
+    for thread in (P, shop):
+        driver.advance(thread)
+    assert container.forget_deleted(shop)["events"] == 1
+    # docs/privacy.md's query for a person's business user ids, before an erasure.
+    scoped = "SELECT DISTINCT user_id FROM thread_members WHERE user_id LIKE 'telegram:business:%:111'"
+    with container.pool.connection() as conn:
+        assert [r[0] for r in conn.execute(scoped)] == [customer]
+    with container.pool.connection() as conn:
+        texts = {r[0]: r[1] for r in conn.execute("SELECT text, thread_id FROM messages")}
+    assert card not in texts and texts["my locker code is 4471"] == P
+    assert texts["Pink tulips?"] == texts["/memory_off"] == shop  # the command did not pause the chat
+    assert "4111" not in json.dumps([e["payload"] for e in logged_events(container)])
+    asked = {"business_message": business(message(PRIVATE, 9, text="What is my locker code?"))}
+    assert "4471" not in telegram.recall_reply(container, asked)
+    assert "4471" in telegram.recall_reply(container, {"message": message(PRIVATE, 9, text="What is my locker code?")})
 
 
 # --- the fetcher on its own ------------------------------------------------------------------------

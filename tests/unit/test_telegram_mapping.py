@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,10 +25,13 @@ from tests.telegram_stub import (
     BASIC_GROUP,
     BOB,
     CHANNEL,
+    CONNECTION,
     FORUM,
     GROUP,
+    OWNER,
     PRIVATE,
     T0,
+    business,
     message,
     photo_sizes,
 )
@@ -392,6 +396,69 @@ def test_calls_without_a_message_give_nothing():
     assert tg.map_sent("getMe", BOT) == []
 
 
+# --- business chats ------------------------------------------------------------------------------
+TAG = tg.business_tag(CONNECTION)
+SHOP = f"telegram:{TAG}:111"  # Olga's business chat with Alice
+
+
+def test_a_business_chat_is_a_thread_of_its_own_and_its_people_are_the_business_users():
+    mine = msg_event({"message": message(PRIVATE, 5, text="my locker code is 4471")})
+    theirs = msg_event({"business_message": business(message(PRIVATE, 5, text="Do you have white tulips?"))})
+    assert TAG.startswith("business:") and len(TAG) == len("business:") + 16
+    # The same chat id and message id as Alice's chat with the bot, and nothing shared with it.
+    assert (theirs.event_id, theirs.thread_id, theirs.user_id, theirs.role) == (f"{SHOP}:5", SHOP, SHOP, "user")
+    assert (mine.event_id, mine.thread_id, mine.user_id) == ("telegram:111:5", "telegram:111", "telegram:111")
+    # Another business Alice writes to is another thread and another user.
+    other = msg_event({"business_message": business(message(PRIVATE, 5, text="hi"), "bc-other")})
+    assert other.thread_id != SHOP and other.user_id != SHOP and other.thread_id.endswith(":111")
+    # The owner answering by hand is a person of that business; the bot answering for it is the bot.
+    olga = msg_event({"business_message": business(message(PRIVATE, 6, user=OWNER, text="Yes, 3 euros each"))})
+    assert (olga.user_id, olga.role, olga.metadata["author_name"]) == (f"telegram:{TAG}:444", "user", "Olga Florist")
+    on_behalf = business(message(PRIVATE, 7, user=OWNER, text="We open at 9", sender_business_bot=BOT))
+    by_bot = msg_event({"business_message": on_behalf})
+    assert (by_bot.user_id, by_bot.role, by_bot.metadata["author_name"]) == ("telegram:7000001", "assistant", "Memo")
+    # The bot's own call answers with the same message: one event, however it arrives.
+    assert tg.map_sent("sendMessage", on_behalf) == [by_bot]
+    # The connection id itself is in no event.
+    assert all(CONNECTION not in serialize(e).decode() for e in (theirs, olga, by_bot))
+
+
+def test_commands_in_a_business_chat_are_words_to_the_business():
+    event = msg_event({"business_message": business(message(PRIVATE, 8, text="/memory_off"))}, bot_username="memo_bot")
+    assert one({"business_message": business(message(PRIVATE, 8, text="/memory_off"))}).command is None
+    assert (event.text, event.thread_id) == ("/memory_off", SHOP)
+
+
+def test_business_edits_and_deletions_map_to_the_business_thread():
+    edited = one({"edited_business_message": business(message(PRIVATE, 5, text="white or pink", edit_date=T0 + 5))})
+    assert isinstance(edited.event, MessageEditedEvent)
+    assert (edited.event.event_id, edited.event.thread_id) == (f"{SHOP}:5:edit:{T0 + 5}", SHOP)
+    streamed = business(message(PRIVATE, 9, user=OWNER, text="Checking", sender_business_bot=BOT, edit_date=T0 + 6))
+    (by_call,) = tg.map_sent("editMessageText", streamed)
+    assert one({"edited_business_message": streamed}).event == by_call and by_call.user_id == "telegram:7000001"
+
+    deleted = one(
+        {"deleted_business_messages": {"business_connection_id": CONNECTION, "chat": PRIVATE, "message_ids": [9, 5, 9]}}
+    ).event
+    assert deleted is not None and deleted.type == "message_deleted"
+    assert (deleted.event_id, deleted.thread_id, deleted.user_id, deleted.platform_message_ids) == (
+        f"{SHOP}:5:deleted",
+        SHOP,
+        SHOP,  # Telegram does not say who deleted: the chat's other person
+        ["5", "9"],
+    )
+    assert tg.map_update({"deleted_business_messages": {"business_connection_id": CONNECTION, "chat": PRIVATE}}) is None
+
+
+def test_recall_and_context_in_a_business_chat_stay_in_that_chat():
+    memory = FakeMemory()
+    update = {"update_id": 1, "business_message": business(message(PRIVATE, 10, text="my locker code?"))}
+    tg.recall_reply(memory, update)
+    assert memory.calls[-1] == ("recall", (SHOP, "my locker code?"), {"limit": 5, "thread_id": SHOP})
+    tg.context_for(memory, update)
+    assert memory.calls[-1] == ("build_context", (SHOP, SHOP, "my locker code?"), {})
+
+
 # --- deep links ----------------------------------------------------------------------------------
 def cite(thread_id: str, message_id: str | None, source: str = "message") -> Citation:
     return Citation(source=source, thread_id=thread_id, platform_message_id=message_id)
@@ -557,6 +624,17 @@ RAW_UPDATES = [
     {"update_id": 5, "message": message(PRIVATE, 6, text="/remember@memo_bot I like tea")},
     {"update_id": 6, "channel_post": message(CHANNEL, 7, user=None, sender_chat=CHANNEL, text="news")},
     {"update_id": 7, "message": message(BASIC_GROUP, 8, text="family")},
+    {"update_id": 8, "business_message": business(message(PRIVATE, 9, text="tulips?", reply_to_message=None))},
+    {
+        "update_id": 9,
+        "edited_business_message": business(
+            message(PRIVATE, 10, user=OWNER, text="We open at 9", sender_business_bot=BOT, edit_date=T0 + 3)
+        ),
+    },
+    {
+        "update_id": 10,
+        "deleted_business_messages": {"business_connection_id": CONNECTION, "chat": PRIVATE, "message_ids": [9]},
+    },
 ]
 
 
@@ -565,11 +643,18 @@ def test_ptb_and_aiogram_dumps_map_like_the_raw_bot_api_json(raw):
     from aiogram.types import Update as AiogramUpdate
     from telegram import Update as PtbUpdate
 
-    expected = tg.map_update(raw, bot_username="memo_bot")
+    def mapped(update: dict[str, Any]) -> tg.Incoming | None:
+        incoming = tg.map_update(update, bot_username="memo_bot")
+        if incoming is None or incoming.event is None or incoming.event.type != "message_deleted":
+            return incoming
+        # A deletion carries no date: the event is dated when the adapter learns of it.
+        return replace(incoming, event=incoming.event.model_copy(update={"occurred_at": WHEN}))
+
+    expected = mapped(raw)
     ptb = PtbUpdate.de_json(raw, None).to_dict()
     aio = AiogramUpdate.model_validate(raw).model_dump(mode="json", by_alias=True, exclude_none=True)
-    assert tg.map_update(ptb, bot_username="memo_bot") == expected
-    assert tg.map_update(aio, bot_username="memo_bot") == expected
+    assert mapped(ptb) == expected
+    assert mapped(aio) == expected
 
 
 # --- tokens in logs ------------------------------------------------------------------------------
