@@ -1,6 +1,7 @@
 """Documents to structure blocks: PDF (pypdf), Word (python-docx), Excel (openpyxl; xlrd for
-Excel 97-2003), PowerPoint (python-pptx), HTML (BeautifulSoup), Markdown (markdown-it) and plain
-text. Headings become heading blocks, so chunks follow the document's sections."""
+Excel 97-2003), PowerPoint (python-pptx), OpenDocument text, spreadsheets and presentations
+(odfdo), HTML (BeautifulSoup), Markdown (markdown-it) and plain text. Headings become heading
+blocks, so chunks follow the document's sections."""
 
 from __future__ import annotations
 
@@ -12,10 +13,18 @@ from datetime import datetime, time
 from typing import TYPE_CHECKING, Any
 
 from chatmem.memory.attachments import BadFile, Block
-from chatmem.memory.attachments.filetypes import DOCX_MIME, PPTX_MIME, XLS_MIME, XLSX_MIME, decode_text
+from chatmem.memory.attachments.filetypes import (
+    DOCX_MIME,
+    ODF_MIMES,
+    PPTX_MIME,
+    XLS_MIME,
+    XLSX_MIME,
+    decode_text,
+)
 
-if TYPE_CHECKING:  # pypdf, python-docx and python-pptx load on first use
+if TYPE_CHECKING:  # pypdf, python-docx, python-pptx and odfdo load on first use
     from docx.document import Document as WordDocument
+    from odfdo import Element as OdfElement
     from pptx.shapes.base import BaseShape
     from pptx.slide import Slides
     from pypdf import PdfReader
@@ -47,6 +56,8 @@ class DocumentReader:
             return self._pptx(data)
         if mime == XLS_MIME:
             return self._xls(data)
+        if mime in ODF_MIMES:
+            return self._odf(data)
         text = decode_text(data)[: self.max_chars]
         if mime == "text/html":
             return self._html(text)
@@ -141,6 +152,38 @@ class DocumentReader:
         meta: dict = {"slides": total}
         if total > self.max_pages:
             meta["slides_read"] = self.max_pages
+        if title and title.strip():
+            meta["doc_title"] = title.strip()[:200]
+        return blocks, meta
+
+    def _odf(self, data: bytes) -> tuple[list[Block], dict]:
+        """An OpenDocument file, read as its Office kin is: a text's paragraphs, headings (by
+        outline level), lists and table rows in order; a spreadsheet sheet by sheet; a
+        presentation's first `max_pages` slides."""
+        from odfdo import Document
+        from odfdo.security import SecurityError
+
+        # Besides what any Office file meets: odfdo's own zip-bomb checks, and a number or date
+        # the document writes wrongly (decimal's InvalidOperation is an ArithmeticError).
+        broken = (SecurityError, ArithmeticError, IndexError, RecursionError)
+        with self._office_file(data, "OpenDocument file", *broken):
+            document = Document(io.BytesIO(data))  # bytes as a str would name a file or a template
+            kind, body = document.get_type(), document.body
+            meta: dict = {}
+            if kind == "spreadsheet":
+                tables = body.get_tables()
+                named = ((str(t.name or f"Sheet {n}"), _odf_rows(t)) for n, t in enumerate(tables, start=1))
+                blocks = _sheet_blocks(named, self.max_chars)
+                meta["sheets"] = len(tables)
+            elif kind == "presentation":
+                pages = body.get_draw_pages()
+                blocks = _odp_blocks(pages, self.max_pages, self.max_chars)
+                meta["slides"] = len(pages)
+                if len(pages) > self.max_pages:
+                    meta["slides_read"] = self.max_pages
+            else:
+                blocks = _until(_odf_blocks(body), self.max_chars)
+            title = document.meta.get_title()
         if title and title.strip():
             meta["doc_title"] = title.strip()[:200]
         return blocks, meta
@@ -469,6 +512,116 @@ def _shape_texts(shapes: Iterable[BaseShape], skip: set[int]) -> Iterator[str]:
                 cells = dict.fromkeys(c.text.strip() for c in row.cells if c.text.strip())
                 if cells:
                     yield " | ".join(cells)
+
+
+# What an OpenDocument text holds besides its running text: indexes repeat its headings, the
+# other parts are not the document's words.
+_ODF_SKIPPED = {
+    "text:table-of-content",
+    "text:alphabetical-index",
+    "text:illustration-index",
+    "text:table-index",
+    "text:object-index",
+    "text:user-index",
+    "text:bibliography",
+    "text:tracked-changes",
+    "office:forms",
+    "office:annotation",
+    "presentation:notes",
+}
+# A repeated row or cell is written once with its count: LibreOffice closes a sheet with an empty
+# row repeated to the millionth. Empty ones are skipped; one with a value is repeated up to this.
+_ODF_REPEAT_CAP = 1_000
+
+
+def _odf_blocks(element: OdfElement, *, skip_title: bool = False) -> Iterator[Block]:
+    """Paragraphs and headings (a heading's level is its outline level) and table rows, in
+    document order. A paragraph is read whole, its footnotes and frames with it."""
+    for child in element.children:
+        tag = child.tag
+        if tag in _ODF_SKIPPED or (skip_title and child.get_attribute("presentation:class") == "title"):
+            continue
+        if tag in ("text:p", "text:h"):
+            text = " ".join(child.text_recursive.split())
+            level = max(1, min(9, _whole(child.get_attribute("text:outline-level"), 1))) if tag == "text:h" else 0
+            if text:
+                yield Block(text, heading=bool(level), level=level)
+        elif tag == "table:table":
+            for row in _odf_rows(child):
+                if cells := [text for value in row if (text := _cell_text(value))]:
+                    yield Block(" | ".join(dict.fromkeys(cells)))
+        else:
+            yield from _odf_blocks(child, skip_title=skip_title)
+
+
+def _odf_rows(table: OdfElement) -> Iterator[list[Any]]:
+    """A table's rows in order (header rows and row groups included), each a list of its cells'
+    values: a date as a date, anything else as the cell shows it."""
+    for child in table.children:
+        if child.tag != "table:table-row":
+            if child.tag in ("table:table-header-rows", "table:table-row-group", "table:table-rows"):
+                yield from _odf_rows(child)
+            continue
+        row: list[Any] = []
+        for cell in child.children:
+            if cell.tag != "table:table-cell":
+                continue  # a covered cell is the merged cell before it
+            value = _odf_cell(cell)
+            if value not in (None, ""):
+                row += [value] * min(_whole(cell.get_attribute("table:number-columns-repeated"), 1), _ODF_REPEAT_CAP)
+        if row:
+            yield from [row] * min(_whole(child.get_attribute("table:number-rows-repeated"), 1), _ODF_REPEAT_CAP)
+
+
+def _odf_cell(cell: Any) -> Any:
+    if cell.type == "date" and cell.value is not None:
+        return cell.value
+    return " ".join(str(cell.text_content or "").split()) or cell.value
+
+
+def _odp_blocks(pages: Sequence[OdfElement], max_slides: int, max_chars: int) -> list[Block]:
+    """Per slide (its number as the page): its title frame's text, or "Slide N", as a heading;
+    then its other text in order; then its speaker notes."""
+    blocks: list[Block] = []
+    chars = 0
+    for number, page in enumerate(pages[:max_slides], start=1):
+        title = next(
+            (
+                " ".join(frame.text_recursive.split())
+                for frame in page.get_elements("descendant::draw:frame")
+                if frame.get_attribute("presentation:class") == "title"
+            ),
+            "",
+        )
+        found = [Block(title or f"Slide {number}", heading=True, level=1, page=number)]
+        notes = page.get_elements("presentation:notes")
+        for part in (_odf_blocks(page, skip_title=True), *(_odf_blocks(n) for n in notes)):
+            found += [Block(b.text, page=number) for b in part]
+        blocks += found
+        chars += sum(len(b.text) for b in found)
+        if chars > max_chars:
+            break
+    return blocks
+
+
+def _until(blocks: Iterable[Block], max_chars: int) -> list[Block]:
+    """Blocks until about `max_chars` of text."""
+    taken: list[Block] = []
+    chars = 0
+    for block in blocks:
+        taken.append(block)
+        chars += len(block.text)
+        if chars > max_chars:
+            break
+    return taken
+
+
+def _whole(value: Any, default: int) -> int:
+    """An attribute that should hold a whole number; `default` when it does not."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
 
 
 class _Discard:

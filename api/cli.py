@@ -927,6 +927,20 @@ def bench_attachments(
     run(cli_settings(), console, images=images, pages=pages, flood=flood, messages=messages, rate=rate)
 
 
+@bench_app.command("documents")
+def bench_documents(
+    sections: int = typer.Option(60, help="sections of the text (a heading, 5 paragraphs, a table each)"),
+    rows: int = typer.Option(2000, help="rows of the spreadsheet"),
+    slides: int = typer.Option(60, help="slides of the presentation"),
+    rounds: int = typer.Option(7, help="reads of each file"),
+) -> None:
+    """Reading a document in each format, the same content as Word, Excel and PowerPoint files
+    and as OpenDocument ones, side by side."""
+    from chatmem.bench.documents import run
+
+    run(console, sections=sections, rows=rows, slides=slides, rounds=rounds)
+
+
 @bench_app.command("facts")
 def bench_facts(
     facts: int = typer.Option(10_000, help="facts to write"),

@@ -40,10 +40,18 @@ DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.docu
 XLSX_MIME = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 PPTX_MIME = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
 XLS_MIME = "application/vnd.ms-excel"  # Excel 97-2003
+# OpenDocument (LibreOffice, and what Google Docs and Office can save): text, spreadsheet and
+# presentation.
+ODF_MIMES = {
+    "application/vnd.oasis.opendocument.text",
+    "application/vnd.oasis.opendocument.spreadsheet",
+    "application/vnd.oasis.opendocument.presentation",
+}
 # Documents told by their magic number (a Word, Excel or PowerPoint file is a ZIP whose parts
-# name it; an older Excel file, a compound file whose first sector opens its workbook); the text
-# kinds are told apart by their shape.
-BINARY_DOCUMENT_MIMES = {"application/pdf", DOCX_MIME, XLSX_MIME, PPTX_MIME, XLS_MIME}
+# name it, an OpenDocument file a ZIP whose first part names its type; an older Excel file, a
+# compound file whose first sector opens its workbook); the text kinds are told apart by their
+# shape.
+BINARY_DOCUMENT_MIMES = {"application/pdf", DOCX_MIME, XLSX_MIME, PPTX_MIME, XLS_MIME, *ODF_MIMES}
 DOCUMENT_MIMES = {*BINARY_DOCUMENT_MIMES, "text/plain", "text/markdown", "text/html"}
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import docx
 import numpy as np
+import odfdo
 import openpyxl
 import pptx
 import pytest
@@ -20,9 +21,9 @@ from pptx.util import Inches
 from pypdf import PdfReader, PdfWriter
 
 from chatmem.adapters.documents import DocumentReader
-from chatmem.adapters.images import PillowImageReader, RapidOcr
+from chatmem.adapters.images import PillowImageReader, RapidOcr, guess_binary
 from chatmem.memory.attachments import Analysis, BadFile, DerivedText
-from chatmem.memory.attachments.filetypes import DOCX_MIME, PPTX_MIME, XLS_MIME, XLSX_MIME
+from chatmem.memory.attachments.filetypes import DOCX_MIME, PPTX_MIME, XLS_MIME, XLSX_MIME, Sniffed, sniff
 from chatmem.memory.ports import TransientError
 from chatmem.schemas.events import Attachment, MessageEvent
 from chatmem.schemas.read import Scope
@@ -641,8 +642,133 @@ def presentation() -> bytes:
     return out.getvalue()
 
 
-def test_a_presentation_is_read_slide_by_slide_with_its_notes():
-    blocks, meta = DocumentReader(max_pages=5, max_chars=10_000).read(presentation(), PPTX_MIME)
+# --- OpenDocument: the same files as LibreOffice saves them ---------------------------------------
+ODT, ODS, ODP = (f"application/vnd.oasis.opendocument.{kind}" for kind in ("text", "spreadsheet", "presentation"))
+
+
+def odf(kind: str, title: str, *parts: str | odfdo.Element) -> bytes:
+    """An OpenDocument file of `kind` whose body is `parts` (elements, or XML in ODF's prefixes)."""
+    document = odfdo.Document(kind)
+    document.body.clear()
+    for part in parts:
+        document.body.append(odfdo.Element.from_tag(part) if isinstance(part, str) else part)
+    document.meta.set_title(title)
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def open_text() -> bytes:
+    table = odfdo.Table("Plan", width=3, height=2)
+    cells = {"A1": "Item", "B1": "Supplier", "C1": "Cost", "A2": "Standing desks", "C2": "4,200 EUR"}
+    for cell, value in cells.items():
+        table.set_value(cell, value)
+    return odf(
+        "text",
+        "Office plan",
+        "<text:table-of-content><text:index-body><text:p>Budget ..... 1</text:p></text:index-body>"
+        "</text:table-of-content>",  # an index repeats the headings: left out
+        odfdo.Header(1, "Budget"),
+        odfdo.Paragraph("The office budget for next year was approved by the board."),
+        table,
+        odfdo.List(["Desks first", "Chairs next"]),
+        '<text:section text:name="Later"><text:h text:outline-level="2">Hiring</text:h>'
+        "<text:p>Two engineers in spring, one designer in autumn.</text:p></text:section>",
+    )
+
+
+def open_spreadsheet() -> bytes:
+    costs = odfdo.Table("Office costs")
+    for r, row in enumerate([["Item", "Supplier", "Cost (EUR)"], ["Standing desks", "Deskworks", 4200]]):
+        for c, value in enumerate(row):
+            costs.set_value((c, r), value)
+    costs.set_cell("A4", odfdo.Cell("Chairs"))
+    costs.set_cell("C4", odfdo.Cell(950.5, text="950,50 €", cell_type="currency", currency="EUR"))
+    # Two equal rows are written once, twice over; LibreOffice closes a sheet with an empty row
+    # repeated to its millionth.
+    lamps = odfdo.Row()
+    lamps.set_value(0, "Lamp")
+    lamps.repeated = 2
+    costs.append(lamps)
+    costs.append(odfdo.Row(repeated=1_048_000))
+    hiring = odfdo.Table("Hiring")
+    hiring.set_cell("A1", odfdo.Cell("Engineers"))
+    hiring.set_cell("B1", odfdo.Cell(date(2027, 3, 14), text="14/03/27"))
+    hiring.set_cell("C1", odfdo.Cell(2, repeated=2))  # one value over two columns
+    return odf("spreadsheet", "Costs", costs, hiring)
+
+
+def open_presentation() -> bytes:
+    def frame(kind: str, *paragraphs: str) -> str:
+        texts = "".join(f"<text:p>{p}</text:p>" for p in paragraphs)
+        return f'<draw:frame presentation:class="{kind}"><draw:text-box>{texts}</draw:text-box></draw:frame>'
+
+    table = (
+        "<draw:frame><table:table>"
+        + "".join(
+            f"<table:table-row><table:table-cell><text:p>{a}</text:p></table:table-cell>"
+            f"<table:table-cell><text:p>{b}</text:p></table:table-cell></table:table-row>"
+            for a, b in [("Role", "When"), ("Two engineers", "spring")]
+        )
+        + "</table:table></draw:frame>"
+    )
+    return odf(
+        "presentation",
+        "Q3 review",
+        '<draw:page draw:name="page1">'
+        + frame("outline", "The standing desks from Deskworks cost 4,200 EUR", "Chairs: 950 EUR")
+        + frame("title", "Budget for the Porto office")  # after the body in the file: still the title
+        + "<presentation:notes>"
+        + frame("notes", "Ask Maria about the lease before Friday.")
+        + "</presentation:notes></draw:page>",
+        '<draw:page draw:name="page2"><draw:g><draw:custom-shape><text:p>Launch date: 14 March</text:p>'
+        "</draw:custom-shape></draw:g>" + table + "</draw:page>",
+        '<draw:page draw:name="page3">' + frame("title", "Questions?") + "</draw:page>",
+    )
+
+
+def test_an_opendocument_text_is_read_as_a_word_document_is():
+    # OpenDocument files were refused as a type not understood.
+    reader = DocumentReader(max_pages=5, max_chars=10_000)
+    assert sniff(open_text(), "plan.odt", guess_binary) == Sniffed(ODT, "document")
+    blocks, meta = reader.read(open_text(), ODT)
+    assert meta == {"doc_title": "Office plan"}
+    assert [(b.text, b.level) for b in blocks] == [
+        ("Budget", 1),
+        ("The office budget for next year was approved by the board.", 0),
+        ("Item | Supplier | Cost", 0),
+        ("Standing desks | 4,200 EUR", 0),
+        ("Desks first", 0),
+        ("Chairs next", 0),
+        ("Hiring", 2),  # inside a section
+        ("Two engineers in spring, one designer in autumn.", 0),
+    ]
+    with pytest.raises(BadFile, match="broken OpenDocument file"):
+        reader.read(open_text()[:3000], ODT)
+
+
+def test_an_opendocument_spreadsheet_is_read_sheet_by_sheet_its_repeats_bounded():
+    blocks, meta = DocumentReader(max_pages=5, max_chars=10_000).read(open_spreadsheet(), ODS)
+    assert meta == {"sheets": 2, "doc_title": "Costs"}
+    assert [(b.text, b.heading) for b in blocks] == [
+        ("Office costs", True),
+        ("Item | Supplier | Cost (EUR)", False),
+        ("Standing desks | Deskworks | 4200", False),
+        ("Chairs | 950,50 €", False),  # as the cell shows it
+        ("Lamp", False),
+        ("Lamp", False),  # a row written once, repeated twice
+        ("Hiring", True),
+        ("Engineers | 2027-03-14 | 2 | 2", False),  # a date as in an .xlsx; a value over two columns
+    ]
+
+
+@pytest.mark.parametrize(
+    ("make", "mime", "broken"),
+    [(presentation, PPTX_MIME, "broken presentation"), (open_presentation, ODP, "broken OpenDocument file")],
+    ids=["pptx", "odp"],
+)
+def test_a_presentation_is_read_slide_by_slide_with_its_notes(make, mime, broken):
+    blocks, meta = DocumentReader(max_pages=5, max_chars=10_000).read(make(), mime)
     assert meta == {"slides": 3, "doc_title": "Q3 review"}
     assert [(b.text, b.heading, b.page) for b in blocks] == [
         ("Budget for the Porto office", True, 1),
@@ -655,10 +781,42 @@ def test_a_presentation_is_read_slide_by_slide_with_its_notes():
         ("Two engineers | spring", False, 2),
         ("Questions?", True, 3),
     ]
-    blocks, meta = DocumentReader(max_pages=1, max_chars=10_000).read(presentation(), PPTX_MIME)
+    blocks, meta = DocumentReader(max_pages=1, max_chars=10_000).read(make(), mime)
     assert meta["slides_read"] == 1 and {b.page for b in blocks} == {1}
-    with pytest.raises(BadFile, match="broken presentation"):
-        DocumentReader(max_pages=5, max_chars=10_000).read(presentation()[:5000], PPTX_MIME)
+    with pytest.raises(BadFile, match=broken):
+        DocumentReader(max_pages=5, max_chars=10_000).read(make()[:5000], mime)
+
+
+def with_content(document: bytes, content: bytes) -> bytes:
+    """The OpenDocument file with its content.xml replaced."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(document)) as source, zipfile.ZipFile(out, "w") as target:
+        for info in source.infolist():
+            target.writestr(info, content if info.filename == "content.xml" else source.read(info))
+    return out.getvalue()
+
+
+def test_an_opendocument_file_that_expands_or_reaches_out_is_refused():
+    namespaces = (
+        'xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
+        'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0"'
+    )
+    laughs = '<!ENTITY a "ha">' + "".join(f'<!ENTITY {chr(98 + i)} "{f"&{chr(97 + i)};" * 10}">' for i in range(9))
+    reader = DocumentReader(max_pages=5, max_chars=10_000)
+    for declarations, said, refused in [
+        (laughs, "&j;", "amplification"),  # a billion laughs
+        ('<!ENTITY host SYSTEM "file:///etc/hostname">', "&host;", "not defined"),  # a file of this machine
+    ]:
+        content = (
+            f"<?xml version='1.0'?><!DOCTYPE office:document-content [{declarations}]>"
+            f"<office:document-content {namespaces}><office:body><office:text><text:p>{said}</text:p>"
+            "</office:text></office:body></office:document-content>"
+        )
+        with pytest.raises(BadFile, match=f"broken OpenDocument file: .*{refused}"):
+            reader.read(with_content(open_text(), content.encode()), ODT)
+    bomb = with_content(open_text(), b"<?xml version='1.0'?>" + b" " * 5_000_000)
+    with pytest.raises(BadFile, match="compression ratio"):
+        reader.read(bomb, ODT)
 
 
 @pytest.mark.parametrize(
@@ -668,6 +826,9 @@ def test_a_presentation_is_read_slide_by_slide_with_its_notes():
         ("costs.xlsx", spreadsheet, XLSX_MIME, "4200"),
         ("review.pptx", presentation, PPTX_MIME, "4,200 EUR"),
         ("costs.xls", old_spreadsheet, XLS_MIME, "4200"),
+        ("plan.odt", open_text, ODT, "4,200 EUR"),
+        ("costs.ods", open_spreadsheet, ODS, "4200"),
+        ("review.odp", open_presentation, ODP, "4,200 EUR"),
     ],
 )
 def test_an_office_file_is_chunked_summarised_and_found(driver, container, tmp_path, name, make, mime, cost):
