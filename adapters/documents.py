@@ -1,7 +1,7 @@
-"""Documents to structure blocks: PDF (pypdf), Word (python-docx), Excel (openpyxl; xlrd for
-Excel 97-2003), PowerPoint (python-pptx), OpenDocument text, spreadsheets and presentations
-(odfdo), HTML (BeautifulSoup), Markdown (markdown-it) and plain text. Headings become heading
-blocks, so chunks follow the document's sections."""
+"""Documents to structure blocks: PDF (pypdf), Word (python-docx; adapters/ole.py for Word
+97-2003), Excel (openpyxl; xlrd for Excel 97-2003), PowerPoint (python-pptx), OpenDocument
+text, spreadsheets and presentations (odfdo), HTML (BeautifulSoup), Markdown (markdown-it) and
+plain text. Headings become heading blocks, so chunks follow the document's sections."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from chatmem.memory.attachments import BadFile, Block
 from chatmem.memory.attachments.filetypes import (
+    DOC_MIME,
     DOCX_MIME,
     ODF_MIMES,
     PPTX_MIME,
@@ -56,6 +57,8 @@ class DocumentReader:
             return self._pptx(data)
         if mime == XLS_MIME:
             return self._xls(data)
+        if mime == DOC_MIME:
+            return self._doc(data)
         if mime in ODF_MIMES:
             return self._odf(data)
         text = decode_text(data)[: self.max_chars]
@@ -135,8 +138,17 @@ class DocumentReader:
             finally:
                 book.release_resources()
         except broken as error:
+            if "encrypted" in str(error):  # xlrd's "Workbook is encrypted"
+                raise BadFile("the spreadsheet is encrypted (password protected)") from None
             raise BadFile(f"broken spreadsheet: {error}") from None
         return blocks, {"sheets": sheets}
+
+    def _doc(self, data: bytes) -> tuple[list[Block], dict]:
+        """A Word 97-2003 document's main text, paragraph by paragraph, a table row as one text
+        (adapters/ole.py: the format has no library to read it)."""
+        from chatmem.adapters.ole import word_paragraphs
+
+        return _until((Block(p) for p in word_paragraphs(data, self.max_chars)), self.max_chars), {}
 
     def _pptx(self, data: bytes) -> tuple[list[Block], dict]:
         """A presentation's first `max_pages` slides in order: each slide's title as a heading,

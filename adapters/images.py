@@ -25,6 +25,12 @@ def guess_binary(data: bytes) -> str | None:
     """The MIME type named by the file's magic number, or None for text and unknown bytes."""
     import filetype
 
+    from chatmem.adapters.ole import CFB_MAGIC, compound_type
+
+    if data.startswith(CFB_MAGIC):
+        # filetype tells Office 97-2003 files apart by their first sectors, which vary with the
+        # program that saved them (it takes PowerPoint files for Excel ones); their streams say.
+        return compound_type(data)
     kind = filetype.guess(data[:8192])
     if kind:
         return kind.mime

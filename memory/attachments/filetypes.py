@@ -39,7 +39,11 @@ RECORDING_EXTENSIONS = {**AUDIO_EXTENSIONS, **VIDEO_EXTENSIONS}
 DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 XLSX_MIME = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 PPTX_MIME = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
-XLS_MIME = "application/vnd.ms-excel"  # Excel 97-2003
+XLS_MIME = "application/vnd.ms-excel"  # Excel 97-2003 (and 5 and 95)
+DOC_MIME = "application/msword"  # Word 97-2003
+PPT_MIME = "application/vnd.ms-powerpoint"  # PowerPoint 97-2003: not read
+# A password-protected .docx, .xlsx or .pptx: the package, encrypted, inside a compound file.
+ENCRYPTED_OFFICE_MIME = "application/x-encrypted-office"
 # OpenDocument (LibreOffice, and what Google Docs and Office can save): text, spreadsheet and
 # presentation.
 ODF_MIMES = {
@@ -48,10 +52,9 @@ ODF_MIMES = {
     "application/vnd.oasis.opendocument.presentation",
 }
 # Documents told by their magic number (a Word, Excel or PowerPoint file is a ZIP whose parts
-# name it, an OpenDocument file a ZIP whose first part names its type; an older Excel file, a
-# compound file whose first sector opens its workbook); the text kinds are told apart by their
-# shape.
-BINARY_DOCUMENT_MIMES = {"application/pdf", DOCX_MIME, XLSX_MIME, PPTX_MIME, XLS_MIME, *ODF_MIMES}
+# name it, an OpenDocument file a ZIP whose first part names its type; an older Word or Excel
+# file, a compound file whose streams name it); the text kinds are told apart by their shape.
+BINARY_DOCUMENT_MIMES = {"application/pdf", DOCX_MIME, XLSX_MIME, PPTX_MIME, XLS_MIME, DOC_MIME, *ODF_MIMES}
 DOCUMENT_MIMES = {*BINARY_DOCUMENT_MIMES, "text/plain", "text/markdown", "text/html"}
 
 
@@ -98,6 +101,8 @@ def sniff(data: bytes, filename: str | None, guess_binary: Callable[[bytes], str
         return Sniffed(mime, "audio")
     if mime in VIDEO_EXTENSIONS:
         return Sniffed(mime, "video")
+    if mime == ENCRYPTED_OFFICE_MIME:
+        raise BadFile("the Office file is encrypted (password protected)")
     if mime is not None:
         raise BadFile(f"files of type {mime} are not understood")
     encoding = text_encoding(data)

@@ -23,10 +23,11 @@ from pypdf import PdfReader, PdfWriter
 from chatmem.adapters.documents import DocumentReader
 from chatmem.adapters.images import PillowImageReader, RapidOcr, guess_binary
 from chatmem.memory.attachments import Analysis, BadFile, DerivedText
-from chatmem.memory.attachments.filetypes import DOCX_MIME, PPTX_MIME, XLS_MIME, XLSX_MIME, Sniffed, sniff
+from chatmem.memory.attachments.filetypes import DOC_MIME, DOCX_MIME, PPTX_MIME, XLS_MIME, XLSX_MIME, Sniffed, sniff
 from chatmem.memory.ports import TransientError
 from chatmem.schemas.events import Attachment, MessageEvent
 from chatmem.schemas.read import Scope
+from tests import word97
 from tests.conftest import scalar
 from tests.integration.test_episodes import Driver
 
@@ -787,6 +788,16 @@ def test_a_presentation_is_read_slide_by_slide_with_its_notes(make, mime, broken
         DocumentReader(max_pages=5, max_chars=10_000).read(make()[:5000], mime)
 
 
+def old_word_document() -> bytes:
+    """A Word 97-2003 document (tests/word97.py writes it to the format's specification)."""
+    return word97.word_document(
+        [
+            ("Office plan\rThe office budget for next year was approved by the board.\r", True),
+            ("Item\x07Supplier\x07Cost\x07\x07Standing desks\x07Deskworks\x074,200 EUR\x07\x07", False),
+        ]
+    )
+
+
 def with_content(document: bytes, content: bytes) -> bytes:
     """The OpenDocument file with its content.xml replaced."""
     out = io.BytesIO()
@@ -827,6 +838,7 @@ def test_an_opendocument_file_that_expands_or_reaches_out_is_refused():
         ("review.pptx", presentation, PPTX_MIME, "4,200 EUR"),
         ("costs.xls", old_spreadsheet, XLS_MIME, "4200"),
         ("plan.odt", open_text, ODT, "4,200 EUR"),
+        ("plan.doc", old_word_document, DOC_MIME, "4,200 EUR"),
         ("costs.ods", open_spreadsheet, ODS, "4200"),
         ("review.odp", open_presentation, ODP, "4,200 EUR"),
     ],
