@@ -1,7 +1,8 @@
-"""Documents to structure blocks: PDF (pypdf), Word (python-docx; adapters/ole.py for Word
-97-2003), Excel (openpyxl; xlrd for Excel 97-2003), PowerPoint (python-pptx), OpenDocument
-text, spreadsheets and presentations (odfdo), HTML (BeautifulSoup), Markdown (markdown-it) and
-plain text. Headings become heading blocks, so chunks follow the document's sections."""
+"""Documents to structure blocks: PDF (pypdf), Word (python-docx), Excel (openpyxl), PowerPoint
+(python-pptx), their 97-2003 formats (adapters/ole.py for Word and PowerPoint, xlrd for Excel),
+OpenDocument text, spreadsheets and presentations (odfdo), HTML (BeautifulSoup), Markdown
+(markdown-it) and plain text. Headings become heading blocks, so chunks follow the document's
+sections."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from chatmem.memory.attachments.filetypes import (
     DOC_MIME,
     DOCX_MIME,
     ODF_MIMES,
+    PPT_MIME,
     PPTX_MIME,
     XLS_MIME,
     XLSX_MIME,
@@ -59,6 +61,8 @@ class DocumentReader:
             return self._xls(data)
         if mime == DOC_MIME:
             return self._doc(data)
+        if mime == PPT_MIME:
+            return self._ppt(data)
         if mime in ODF_MIMES:
             return self._odf(data)
         text = decode_text(data)[: self.max_chars]
@@ -149,6 +153,21 @@ class DocumentReader:
         from chatmem.adapters.ole import word_paragraphs
 
         return _until((Block(p) for p in word_paragraphs(data, self.max_chars)), self.max_chars), {}
+
+    def _ppt(self, data: bytes) -> tuple[list[Block], dict]:
+        """A PowerPoint 97-2003 presentation read as a .pptx is: its first `max_pages` slides, each
+        its title (or "Slide N") as a heading, then its text, then its notes (adapters/ole.py)."""
+        from chatmem.adapters.ole import powerpoint_slides
+
+        slides, total = powerpoint_slides(data, self.max_pages, self.max_chars)
+        blocks: list[Block] = []
+        for number, slide in enumerate(slides, start=1):
+            blocks.append(Block(slide.title or f"Slide {number}", heading=True, level=1, page=number))
+            blocks += [Block(text, page=number) for text in (*slide.texts, *slide.notes)]
+        meta: dict = {"slides": total}
+        if total > self.max_pages:
+            meta["slides_read"] = self.max_pages
+        return blocks, meta
 
     def _pptx(self, data: bytes) -> tuple[list[Block], dict]:
         """A presentation's first `max_pages` slides in order: each slide's title as a heading,

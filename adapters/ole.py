@@ -1,14 +1,16 @@
 """Office 97-2003 files are compound files (OLE2): a small file system whose streams name what
-the file is. This module tells them apart by those streams (`compound_type`), and reads a Word
-97-2003 document's text (`word_paragraphs`), which no maintained library does in pure Python:
-olefile opens the container, and the text is found through the document's piece table as
-[MS-DOC] lays it out (File Information Block, then the Clx in the table stream)."""
+the file is. This module tells them apart by those streams (`compound_type`), and reads the text
+of a Word 97-2003 document (`word_paragraphs`) and of a PowerPoint 97-2003 presentation
+(`powerpoint_slides`), which no maintained library does in pure Python: olefile opens the
+container, and the text is found as [MS-DOC] and [MS-PPT] lay it out (a Word document's piece
+table; a presentation's persist directory, slide list and text atoms)."""
 
 from __future__ import annotations
 
 import re
 import struct
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from chatmem.memory.attachments.errors import BadFile
 from chatmem.memory.attachments.filetypes import DOC_MIME, ENCRYPTED_OFFICE_MIME, PPT_MIME, XLS_MIME
@@ -168,3 +170,154 @@ def _paragraphs(text: str) -> Iterator[str]:
             yield words
     if cells:
         yield " | ".join(dict.fromkeys(cells))
+
+
+# --- a PowerPoint 97-2003 presentation's text -------------------------------------------------
+_ENCRYPTED_TOKEN = 0xF3D1C4DF  # the Current User stream's token when the presentation is encrypted
+_DOCUMENT, _SLIDE, _SLIDE_ATOM, _NOTES, _NOTES_ATOM = 0x03E8, 0x03EE, 0x03EF, 0x03F0, 0x03F1
+_SLIDE_LIST, _SLIDE_PERSIST, _USER_EDIT, _PERSIST_DIRECTORY = 0x0FF0, 0x03F3, 0x0FF5, 0x1772
+_TEXT_HEADER, _TEXT_CHARS, _TEXT_BYTES = 0x0F9F, 0x0FA0, 0x0FA8
+_SLIDES, _NOTES_PAGES = 0, 2  # instances of the document's slide lists (1: the masters, not read)
+_TITLES, _NOTES_TEXT = {0, 6}, 2  # text types: title, centred title; a notes page's text
+_MAX_EDITS = 1_000  # saves kept in one file; a loop of edits is a broken file
+
+
+@dataclass(frozen=True)
+class SlideText:
+    title: str
+    texts: list[str]  # paragraphs of the slide's other text, in its order
+    notes: list[str]
+
+
+def powerpoint_slides(data: bytes, max_slides: int, max_chars: int) -> tuple[list[SlideText], int]:
+    """The first `max_slides` slides of a PowerPoint 97-2003 presentation (of a file with more,
+    while their text stays within about `max_chars`) and how many it has. Slides are found as
+    PowerPoint does: the last save's persist directory gives where each record is, and the
+    document's slide list gives their order. A slide's text is the text its list holds (placeholders,
+    as PowerPoint 97-2003 saved them) and the text of its shapes."""
+    import olefile
+
+    try:
+        with olefile.OleFileIO(data) as container:
+            stream = container.openstream("PowerPoint Document").read()
+            current = container.openstream("Current User").read()
+        token, edit = struct.unpack_from("<II", current, 12)
+        if token == _ENCRYPTED_TOKEN:
+            raise BadFile("the presentation is encrypted (password protected)")
+        persist, document_ref = _persist_directory(stream, edit)
+        document = _record_at(stream, persist.get(document_ref), _DOCUMENT)
+        lists = {inst: body for kind, inst, body in _children(stream, *document) if kind == _SLIDE_LIST}
+        slides = _slide_list(stream, lists.get(_SLIDES))
+        notes_by_id = {slide_id: ref for ref, slide_id, _ in _slide_list(stream, lists.get(_NOTES_PAGES))}
+        out: list[SlideText] = []
+        chars = 0
+        for ref, _slide_id, listed in slides[:max_slides]:
+            body = _record_at(stream, persist.get(ref), _SLIDE)
+            texts = listed + _texts(stream, *body)
+            notes_ref = notes_by_id.get(notes_id) if (notes_id := _notes_id(stream, body)) else None
+            notes = _texts(stream, *_record_at(stream, persist.get(notes_ref), _NOTES)) if notes_ref else []
+            title = next((t for kind, t in texts if kind in _TITLES), "")
+            rest = list(dict.fromkeys(t for kind, t in texts if t != title or kind not in _TITLES))
+            out.append(SlideText(title, rest, [t for kind, t in notes if kind == _NOTES_TEXT]))
+            chars += sum(len(t) for t in (title, *rest, *out[-1].notes))
+            if chars > max_chars:
+                break
+    except BadFile:
+        raise
+    except (OSError, ValueError, IndexError, KeyError, struct.error, RecursionError) as error:
+        raise BadFile(f"broken presentation: {error}") from None
+    return out, len(slides)
+
+
+Span = tuple[int, int]  # a record's data: (start, end) in the stream
+
+
+def _persist_directory(stream: bytes, edit: int) -> tuple[dict[int, int], int]:
+    """Where each persist object is, by id, after the last save (a later save's entries win), and
+    the id of the document record."""
+    persist: dict[int, int] = {}
+    document_ref: int | None = None
+    seen: set[int] = set()
+    while edit and edit not in seen:
+        if len(seen) >= _MAX_EDITS:
+            raise BadFile("broken presentation: its saves loop")
+        seen.add(edit)
+        start, _ = _record_at(stream, edit, _USER_EDIT)
+        last_edit, directory, document = struct.unpack_from("<III", stream, start + 8)
+        document_ref = document if document_ref is None else document_ref
+        at, end = _record_at(stream, directory, _PERSIST_DIRECTORY)
+        while at + 4 <= end:
+            (entry,) = struct.unpack_from("<I", stream, at)
+            first, count = entry & 0xFFFFF, entry >> 20
+            offsets = struct.unpack_from(f"<{count}I", stream, at + 4)
+            for n, offset in enumerate(offsets):
+                persist.setdefault(first + n, offset)
+            at += 4 + 4 * count
+        edit = last_edit
+    if document_ref is None:
+        raise BadFile("broken presentation: no save to read")
+    return persist, document_ref
+
+
+def _record_at(stream: bytes, offset: int | None, kind: int) -> Span:
+    if offset is None or offset + 8 > len(stream):
+        raise BadFile("broken presentation: a record it names is missing")
+    _, found, length = struct.unpack_from("<HHI", stream, offset)
+    if found != kind:
+        raise BadFile(f"broken presentation: record {found:#x} where {kind:#x} belongs")
+    return offset + 8, min(offset + 8 + length, len(stream))
+
+
+def _children(stream: bytes, start: int, end: int) -> Iterator[tuple[int, int, Span]]:
+    """(type, instance, data span) of each record directly inside a container's data."""
+    at = start
+    while at + 8 <= end:
+        head, kind, length = struct.unpack_from("<HHI", stream, at)
+        yield kind, head >> 4, (at + 8, min(at + 8 + length, end))
+        at += 8 + length
+
+
+def _texts(stream: bytes, start: int, end: int, depth: int = 0) -> list[tuple[int, str]]:
+    """(text type, paragraph) of every text atom inside a container, in order, nested ones too."""
+    out: list[tuple[int, str]] = []
+    kind_of_text = 4  # "other" until a text header says
+    for kind, _, (at, stop) in _children(stream, start, end):
+        head = struct.unpack_from("<H", stream, at - 8)[0]
+        if kind == _TEXT_HEADER and stop - at >= 4:
+            kind_of_text = struct.unpack_from("<I", stream, at)[0]
+        elif kind in (_TEXT_CHARS, _TEXT_BYTES):
+            raw = stream[at:stop].decode("utf-16-le" if kind == _TEXT_CHARS else "latin-1", "replace")
+            out += [(kind_of_text, p) for p in _lines(raw)]
+        elif head & 0xF == 0xF and depth < 32:  # a container
+            out += _texts(stream, at, stop, depth + 1)
+    return out
+
+
+def _lines(raw: str) -> list[str]:
+    return [words for part in raw.replace("\x0b", " ").split("\r") if (words := " ".join(part.split()))]
+
+
+def _slide_list(stream: bytes, span: Span | None) -> list[tuple[int, int, list[tuple[int, str]]]]:
+    """(persist id, slide id, text listed with it) of each entry of a slide list, in order."""
+    entries: list[tuple[int, int, list[tuple[int, str]]]] = []
+    if span is None:
+        return entries
+    kind_of_text = 4
+    for kind, _, (at, stop) in _children(stream, *span):
+        if kind == _SLIDE_PERSIST and stop - at >= 16:
+            ref, _flags, _texts_count, slide_id = struct.unpack_from("<IIiI", stream, at)
+            entries.append((ref, slide_id, []))
+        elif kind == _TEXT_HEADER and stop - at >= 4:
+            kind_of_text = struct.unpack_from("<I", stream, at)[0]
+        elif kind in (_TEXT_CHARS, _TEXT_BYTES) and entries:
+            raw = stream[at:stop].decode("utf-16-le" if kind == _TEXT_CHARS else "latin-1", "replace")
+            entries[-1][2].extend((kind_of_text, p) for p in _lines(raw))
+    return entries
+
+
+def _notes_id(stream: bytes, slide: Span) -> int:
+    """The id of the notes page a slide's atom names; 0 for none."""
+    for kind, _, (at, stop) in _children(stream, *slide):
+        if kind == _SLIDE_ATOM and stop - at >= 20:
+            return int(struct.unpack_from("<I", stream, at + 16)[0])
+    return 0

@@ -41,7 +41,7 @@ XLSX_MIME = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 PPTX_MIME = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
 XLS_MIME = "application/vnd.ms-excel"  # Excel 97-2003 (and 5 and 95)
 DOC_MIME = "application/msword"  # Word 97-2003
-PPT_MIME = "application/vnd.ms-powerpoint"  # PowerPoint 97-2003: not read
+PPT_MIME = "application/vnd.ms-powerpoint"  # PowerPoint 97-2003
 # A password-protected .docx, .xlsx or .pptx: the package, encrypted, inside a compound file.
 ENCRYPTED_OFFICE_MIME = "application/x-encrypted-office"
 # OpenDocument (LibreOffice, and what Google Docs and Office can save): text, spreadsheet and
@@ -54,7 +54,7 @@ ODF_MIMES = {
 # Documents told by their magic number (a Word, Excel or PowerPoint file is a ZIP whose parts
 # name it, an OpenDocument file a ZIP whose first part names its type; an older Word or Excel
 # file, a compound file whose streams name it); the text kinds are told apart by their shape.
-BINARY_DOCUMENT_MIMES = {"application/pdf", DOCX_MIME, XLSX_MIME, PPTX_MIME, XLS_MIME, DOC_MIME, *ODF_MIMES}
+BINARY_DOCUMENT_MIMES = {"application/pdf", DOCX_MIME, XLSX_MIME, PPTX_MIME, XLS_MIME, DOC_MIME, PPT_MIME, *ODF_MIMES}
 DOCUMENT_MIMES = {*BINARY_DOCUMENT_MIMES, "text/plain", "text/markdown", "text/html"}
 
 

@@ -23,11 +23,20 @@ from pypdf import PdfReader, PdfWriter
 from chatmem.adapters.documents import DocumentReader
 from chatmem.adapters.images import PillowImageReader, RapidOcr, guess_binary
 from chatmem.memory.attachments import Analysis, BadFile, DerivedText
-from chatmem.memory.attachments.filetypes import DOC_MIME, DOCX_MIME, PPTX_MIME, XLS_MIME, XLSX_MIME, Sniffed, sniff
+from chatmem.memory.attachments.filetypes import (
+    DOC_MIME,
+    DOCX_MIME,
+    PPT_MIME,
+    PPTX_MIME,
+    XLS_MIME,
+    XLSX_MIME,
+    Sniffed,
+    sniff,
+)
 from chatmem.memory.ports import TransientError
 from chatmem.schemas.events import Attachment, MessageEvent
 from chatmem.schemas.read import Scope
-from tests import word97
+from tests import office97
 from tests.conftest import scalar
 from tests.integration.test_episodes import Driver
 
@@ -789,12 +798,19 @@ def test_a_presentation_is_read_slide_by_slide_with_its_notes(make, mime, broken
 
 
 def old_word_document() -> bytes:
-    """A Word 97-2003 document (tests/word97.py writes it to the format's specification)."""
-    return word97.word_document(
+    """A Word 97-2003 document (tests/office97.py writes it to the format's specification)."""
+    return office97.word_document(
         [
             ("Office plan\rThe office budget for next year was approved by the board.\r", True),
             ("Item\x07Supplier\x07Cost\x07\x07Standing desks\x07Deskworks\x074,200 EUR\x07\x07", False),
         ]
+    )
+
+
+def old_presentation() -> bytes:
+    """A PowerPoint 97-2003 presentation (tests/office97.py writes it to the format's specification)."""
+    return office97.powerpoint_document(
+        [("Budget for the Porto office", ["The standing desks from Deskworks cost 4,200 EUR"], "Ask Maria.")]
     )
 
 
@@ -839,6 +855,7 @@ def test_an_opendocument_file_that_expands_or_reaches_out_is_refused():
         ("costs.xls", old_spreadsheet, XLS_MIME, "4200"),
         ("plan.odt", open_text, ODT, "4,200 EUR"),
         ("plan.doc", old_word_document, DOC_MIME, "4,200 EUR"),
+        ("review.ppt", old_presentation, PPT_MIME, "4,200 EUR"),
         ("costs.ods", open_spreadsheet, ODS, "4200"),
         ("review.odp", open_presentation, ODP, "4,200 EUR"),
     ],

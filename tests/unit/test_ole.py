@@ -1,10 +1,13 @@
 """Office 97-2003 compound files: told apart by their streams, and a Word 97-2003 document's text
 read through its piece table (adapters/ole.py), on documents written to the formats'
-specifications (tests/word97.py)."""
+specifications (tests/office97.py)."""
 
 from __future__ import annotations
 
+import struct
+
 import filetype
+import olefile
 import pytest
 
 from chatmem.adapters.documents import DocumentReader
@@ -12,7 +15,7 @@ from chatmem.adapters.images import guess_binary
 from chatmem.adapters.ole import compound_type, word_paragraphs
 from chatmem.memory.attachments import BadFile
 from chatmem.memory.attachments.filetypes import DOC_MIME, PPT_MIME, XLS_MIME, Sniffed, sniff
-from tests.word97 import compound_file, word_document
+from tests.office97 import compound_file, powerpoint_document, record, word_document
 
 PLAN = [
     # One byte a character (Windows-1252): a heading, a paragraph with a hyperlink field whose
@@ -22,6 +25,23 @@ PLAN = [
     # UTF-16: a table of two rows of three cells, then text no code page holds.
     ("Item\x07Supplier\x07Cost\x07\x07Standing desks\x07Deskworks\x074,200 €\x07\x07", False),
     ("Ünïcödé line\x0bbreak, a non\x1ebreaking hyphen, a pic\x01ture and a foot\x02note.\r", False),
+]
+
+
+DECK = [
+    ("Budget for the Porto office", ["The standing desks cost 4,200 EUR", "Chairs: 950 EUR"], "Ask Maria first."),
+    ("", ["Launch date: 14 March", "Two engineers | spring"], None),
+    ("Questions?", [], None),
+]
+READ = [
+    ("Budget for the Porto office", True, 1),
+    ("The standing desks cost 4,200 EUR", False, 1),
+    ("Chairs: 950 EUR", False, 1),
+    ("Ask Maria first.", False, 1),  # the notes page
+    ("Slide 2", True, 2),  # no title of its own
+    ("Launch date: 14 March", False, 2),
+    ("Two engineers | spring", False, 2),
+    ("Questions?", True, 3),
 ]
 
 
@@ -43,11 +63,10 @@ def test_a_word_97_document_is_sniffed_by_its_streams_not_its_first_sector():
     assert sniff(document, "plan.doc", guess_binary) == Sniffed(DOC_MIME, "document")
 
 
-def test_powerpoint_97_and_encrypted_office_files_are_refused_for_what_they_are():
+def test_powerpoint_97_files_are_no_longer_taken_for_spreadsheets_and_encrypted_ones_say_so():
     # filetype took PowerPoint 97 files for Excel ones: they failed as "broken spreadsheet".
-    deck = compound_file({"Current User": b"x", "PowerPoint Document": b"y"})
-    with pytest.raises(BadFile, match="files of type application/vnd.ms-powerpoint are not understood"):
-        sniff(deck, "talk.ppt", guess_binary)
+    deck = powerpoint_document(DECK)
+    assert sniff(deck, "talk.ppt", guess_binary) == Sniffed(PPT_MIME, "document")
     locked = compound_file({"EncryptionInfo": b"x", "EncryptedPackage": b"y"})  # a .docx with a password
     with pytest.raises(BadFile, match=r"the Office file is encrypted \(password protected\)"):
         sniff(locked, "plan.docx", guess_binary)
@@ -88,3 +107,42 @@ def test_a_long_word_97_document_is_read_up_to_the_limit():
 def test_a_word_97_document_that_cannot_be_read_says_why(document, reason):
     with pytest.raises(BadFile, match=reason):
         DocumentReader(max_pages=5, max_chars=10_000).read(document, DOC_MIME)
+
+
+def slides_of(deck: bytes, max_pages: int = 5) -> tuple[list[tuple[str, bool, int | None]], dict]:
+    blocks, meta = DocumentReader(max_pages=max_pages, max_chars=10_000).read(deck, PPT_MIME)
+    return [(b.text, b.heading, b.page) for b in blocks], meta
+
+
+@pytest.mark.parametrize("listed", [0, 1, 3], ids=["in-shapes", "mixed", "in-the-slide-list"])
+def test_a_powerpoint_97_presentation_is_read_slide_by_slide_in_the_lists_order(listed):
+    # Slide records are written in reverse: the document's slide list gives the order. Text in
+    # the list (PowerPoint 97-2003's placeholders) and in shapes (later versions) reads alike.
+    assert slides_of(powerpoint_document(DECK, listed=listed)) == (READ, {"slides": 3})
+
+
+def test_a_powerpoint_97_presentation_is_read_as_last_saved():
+    read, _ = slides_of(powerpoint_document(DECK, draft="Draft budget"))
+    assert read == READ  # the earlier save's title stays in the file, unread
+    first, meta = slides_of(powerpoint_document(DECK), max_pages=1)
+    assert first == READ[:4] and meta == {"slides": 3, "slides_read": 1}
+
+
+def test_a_powerpoint_97_presentation_that_cannot_be_read_says_why():
+    whole = powerpoint_document(DECK)
+    stream_only = compound_file({"PowerPoint Document": record(0x03E8, b"", container=True)})
+    # The last save names itself as the save before it.
+    with olefile.OleFileIO(whole) as container:
+        current, stream = (container.openstream(n).read() for n in ("Current User", "PowerPoint Document"))
+    edit = struct.unpack_from("<I", current, 16)[0]
+    looped = bytearray(stream)
+    struct.pack_into("<I", looped, edit + 8 + 8, edit)
+    looping = compound_file({"Current User": current, "PowerPoint Document": bytes(looped)})
+    assert slides_of(looping) == (READ, {"slides": 3})  # each save is read once
+    for deck, reason in [
+        (powerpoint_document(DECK, encrypted=True), r"the presentation is encrypted \(password protected\)"),
+        (stream_only, "broken presentation"),  # no Current User stream
+        (whole[:4000], "broken presentation"),
+    ]:
+        with pytest.raises(BadFile, match=reason):
+            slides_of(deck)

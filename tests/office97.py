@@ -1,0 +1,181 @@
+"""Office 97-2003 files for the tests, written from the formats' specifications: a compound file
+([MS-CFB], version 3, every stream in regular sectors) holding a Word 97-2003 document (a
+WordDocument stream with its File Information Block and text, a 1Table stream with the piece
+table, [MS-DOC]) or a PowerPoint 97-2003 presentation (a PowerPoint Document stream of records
+and a Current User stream, [MS-PPT]). No Python library writes these formats; the readers were
+also checked against files saved by Office itself (docs/attachments.md)."""
+
+from __future__ import annotations
+
+import struct
+
+SECTOR = 512
+FREE, END, FAT_SECTOR, NO_STREAM = 0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFD, 0xFFFFFFFF
+MINI_CUTOFF = 4096  # smaller streams would belong in the mini stream: every stream is padded past it
+
+
+def compound_file(streams: dict[str, bytes]) -> bytes:
+    """A compound file with these streams under its root, in the order given (which must be the
+    order [MS-CFB] sorts names in: shorter first, then by upper-case letters)."""
+    padded = {name: data.ljust(MINI_CUTOFF, b"\0") for name, data in streams.items()}
+    chains: list[tuple[int, int]] = []  # (first sector, sectors) of each stream
+    next_free = 2  # sector 0 holds the FAT, sector 1 the directory
+    for data in padded.values():
+        count = -(-len(data) // SECTOR)
+        chains.append((next_free, count))
+        next_free += count
+    if next_free > SECTOR // 4:
+        raise ValueError("one FAT sector is enough for the tests' files")
+    fat = [FAT_SECTOR, END] + [FREE] * (SECTOR // 4 - 2)
+    for first, count in chains:
+        for sector in range(first, first + count):
+            fat[sector] = sector + 1 if sector < first + count - 1 else END
+    entries = [_entry("Root Entry", 5, child=1 if streams else NO_STREAM, start=END, size=0)]
+    for n, ((name, data), (first, _)) in enumerate(zip(padded.items(), chains, strict=True), start=1):
+        right = n + 1 if n < len(padded) else NO_STREAM
+        entries.append(_entry(name, 2, right=right, start=first, size=len(data)))
+    directory = b"".join(entries).ljust(SECTOR, b"\0")  # unused entries are zeros... of type 0
+    header = (
+        bytes.fromhex("d0cf11e0a1b11ae1")
+        + bytes(16)
+        + struct.pack("<HHHHH", 0x3E, 3, 0xFFFE, 9, 6)
+        + bytes(6)
+        + struct.pack("<IIIIIIIII", 0, 1, 1, 0, MINI_CUTOFF, END, 0, END, 0)
+        + struct.pack("<109I", 0, *([FREE] * 108))
+    )
+    body = b"".join(data.ljust(count * SECTOR, b"\0") for data, (_, count) in zip(padded.values(), chains, strict=True))
+    return header + struct.pack(f"<{SECTOR // 4}I", *fat) + directory + body
+
+
+def _entry(name: str, kind: int, *, child: int = NO_STREAM, right: int = NO_STREAM, start: int, size: int) -> bytes:
+    encoded = (name + "\0").encode("utf-16-le")
+    return (
+        encoded.ljust(64, b"\0")
+        + struct.pack("<HBB", len(encoded), kind, 1)
+        + struct.pack("<III", NO_STREAM, right, child)
+        + bytes(16 + 4 + 8 + 8)
+        + struct.pack("<IQ", start, size)
+    )
+
+
+FIB_SIZE = 0x9A + 93 * 8 + 2
+TEXT_AT = 1024  # where the text's pieces start in the WordDocument stream
+
+
+def word_document(pieces: list[tuple[str, bool]], *, encrypted: bool = False, n_fib: int = 0x00C1) -> bytes:
+    """A Word 97-2003 document whose main text is `pieces`, each (text, compressed): a compressed
+    piece is stored one byte a character (Windows-1252), the others in UTF-16. Its text uses Word's
+    marks: "\\r" ends a paragraph, "\\x07" a table cell (one more ends the row), "\\x13", "\\x14" and
+    "\\x15" open a field, separate its code from its result and close it."""
+    text = b""
+    cps, descriptors = [0], []
+    for chars, compressed in pieces:
+        at = TEXT_AT + len(text)
+        if compressed:
+            text += chars.encode("cp1252")
+            descriptors.append(struct.pack("<HIH", 0, (at * 2) | 0x40000000, 0))
+        else:
+            text += chars.encode("utf-16-le")
+            descriptors.append(struct.pack("<HIH", 0, at, 0))
+        cps.append(cps[-1] + len(chars))
+    plc = struct.pack(f"<{len(cps)}I", *cps) + b"".join(descriptors)
+    # A property modifier before the piece table, which a reader must step over.
+    clx = b"\x01" + struct.pack("<h", 2) + b"\x00\x00" + b"\x02" + struct.pack("<I", len(plc)) + plc
+    flags = 0x0200 | (0x0100 if encrypted else 0)  # the table stream is 1Table
+    fib = bytearray(FIB_SIZE)
+    struct.pack_into("<HHHHH", fib, 0, 0xA5EC, n_fib, 0, 0x0409, 0)
+    struct.pack_into("<H", fib, 0x0A, flags)
+    struct.pack_into("<H", fib, 0x20, 14)  # csw: FibRgW97's 14 words
+    struct.pack_into("<H", fib, 0x3E, 22)  # cslw: FibRgLw97's 22 longs
+    struct.pack_into("<i", fib, 0x40 + 3 * 4, cps[-1])  # ccpText
+    struct.pack_into("<H", fib, 0x98, 93)  # cbRgFcLcb: FibRgFcLcb97's 93 pairs
+    struct.pack_into("<II", fib, 0x9A + 33 * 8, 0, len(clx))  # fcClx, lcbClx
+    document = bytes(fib).ljust(TEXT_AT, b"\0") + text
+    return compound_file({"1Table": clx, "WordDocument": document})
+
+
+# --- PowerPoint 97-2003 ----------------------------------------------------------------------------
+DOCUMENT, SLIDE, SLIDE_ATOM, NOTES, NOTES_ATOM = 0x03E8, 0x03EE, 0x03EF, 0x03F0, 0x03F1
+SLIDE_LIST, SLIDE_PERSIST, USER_EDIT, PERSIST_DIRECTORY = 0x0FF0, 0x03F3, 0x0FF5, 0x1772
+TEXT_HEADER, TEXT_CHARS, TEXT_BYTES, CURRENT_USER = 0x0F9F, 0x0FA0, 0x0FA8, 0x0FF6
+# A shape's text sits in a drawing: PPDrawing > DgContainer > SpgrContainer > SpContainer >
+# ClientTextbox, all containers.
+DRAWING = (0x040C, 0xF002, 0xF003, 0xF004, 0xF00D)
+TITLE, BODY, NOTES_TEXT = 0, 1, 2
+
+
+def record(kind: int, data: bytes = b"", *, instance: int = 0, container: bool = False) -> bytes:
+    return struct.pack("<HHI", (instance << 4) | (0xF if container else 0), kind, len(data)) + data
+
+
+def _text(kind: int, text: str, one_byte: bool) -> bytes:
+    atom = record(TEXT_BYTES, text.encode("latin-1")) if one_byte else record(TEXT_CHARS, text.encode("utf-16-le"))
+    return record(TEXT_HEADER, struct.pack("<I", kind)) + atom
+
+
+def _drawn(texts: bytes) -> bytes:
+    for kind in reversed(DRAWING):
+        texts = record(kind, texts, container=True)
+    return texts
+
+
+Slide = tuple[str, list[str], str | None]  # title, paragraphs of the body, notes
+
+
+def powerpoint_document(
+    slides: list[Slide], *, listed: int = 0, encrypted: bool = False, draft: str | None = None
+) -> bytes:
+    """A presentation of `slides`. The first `listed` slides keep their text in the document's
+    slide list, as PowerPoint 97-2003 saved placeholders; the others in their shapes, as later
+    versions save. Slide records are written in the stream in reverse order, so only the slide
+    list gives the order. With `draft`, the first slide's title was `draft` in an earlier save,
+    whose record stays in the stream: the last save's persist directory must win."""
+    ids = {"document": 1, **{f"slide{n}": 2 + n for n in range(len(slides))}}
+    notes = [n for n, (_, _, note) in enumerate(slides) if note]
+    ids.update({f"notes{n}": 2 + len(slides) + i for i, n in enumerate(notes)})
+    slide_list, notes_list = b"", b""
+    for n, (title, body, _) in enumerate(slides):
+        slide_list += record(SLIDE_PERSIST, struct.pack("<IIiII", ids[f"slide{n}"], 0, 2, 256 + n, 0))
+        if n < listed:
+            slide_list += _text(TITLE, title, True) + _text(BODY, "\r".join(body), False)
+    for n in notes:
+        notes_list += record(SLIDE_PERSIST, struct.pack("<IIiII", ids[f"notes{n}"], 0, 1, 512 + n, 0))
+    document = record(
+        DOCUMENT,
+        record(SLIDE_LIST, slide_list, instance=0, container=True)
+        + record(SLIDE_LIST, notes_list, instance=2, container=True),
+        container=True,
+    )
+
+    def slide_record(n: int, title: str, body: list[str]) -> bytes:
+        atom = record(SLIDE_ATOM, struct.pack("<I8sIIHH", 0, bytes(8), 0, 512 + n if n in notes else 0, 0, 0))
+        drawn = b"" if n < listed else _text(TITLE, title, False) + _text(BODY, "\r".join(body), True)
+        return record(SLIDE, atom + _drawn(drawn), container=True)
+
+    stream = document
+    offsets = {"document": 0}
+    earlier_edit = 0
+    if draft is not None:  # an earlier save: its own slide record, directory and edit
+        offsets_then = len(stream)
+        stream += slide_record(0, draft, slides[0][1])
+        directory_then = len(stream)
+        stream += record(PERSIST_DIRECTORY, struct.pack("<II", (1 << 20) | ids["slide0"], offsets_then))
+        earlier_edit = len(stream)
+        stream += record(USER_EDIT, struct.pack("<IHBBIIIIHH", 256, 0, 0, 3, 0, directory_then, 1, 99, 1, 0))
+    for n in reversed(range(len(slides))):
+        offsets[f"slide{n}"] = len(stream)
+        stream += slide_record(n, *slides[n][:2])
+    for n in notes:
+        offsets[f"notes{n}"] = len(stream)
+        page = record(NOTES_ATOM, struct.pack("<IHH", 256 + n, 0, 0)) + _drawn(
+            _text(NOTES_TEXT, slides[n][2] or "", False)
+        )
+        stream += record(NOTES, page, container=True)
+    directory = len(stream)
+    entries = [offsets[name] for name in sorted(ids, key=ids.get)]
+    stream += record(PERSIST_DIRECTORY, struct.pack(f"<I{len(entries)}I", (len(entries) << 20) | 1, *entries))
+    edit = len(stream)
+    stream += record(USER_EDIT, struct.pack("<IHBBIIIIHH", 256, 0, 0, 3, earlier_edit, directory, 1, 99, 1, 0))
+    token = 0xF3D1C4DF if encrypted else 0xE391C05F
+    current = record(CURRENT_USER, struct.pack("<IIIHHBBH", 20, token, edit, 0, 0x03F4, 3, 0, 0))
+    return compound_file({"Current User": current, "PowerPoint Document": stream})
