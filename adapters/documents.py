@@ -18,6 +18,7 @@ from chatmem.memory.attachments.filetypes import (
     DOC_MIME,
     DOCX_MIME,
     ODF_MIMES,
+    ODP_MIME,
     PPT_MIME,
     PPTX_MIME,
     XLS_MIME,
@@ -258,6 +259,33 @@ class DocumentReader:
             raise
         except broken as error:
             raise BadFile(f"broken {what}: {error}") from None
+
+    def slide_pictures(self, data: bytes, mime: str, limit: int) -> list[tuple[int, bytes]]:
+        """The pictures on the first `max_pages` slides of a .pptx or .odp (slide number, the
+        picture's bytes as stored), in order, at most `limit`; none for other files. A picture
+        linked from outside the file is not fetched."""
+        found: list[tuple[int, bytes]] = []
+        if mime == PPTX_MIME:
+            from pptx import Presentation
+            from pptx.exc import InvalidXmlError, PackageNotFoundError
+
+            with self._office_file(data, "presentation", PackageNotFoundError, InvalidXmlError):
+                slides = Presentation(io.BytesIO(data)).slides
+                for number, slide in enumerate(slides, start=1):
+                    if number > self.max_pages:
+                        break
+                    found += [(number, blob) for blob in _picture_blobs(slide.shapes)]
+        elif mime == ODP_MIME:
+            from odfdo import Document
+            from odfdo.security import SecurityError
+
+            with self._office_file(data, "OpenDocument file", SecurityError, IndexError, RecursionError):
+                document = Document(io.BytesIO(data))
+                for number, page in enumerate(document.body.get_draw_pages()[: self.max_pages], start=1):
+                    for image in page.get_elements("descendant::draw:image"):
+                        if isinstance(blob := _odf_part(document, image.get_attribute("xlink:href")), bytes):
+                            found.append((number, blob))
+        return found[:limit]
 
     def page_images(self, data: bytes, limit: int) -> list[tuple[int, bytes]]:
         """The images on the pages of a PDF (page number, encoded bytes), for OCR of scans."""
@@ -653,6 +681,34 @@ def _whole(value: Any, default: int) -> int:
         return int(value)
     except (TypeError, ValueError):
         return default
+
+
+def _odf_part(document: Any, href: Any) -> bytes | None:
+    """A picture stored in the file, by the path a frame names; None for one linked from outside
+    it or missing (odfdo then looks for the file on disk, and there is none)."""
+    path = str(href or "").removeprefix("./")
+    if not path or "://" in path or path.startswith("/") or ".." in path.split("/"):
+        return None
+    try:
+        part = document.get_part(path)
+    except (ValueError, KeyError):
+        return None
+    return part if isinstance(part, bytes) and part else None
+
+
+def _picture_blobs(shapes: Iterable[BaseShape]) -> Iterator[bytes]:
+    """The embedded pictures among shapes, grouped ones too."""
+    from pptx.shapes.group import GroupShape
+    from pptx.shapes.picture import Picture
+
+    for shape in shapes:
+        if isinstance(shape, GroupShape):
+            yield from _picture_blobs(shape.shapes)
+        elif isinstance(shape, Picture):
+            try:
+                yield shape.image.blob
+            except (KeyError, ValueError, AttributeError):  # linked, not embedded
+                continue
 
 
 class _Discard:

@@ -28,6 +28,7 @@ from chatmem.memory.attachments import (
     RefState,
     Sniffed,
 )
+from chatmem.memory.attachments.filetypes import ODP_MIME, PPTX_MIME
 from chatmem.memory.boundary_llm import AssistFactory
 from chatmem.memory.dates import Period
 from chatmem.memory.episodes import Job, Plan, SummaryPolicy, ThreadContext, log_text, message_text
@@ -1049,16 +1050,23 @@ class FakeMem0:
 
 
 class FakeImageReader:
-    """The ImageReader port: every image is `info` (BadFile for bytes in `corrupt`)."""
+    """The ImageReader port: every image is `info`, except those `others` names (BadFile for
+    bytes in `corrupt`)."""
 
-    def __init__(self, info: ImageInfo | None = None, corrupt: Iterable[bytes] = ()) -> None:
+    def __init__(
+        self,
+        info: ImageInfo | None = None,
+        corrupt: Iterable[bytes] = (),
+        others: dict[bytes, ImageInfo] | None = None,
+    ) -> None:
         self.info = info or ImageInfo("PNG", 640, 160, {})
         self.corrupt = set(corrupt)
+        self.others = others or {}
 
     def inspect(self, data: bytes) -> ImageInfo:
         if data in self.corrupt:
             raise BadFile("corrupt image: cannot be decoded")
-        return self.info
+        return self.others.get(data, self.info)
 
 
 class FakeOcr:
@@ -1107,7 +1115,8 @@ class FakeTranscriber:
 
 
 class FakeDocumentReader:
-    """The DocumentReader port: `blocks` for any document, `images` as a scan's page images."""
+    """The DocumentReader port: `blocks` for any document, `images` as a scan's page images and
+    as a presentation's pictures."""
 
     def __init__(self, blocks: Sequence[Block] | None = None, images: Sequence[tuple[int, bytes]] = ()) -> None:
         self.blocks = (
@@ -1122,6 +1131,9 @@ class FakeDocumentReader:
 
     def page_images(self, data: bytes, limit: int) -> list[tuple[int, bytes]]:
         return self.images[:limit]
+
+    def slide_pictures(self, data: bytes, mime: str, limit: int) -> list[tuple[int, bytes]]:
+        return self.images[:limit] if mime in (PPTX_MIME, ODP_MIME) else []
 
 
 def scripted_reader(spec: object) -> Callable[[bytes, Sniffed], Extraction]:

@@ -8,6 +8,7 @@ calls stay with the job and its retries."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,6 +31,11 @@ from chatmem.memory.prompts import FileSummary, ImageDescription, file_summary
 
 OCR_MIN_SCORE = 0.5
 SCANNED_PAGES_MAX = 50  # page images OCR'd from a PDF without a text layer
+# A presentation's pictures are OCR'd too: a slide is often a screenshot or a chart saved as an
+# image. Up to this many distinct ones a file, each at least this many pixels (a logo or an
+# icon, repeated on every slide, is not worth a second of OCR).
+SLIDE_PICTURES_MAX = 20
+PICTURE_MIN_PIXELS = 200 * 150
 
 
 @dataclass
@@ -49,10 +55,37 @@ class Reader:
         if sniffed.mime == "application/pdf" and not any(b.text.strip() for b in blocks if not b.heading):
             blocks = self._scanned_pages(data)
             meta = {**meta, "ocr_pages": len({b.page for b in blocks})}
+        elif pictures := self._pictures(self._slide_pictures(data, sniffed.mime)):
+            blocks = _after_their_slides(blocks, pictures)
+            meta = {**meta, "ocr_pictures": len(pictures)}
         return Extraction(blocks=blocks, meta=meta)
+
+    def _slide_pictures(self, data: bytes, mime: str) -> list[tuple[int, bytes]]:
+        try:
+            return self.documents.slide_pictures(data, mime, SLIDE_PICTURES_MAX)
+        except BadFile:  # the slides' text is read already; their pictures are a bonus
+            return []
 
     def _lines(self, image: bytes) -> list[str]:
         return [t for t, score in self.ocr.read(image) if score >= OCR_MIN_SCORE and t.strip()]
+
+    def _pictures(self, found: list[tuple[int, bytes]]) -> list[list[Block]]:
+        """The text OCR finds in each distinct picture large enough to hold some, as blocks of
+        its slide; pictures without text are left out."""
+        read: list[list[Block]] = []
+        seen: set[bytes] = set()
+        for slide, image in found:
+            digest = hashlib.sha256(image).digest()
+            if digest in seen:
+                continue
+            seen.add(digest)
+            try:
+                info = self.images.inspect(image)  # the pixel limit holds for pictures too
+            except BadFile:
+                continue  # a format Pillow does not read (a Windows metafile) or a broken one
+            if info.width * info.height >= PICTURE_MIN_PIXELS and (lines := self._lines(image)):
+                read.append([Block(t, page=slide) for t in lines])
+        return read
 
     def _scanned_pages(self, data: bytes) -> list[Block]:
         """A PDF without a text layer is usually a scan: OCR the images on its pages."""
@@ -64,6 +97,19 @@ class Reader:
                 continue
             blocks += [Block(t, page=page) for t in self._lines(image)]
         return blocks
+
+
+def _after_their_slides(blocks: list[Block], pictures: list[list[Block]]) -> list[Block]:
+    """Each picture's text after the rest of its slide, so chunks keep to the slide's heading."""
+    by_slide: dict[int | None, list[Block]] = {}
+    for picture in pictures:
+        by_slide.setdefault(picture[0].page, []).extend(picture)
+    out: list[Block] = []
+    for n, block in enumerate(blocks):
+        out.append(block)
+        if n + 1 == len(blocks) or blocks[n + 1].page != block.page:
+            out += by_slide.pop(block.page, [])
+    return out + [b for rest in by_slide.values() for b in rest]
 
 
 @dataclass

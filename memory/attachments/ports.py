@@ -106,6 +106,11 @@ class DocumentReader(Protocol):
         """(page number, image bytes) of a PDF's embedded images: a scan's pages."""
         ...
 
+    def slide_pictures(self, data: bytes, mime: str, limit: int) -> list[tuple[int, bytes]]:
+        """(slide number, image bytes) of the pictures on the slides `read` reads of a
+        presentation, in order; none for another kind of file."""
+        ...
+
 
 @dataclass(frozen=True)
 class Extraction:

@@ -814,6 +814,60 @@ def old_presentation() -> bytes:
     )
 
 
+ICON = text_image([], size=(48, 48))  # a logo on every slide: too small to OCR
+
+
+def deck_with_a_picture(kind: str) -> bytes:
+    """Two slides: a title with a logo, then a slide that is only a screenshot with words in it."""
+    shot = text_image(["Launch date 14 March", "Venue Porto office"])
+    if kind == "pptx":
+        deck = pptx.Presentation()
+        first = deck.slides.add_slide(deck.slide_layouts[0])
+        first.shapes.title.text = "Q3 review"
+        first.shapes.add_picture(io.BytesIO(ICON), Inches(8), Inches(6))
+        second = deck.slides.add_slide(deck.slide_layouts[6])  # blank
+        second.shapes.add_picture(io.BytesIO(ICON), Inches(8), Inches(6))
+        group = second.shapes.add_group_shape()
+        group.shapes.add_picture(io.BytesIO(shot), Inches(1), Inches(1))
+        out = io.BytesIO()
+        deck.save(out)
+        return out.getvalue()
+    document = odfdo.Document("presentation")
+    document.body.clear()
+    icon, picture = (document.add_file(io.BytesIO(data)) for data in (ICON, shot))
+
+    def framed(href: str) -> str:
+        return f'<draw:frame><draw:image xlink:href="{href}"/></draw:frame>'
+
+    title = (
+        '<draw:frame presentation:class="title"><draw:text-box><text:p>Q3 review</text:p></draw:text-box></draw:frame>'
+    )
+    # Slide 2 also names a picture missing from the file and one on the web: neither is read.
+    pages = [
+        title + framed(icon),
+        framed(icon) + framed(picture) + framed("Pictures/gone.png") + framed("https://x.org/a.png"),
+    ]
+    for n, inside in enumerate(pages, start=1):
+        document.body.append(odfdo.Element.from_tag(f'<draw:page draw:name="page{n}">{inside}</draw:page>'))
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(("kind", "mime"), [("pptx", PPTX_MIME), ("odp", ODP)])
+def test_a_slide_that_is_a_picture_is_read_by_ocr(driver, container, tmp_path, kind, mime):
+    reader = DocumentReader(max_pages=5, max_chars=10_000)
+    found = reader.slide_pictures(deck_with_a_picture(kind), mime, 20)
+    assert [(slide, data == ICON) for slide, data in found] == [(1, True), (2, True), (2, False)]
+    url = put(tmp_path, f"review.{kind}", deck_with_a_picture(kind))
+    driver.publish([message("office", "alice", 1, "the deck", [Attachment(url=url, kind="document")])])
+    driver.advance("office")
+    assert driver.run_attachments() == ["done"]
+    assert scalar(container, "SELECT meta ->> 'ocr_pictures' FROM artifacts") == "1"  # the logo is skipped
+    hit = container.recall("alice", "when is the launch date?", scope=Scope.ARTIFACTS).hits[0]
+    assert "14 March" in hit.snippet and hit.citation.event_id == "office-1"
+
+
 def with_content(document: bytes, content: bytes) -> bytes:
     """The OpenDocument file with its content.xml replaced."""
     out = io.BytesIO()

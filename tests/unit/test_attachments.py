@@ -373,6 +373,26 @@ def test_a_pdf_without_a_text_layer_is_read_by_ocr_of_its_page_images():
         analyzer([("x", 0.9)], docs=one_page)(b"", Sniffed("text/plain", "document"), None)
 
 
+def test_a_presentations_pictures_are_read_by_ocr_after_their_slides_text():
+    deck = [Block("Budget", heading=True, level=1, page=1), Block("Desks.", page=1), Block("Slide 2", True, 1, 2)]
+    icon, broken = b"icon", b"not an image"
+    pictures = [(1, PNG), (2, PNG), (2, icon), (2, broken), (2, PNG + b"2")]  # the same picture twice
+    images = FakeImageReader(corrupt=[broken], others={icon: ImageInfo("PNG", 32, 32, {})})
+    ocr = FakeOcr([("LAUNCH 14 MARCH", 0.96)])
+    read = Reader(images, ocr, FakeDocumentReader(blocks=deck, images=pictures))(b"PK", Sniffed(PPTX_MIME, "document"))
+    assert [(b.text, b.page) for b in read.blocks] == [
+        ("Budget", 1),
+        ("Desks.", 1),
+        ("LAUNCH 14 MARCH", 1),  # after its slide's text
+        ("Slide 2", 2),
+        ("LAUNCH 14 MARCH", 2),  # the other picture: the repeated one, the icon and the broken one are not read
+    ]
+    assert read.meta["ocr_pictures"] == 2 and ocr.calls == 2
+    # Without pictures, or for another kind of file, nothing changes.
+    plain = Reader(images, ocr, FakeDocumentReader(blocks=deck))(b"PK", Sniffed(PPTX_MIME, "document"))
+    assert plain.blocks == deck and "ocr_pictures" not in plain.meta
+
+
 def test_the_reading_runs_behind_the_read_port_and_the_models_stay_with_the_job():
     ocr = FakeOcr([("TOTAL 12.50", 0.98), ("smudge", 0.2)])
     images = FakeImageReader(ImageInfo("PNG", 640, 160, {}))
