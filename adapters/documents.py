@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, time
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from chatmem.memory.attachments import BadFile, Block
@@ -19,6 +20,7 @@ from chatmem.memory.attachments.filetypes import (
     DOCX_MIME,
     ODF_MIMES,
     ODP_MIME,
+    ODT_MIME,
     PPT_MIME,
     PPTX_MIME,
     XLS_MIME,
@@ -260,32 +262,54 @@ class DocumentReader:
         except broken as error:
             raise BadFile(f"broken {what}: {error}") from None
 
-    def slide_pictures(self, data: bytes, mime: str, limit: int) -> list[tuple[int, bytes]]:
-        """The pictures on the first `max_pages` slides of a .pptx or .odp (slide number, the
-        picture's bytes as stored), in order, at most `limit`; none for other files. A picture
-        linked from outside the file is not fetched."""
-        found: list[tuple[int, bytes]] = []
+    def pictures(self, data: bytes, mime: str, limit: int) -> list[tuple[int | None, bytes]]:
+        """The pictures stored in a file, in order, at most `limit`, each with its slide's number
+        (a .pptx's or .odp's first `max_pages` slides) or None (a .docx or .odt, whose pages are
+        not known); none for other files. A picture linked from outside the file is not fetched."""
         if mime == PPTX_MIME:
-            from pptx import Presentation
-            from pptx.exc import InvalidXmlError, PackageNotFoundError
+            found = self._pptx_pictures(data)
+        elif mime == DOCX_MIME:
+            found = self._docx_pictures(data)
+        elif mime in (ODP_MIME, ODT_MIME):
+            found = self._odf_pictures(data, slides=mime == ODP_MIME)
+        else:
+            return []
+        return list(islice(found, limit))
 
-            with self._office_file(data, "presentation", PackageNotFoundError, InvalidXmlError):
-                slides = Presentation(io.BytesIO(data)).slides
-                for number, slide in enumerate(slides, start=1):
-                    if number > self.max_pages:
-                        break
-                    found += [(number, blob) for blob in _picture_blobs(slide.shapes)]
-        elif mime == ODP_MIME:
-            from odfdo import Document
-            from odfdo.security import SecurityError
+    def _pptx_pictures(self, data: bytes) -> Iterator[tuple[int | None, bytes]]:
+        from pptx import Presentation
+        from pptx.exc import InvalidXmlError, PackageNotFoundError
 
-            with self._office_file(data, "OpenDocument file", SecurityError, IndexError, RecursionError):
-                document = Document(io.BytesIO(data))
-                for number, page in enumerate(document.body.get_draw_pages()[: self.max_pages], start=1):
-                    for image in page.get_elements("descendant::draw:image"):
-                        if isinstance(blob := _odf_part(document, image.get_attribute("xlink:href")), bytes):
-                            found.append((number, blob))
-        return found[:limit]
+        with self._office_file(data, "presentation", PackageNotFoundError, InvalidXmlError):
+            slides = Presentation(io.BytesIO(data)).slides
+            for number, slide in enumerate(slides, start=1):
+                if number > self.max_pages:
+                    break
+                yield from ((number, blob) for blob in _picture_blobs(slide.shapes))
+
+    def _docx_pictures(self, data: bytes) -> Iterator[tuple[int | None, bytes]]:
+        from docx import Document
+        from docx.opc.exceptions import PackageNotFoundError
+
+        with self._office_file(data, "Word document", PackageNotFoundError):
+            document = Document(io.BytesIO(data))
+            parts = document.part.related_parts
+            for ref in document.element.body.xpath(".//a:blip/@r:embed"):  # in document order
+                blob = getattr(parts.get(str(ref)), "blob", None)
+                if isinstance(blob, bytes) and blob:
+                    yield None, blob
+
+    def _odf_pictures(self, data: bytes, *, slides: bool) -> Iterator[tuple[int | None, bytes]]:
+        from odfdo import Document
+        from odfdo.security import SecurityError
+
+        with self._office_file(data, "OpenDocument file", SecurityError, IndexError, RecursionError):
+            document = Document(io.BytesIO(data))
+            pages = document.body.get_draw_pages()[: self.max_pages] if slides else [document.body]
+            for number, place in enumerate(pages, start=1):
+                for image in place.get_elements("descendant::draw:image"):
+                    if isinstance(blob := _odf_part(document, image.get_attribute("xlink:href")), bytes):
+                        yield (number if slides else None), blob
 
     def page_images(self, data: bytes, limit: int) -> list[tuple[int, bytes]]:
         """The images on the pages of a PDF (page number, encoded bytes), for OCR of scans."""

@@ -28,7 +28,7 @@ from chatmem.memory.attachments import (
     RefState,
     Sniffed,
 )
-from chatmem.memory.attachments.filetypes import ODP_MIME, PPTX_MIME
+from chatmem.memory.attachments.filetypes import DOCX_MIME, ODP_MIME, ODT_MIME, PPTX_MIME
 from chatmem.memory.boundary_llm import AssistFactory
 from chatmem.memory.dates import Period
 from chatmem.memory.episodes import Job, Plan, SummaryPolicy, ThreadContext, log_text, message_text
@@ -1116,7 +1116,7 @@ class FakeTranscriber:
 
 class FakeDocumentReader:
     """The DocumentReader port: `blocks` for any document, `images` as a scan's page images and
-    as a presentation's pictures."""
+    as the pictures of a presentation or a Word document."""
 
     def __init__(self, blocks: Sequence[Block] | None = None, images: Sequence[tuple[int, bytes]] = ()) -> None:
         self.blocks = (
@@ -1132,8 +1132,8 @@ class FakeDocumentReader:
     def page_images(self, data: bytes, limit: int) -> list[tuple[int, bytes]]:
         return self.images[:limit]
 
-    def slide_pictures(self, data: bytes, mime: str, limit: int) -> list[tuple[int, bytes]]:
-        return self.images[:limit] if mime in (PPTX_MIME, ODP_MIME) else []
+    def pictures(self, data: bytes, mime: str, limit: int) -> list[tuple[int | None, bytes]]:
+        return list(self.images[:limit]) if mime in (PPTX_MIME, ODP_MIME, DOCX_MIME, ODT_MIME) else []
 
 
 def scripted_reader(spec: object) -> Callable[[bytes, Sniffed], Extraction]:

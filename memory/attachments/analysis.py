@@ -31,17 +31,19 @@ from chatmem.memory.prompts import FileSummary, ImageDescription, file_summary
 
 OCR_MIN_SCORE = 0.5
 SCANNED_PAGES_MAX = 50  # page images OCR'd from a PDF without a text layer
-# A presentation's pictures are OCR'd too: a slide is often a screenshot or a chart saved as an
-# image. Up to this many distinct ones a file, each at least this many pixels (a logo or an
-# icon, repeated on every slide, is not worth a second of OCR).
-SLIDE_PICTURES_MAX = 20
+# The pictures of a presentation or a Word document are OCR'd too: a slide is often a screenshot
+# or a chart saved as an image, and a scan pasted into a document is its only text. Up to this
+# many distinct ones a file, each at least this many pixels (a logo or an icon, repeated on every
+# slide, is not worth a second of OCR).
+PICTURES_MAX = 20
 PICTURE_MIN_PIXELS = 200 * 150
 
 
 @dataclass
 class Reader:
     """The Read port over the readers: an image's header and OCR lines, a document's blocks (a
-    PDF without a text layer is read by OCR of its page images)."""
+    PDF without a text layer is read by OCR of its page images; the pictures of a presentation or
+    a Word document by OCR of each)."""
 
     images: ImageReader
     ocr: OcrEngine
@@ -55,23 +57,23 @@ class Reader:
         if sniffed.mime == "application/pdf" and not any(b.text.strip() for b in blocks if not b.heading):
             blocks = self._scanned_pages(data)
             meta = {**meta, "ocr_pages": len({b.page for b in blocks})}
-        elif pictures := self._pictures(self._slide_pictures(data, sniffed.mime)):
-            blocks = _after_their_slides(blocks, pictures)
+        elif pictures := self._pictures(self._pictures_in(data, sniffed.mime)):
+            blocks = _after_their_pages(blocks, pictures)
             meta = {**meta, "ocr_pictures": len(pictures)}
         return Extraction(blocks=blocks, meta=meta)
 
-    def _slide_pictures(self, data: bytes, mime: str) -> list[tuple[int, bytes]]:
+    def _pictures_in(self, data: bytes, mime: str) -> list[tuple[int | None, bytes]]:
         try:
-            return self.documents.slide_pictures(data, mime, SLIDE_PICTURES_MAX)
-        except BadFile:  # the slides' text is read already; their pictures are a bonus
+            return self.documents.pictures(data, mime, PICTURES_MAX)
+        except BadFile:  # the text is read already; the pictures are a bonus
             return []
 
     def _lines(self, image: bytes) -> list[str]:
         return [t for t, score in self.ocr.read(image) if score >= OCR_MIN_SCORE and t.strip()]
 
-    def _pictures(self, found: list[tuple[int, bytes]]) -> list[list[Block]]:
+    def _pictures(self, found: list[tuple[int | None, bytes]]) -> list[list[Block]]:
         """The text OCR finds in each distinct picture large enough to hold some, as blocks of
-        its slide; pictures without text are left out."""
+        its slide (none in a Word document); pictures without text are left out."""
         read: list[list[Block]] = []
         seen: set[bytes] = set()
         for slide, image in found:
@@ -99,8 +101,9 @@ class Reader:
         return blocks
 
 
-def _after_their_slides(blocks: list[Block], pictures: list[list[Block]]) -> list[Block]:
-    """Each picture's text after the rest of its slide, so chunks keep to the slide's heading."""
+def _after_their_pages(blocks: list[Block], pictures: list[list[Block]]) -> list[Block]:
+    """Each picture's text after the rest of its slide, so chunks keep to the slide's heading; a
+    Word document's pictures after its text (its pages are not known)."""
     by_slide: dict[int | None, list[Block]] = {}
     for picture in pictures:
         by_slide.setdefault(picture[0].page, []).extend(picture)

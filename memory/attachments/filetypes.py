@@ -46,8 +46,9 @@ PPT_MIME = "application/vnd.ms-powerpoint"  # PowerPoint 97-2003
 ENCRYPTED_OFFICE_MIME = "application/x-encrypted-office"
 # OpenDocument (LibreOffice, and what Google Docs and Office can save): text, spreadsheet and
 # presentation.
+ODT_MIME = "application/vnd.oasis.opendocument.text"
 ODP_MIME = "application/vnd.oasis.opendocument.presentation"
-ODF_MIMES = {"application/vnd.oasis.opendocument.text", "application/vnd.oasis.opendocument.spreadsheet", ODP_MIME}
+ODF_MIMES = {ODT_MIME, "application/vnd.oasis.opendocument.spreadsheet", ODP_MIME}
 # Documents told by their magic number (a Word, Excel or PowerPoint file is a ZIP whose parts
 # name it, an OpenDocument file a ZIP whose first part names its type; an older Word or Excel
 # file, a compound file whose streams name it); the text kinds are told apart by their shape.

@@ -106,9 +106,10 @@ class DocumentReader(Protocol):
         """(page number, image bytes) of a PDF's embedded images: a scan's pages."""
         ...
 
-    def slide_pictures(self, data: bytes, mime: str, limit: int) -> list[tuple[int, bytes]]:
+    def pictures(self, data: bytes, mime: str, limit: int) -> list[tuple[int | None, bytes]]:
         """(slide number, image bytes) of the pictures on the slides `read` reads of a
-        presentation, in order; none for another kind of file."""
+        presentation, and (None, image bytes) of those in a Word or OpenDocument text, in order;
+        none for another kind of file."""
         ...
 
 

@@ -857,7 +857,7 @@ def deck_with_a_picture(kind: str) -> bytes:
 @pytest.mark.parametrize(("kind", "mime"), [("pptx", PPTX_MIME), ("odp", ODP)])
 def test_a_slide_that_is_a_picture_is_read_by_ocr(driver, container, tmp_path, kind, mime):
     reader = DocumentReader(max_pages=5, max_chars=10_000)
-    found = reader.slide_pictures(deck_with_a_picture(kind), mime, 20)
+    found = reader.pictures(deck_with_a_picture(kind), mime, 20)
     assert [(slide, data == ICON) for slide, data in found] == [(1, True), (2, True), (2, False)]
     url = put(tmp_path, f"review.{kind}", deck_with_a_picture(kind))
     driver.publish([message("office", "alice", 1, "the deck", [Attachment(url=url, kind="document")])])
@@ -866,6 +866,41 @@ def test_a_slide_that_is_a_picture_is_read_by_ocr(driver, container, tmp_path, k
     assert scalar(container, "SELECT meta ->> 'ocr_pictures' FROM artifacts") == "1"  # the logo is skipped
     hit = container.recall("alice", "when is the launch date?", scope=Scope.ARTIFACTS).hits[0]
     assert "14 March" in hit.snippet and hit.citation.event_id == "office-1"
+
+
+def pasted_scan(kind: str) -> bytes:
+    """A Word or OpenDocument text that is only a scan pasted in, with a logo above it."""
+    scan = text_image(["Lease agreement", "Monthly rent 950 EUR"], size=(1240, 500))
+    if kind == "docx":
+        doc = docx.Document()
+        doc.add_picture(io.BytesIO(ICON))
+        doc.add_picture(io.BytesIO(scan))
+        out = io.BytesIO()
+        doc.save(out)
+        return out.getvalue()
+    document = odfdo.Document("text")
+    document.body.clear()
+    for data in (ICON, scan):
+        href = document.add_file(io.BytesIO(data))
+        document.body.append(
+            odfdo.Element.from_tag(f'<text:p><draw:frame><draw:image xlink:href="{href}"/></draw:frame></text:p>')
+        )
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(("kind", "mime"), [("docx", DOCX_MIME), ("odt", ODT)])
+def test_a_document_that_is_a_pasted_scan_is_read_by_ocr(driver, container, tmp_path, kind, mime):
+    # It failed as "the document has no text".
+    found = DocumentReader(max_pages=5, max_chars=10_000).pictures(pasted_scan(kind), mime, 20)
+    assert [(page, data == ICON) for page, data in found] == [(None, True), (None, False)]
+    url = put(tmp_path, f"lease.{kind}", pasted_scan(kind))
+    driver.publish([message("home", "alice", 1, "the lease", [Attachment(url=url, kind="document")])])
+    driver.advance("home")
+    assert driver.run_attachments() == ["done"]
+    hit = container.recall("alice", "how much is the monthly rent?", scope=Scope.ARTIFACTS).hits[0]
+    assert "950" in hit.snippet and hit.citation.event_id == "home-1"
 
 
 def with_content(document: bytes, content: bytes) -> bytes:

@@ -388,6 +388,12 @@ def test_a_presentations_pictures_are_read_by_ocr_after_their_slides_text():
         ("LAUNCH 14 MARCH", 2),  # the other picture: the repeated one, the icon and the broken one are not read
     ]
     assert read.meta["ocr_pictures"] == 2 and ocr.calls == 2
+    # A Word document's pages are not known: its pictures' text follows all of its own.
+    doc = [Block("Lease", heading=True, level=1), Block("See the scan.")]
+    word = Reader(images, ocr, FakeDocumentReader(blocks=doc, images=[(None, PNG)]))(
+        b"PK", Sniffed(DOCX_MIME, "document")
+    )
+    assert [b.text for b in word.blocks] == ["Lease", "See the scan.", "LAUNCH 14 MARCH"]
     # Without pictures, or for another kind of file, nothing changes.
     plain = Reader(images, ocr, FakeDocumentReader(blocks=deck))(b"PK", Sniffed(PPTX_MIME, "document"))
     assert plain.blocks == deck and "ocr_pictures" not in plain.meta
