@@ -9,8 +9,10 @@ memory from it. The memory commands (/remember, /forget, /summary, /newtopic, /m
   OPENAI_BASE_URL, and CHATMEM_LLM_MODEL): the model answers, given chatmem's context;
 - without one: a question (ending in "?") is answered from memory, with links to the original
   messages where Telegram has them; anything else is just remembered.
-For photos and documents to be read, the attachments worker needs the same token in
-CHATMEM_TELEGRAM_BOT_TOKEN. `--api-url` points the bot at another Bot API server.
+Connected to a Telegram Business account, it answers the account's customers the same way, for
+the business (each business's memory apart; docs/chat-adapters.md), and leaves the owner's own
+messages unanswered. For photos and documents to be read, the attachments worker needs the same
+token in CHATMEM_TELEGRAM_BOT_TOKEN. `--api-url` points the bot at another Bot API server.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from telegram import LinkPreviewOptions, Update
+from telegram import Bot, LinkPreviewOptions, Message, Update
 from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
 from chatmem.bootstrap import open_memory
@@ -63,9 +65,22 @@ def main() -> None:
     publisher = Publisher.from_settings(memory.settings)
     complete = openai_chat(memory.settings)
 
+    owners: dict[str, tuple[int, bool]] = {}  # business connection -> (its owner, may the bot reply)
+
+    async def not_ours_to_answer(message: Message, bot: Bot) -> bool:
+        """In a business chat: the owner's own messages, or a connection that may not reply."""
+        connection = message.business_connection_id
+        if connection is None:
+            return False
+        if connection not in owners:
+            found = await bot.get_business_connection(connection)
+            owners[connection] = (found.user.id, found.rights is None or bool(found.rights.can_reply))
+        owner, may_reply = owners[connection]
+        return not may_reply or (message.from_user is not None and message.from_user.id == owner)
+
     async def answer(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.effective_message
-        if message is None or not message.text:
+        if message is None or not message.text or await not_ours_to_answer(message, context.bot):
             return
         if complete is not None:
             try:
@@ -94,7 +109,8 @@ def main() -> None:
         .build()
     )
     telegram_ptb.add_memory(app, publisher, memory=memory)
-    app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & filters.TEXT & ~filters.COMMAND, answer))
+    new = filters.UpdateType.MESSAGE | filters.UpdateType.BUSINESS_MESSAGE
+    app.add_handler(MessageHandler(new & filters.TEXT & ~filters.COMMAND, answer))
     try:
         app.run_polling()
     finally:

@@ -238,6 +238,22 @@ class TelegramStub:
             self.sent.append(message)
         return self._ok(message)
 
+    async def _m_getbusinessconnection(self, params: dict[str, Any]) -> web.Response:
+        connection = str(params.get("business_connection_id"))
+        owner = self.business_owners.get(connection)
+        if owner is None:
+            return self._error(400, "Bad Request: business connection not found")
+        return self._ok(
+            {
+                "id": connection,
+                "user": owner,
+                "user_chat_id": owner["id"],
+                "date": T0,
+                "is_enabled": True,
+                "rights": {"can_reply": True},
+            }
+        )
+
     async def _m_deletemessage(self, params: dict[str, Any]) -> web.Response:
         return self._ok(True)
 

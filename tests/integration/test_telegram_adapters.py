@@ -589,15 +589,20 @@ def test_a_transient_failure_on_the_last_attempt_is_stored_without_the_token(stu
 # --- the example bot ---------------------------------------------------------------------------------
 def test_the_example_bot_answers_from_memory_with_deep_links(stub, container):
     """examples/telegram_bot.py as a user runs it, with no LLM: /whatdoyouknow and a question
-    answered from memory, the citation a t.me link to the original message."""
+    answered from memory, the citation a t.me link to the original message; connected to a
+    business, a customer's question answered for the business, the owner's words not answered."""
     from chatmem.producers import telegram
 
     said = message(GROUP, 41, text="The allotment locker code is 4512, by the way")
+    asked = business(message(PRIVATE, 29, text="Do you sell tulips?"))
+    hours = business(message(PRIVATE, 30, user=OWNER, text="Yes! On Saturdays the shop opens at 10 am."))
+    stub.business_owners[CONNECTION] = OWNER
     driver = Driver(container)
-    event = telegram.map_update({"message": said})
-    assert event is not None and event.event is not None
-    driver.publish([event.event])
-    driver.advance(G)
+    for update in ({"message": said}, {"business_message": asked}, {"business_message": hours}):
+        event = telegram.map_update(update)
+        assert event is not None and event.event is not None
+        driver.publish([event.event])
+        driver.advance(event.thread_id)
 
     env = settings_env(container.settings) | {"TELEGRAM_BOT_TOKEN": TOKEN, "PYTHONUNBUFFERED": "1"}
     for key in ("CHATMEM_TELEGRAM_BOT_TOKEN", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
@@ -616,16 +621,28 @@ def test_the_example_bot_answers_from_memory_with_deep_links(stub, container):
         stub.push({"message": message(GROUP, 42, text="/whatdoyouknow")})
         stub.push({"message": message(GROUP, 43, text="What is the locker code?")})
         assert wait_for(lambda: len(stub.sent) >= 2, timeout=120), stop(proc)
+        stub.push({"business_message": business(message(PRIVATE, 31, user=OWNER, text="Anyone there?"))})
+        stub.push({"business_message": business(message(PRIVATE, 32, text="When does the shop open on Saturdays?"))})
+        assert wait_for(lambda: len(stub.sent) >= 3, timeout=120), stop(proc)
     finally:
         output = stop(proc)
-    known, recalled = (s["text"] for s in stub.sent[:2])
+    known, recalled, for_the_shop = (s["text"] for s in stub.sent[:3])
     assert known == "Recent conversations:\n• 2026-01-01 — (not summarized yet)"  # the episode just built
     assert "4512" in recalled and "https://t.me/c/1234567890/41" in recalled, recalled
+    assert "10 am" in for_the_shop and "4512" not in for_the_shop, for_the_shop
+    assert stub.sent[2]["business_connection_id"] == CONNECTION and len(stub.sent) == 3  # the owner: no answer
     assert SECRET not in output
     # The question and the bot's answer were published; the read-only command was not.
-    assert wait_for(lambda: container.redis.xlen(container.settings.stream_key) >= 3, timeout=20)
+    assert wait_for(lambda: container.redis.xlen(container.settings.stream_key) >= 8, timeout=20)
     published = [parse_event(f[b"event"]) for _, f in container.redis.xrange(container.settings.stream_key)]
-    assert [(row(e)[1], row(e)[3]) for e in published if e.event_id != "telegram:-1001234567890:41"] == [
+    shop = f"telegram:{telegram.business_tag(CONNECTION)}:111"
+    assert [(row(e)[1], row(e)[3]) for e in published] == [
+        ("telegram:-1001234567890:41", "user"),  # what the test published first
+        (f"{shop}:29", "user"),
+        (f"{shop}:30", "user"),
         ("telegram:-1001234567890:43", "user"),
         (f"telegram:-1001234567890:{stub.sent[1]['message_id']}", "assistant"),
+        (f"{shop}:31", "user"),
+        (f"{shop}:32", "user"),
+        (f"{shop}:{stub.sent[2]['message_id']}", "assistant"),
     ]
