@@ -100,7 +100,10 @@ def _main_text(document: bytes, table: bytes, max_chars: int) -> str:
         raise BadFile("broken Word document: its piece table is missing")
     at = 0
     while at < len(clx) and clx[at] == 0x01:  # property modifiers before the piece table
-        at += 3 + struct.unpack_from("<h", clx, at + 1)[0]
+        (size,) = struct.unpack_from("<h", clx, at + 1)
+        if size < 0:  # would step back, or stay, for ever
+            raise BadFile("broken Word document: a property modifier of negative size")
+        at += 3 + size
     if at >= len(clx) or clx[at] != 0x02:
         raise BadFile("broken Word document: its piece table is missing")
     (size,) = struct.unpack_from("<I", clx, at + 1)

@@ -62,7 +62,9 @@ FIB_SIZE = 0x9A + 93 * 8 + 2
 TEXT_AT = 1024  # where the text's pieces start in the WordDocument stream
 
 
-def word_document(pieces: list[tuple[str, bool]], *, encrypted: bool = False, n_fib: int = 0x00C1) -> bytes:
+def word_document(
+    pieces: list[tuple[str, bool]], *, encrypted: bool = False, n_fib: int = 0x00C1, modifier_size: int = 2
+) -> bytes:
     """A Word 97-2003 document whose main text is `pieces`, each (text, compressed): a compressed
     piece is stored one byte a character (Windows-1252), the others in UTF-16. Its text uses Word's
     marks: "\\r" ends a paragraph, "\\x07" a table cell (one more ends the row), "\\x13", "\\x14" and
@@ -80,7 +82,7 @@ def word_document(pieces: list[tuple[str, bool]], *, encrypted: bool = False, n_
         cps.append(cps[-1] + len(chars))
     plc = struct.pack(f"<{len(cps)}I", *cps) + b"".join(descriptors)
     # A property modifier before the piece table, which a reader must step over.
-    clx = b"\x01" + struct.pack("<h", 2) + b"\x00\x00" + b"\x02" + struct.pack("<I", len(plc)) + plc
+    clx = b"\x01" + struct.pack("<h", modifier_size) + b"\x00\x00" + b"\x02" + struct.pack("<I", len(plc)) + plc
     flags = 0x0200 | (0x0100 if encrypted else 0)  # the table stream is 1Table
     fib = bytearray(FIB_SIZE)
     struct.pack_into("<HHHHH", fib, 0, 0xA5EC, n_fib, 0, 0x0409, 0)

@@ -97,12 +97,13 @@ def test_a_long_word_97_document_is_read_up_to_the_limit():
     [
         (word_document(PLAN, encrypted=True), r"the Word document is encrypted \(password protected\)"),
         (word_document(PLAN, n_fib=0x0065), "a Word 6 or Word 95 document"),
+        (word_document(PLAN, modifier_size=-3), "negative size"),  # it looped for ever
         (compound_file({"1Table": b"", "WordDocument": b"\x00" * 64}), "does not begin a Word file"),
         (word_document(PLAN)[:2600], "broken Word document"),
         (compound_file({"WordDocument": word_document(PLAN)[:10]}), "broken Word document"),
         (compound_file({"1Table": b"\x03", "WordDocument": b"\xec\xa5\xc1\x00" + bytes(1020)}), "broken Word"),
     ],
-    ids=["encrypted", "word-95", "not-word", "cut-short", "no-table-stream", "no-piece-table"],
+    ids=["encrypted", "word-95", "negative-modifier", "not-word", "cut-short", "no-table-stream", "no-piece-table"],
 )
 def test_a_word_97_document_that_cannot_be_read_says_why(document, reason):
     with pytest.raises(BadFile, match=reason):
