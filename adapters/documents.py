@@ -155,7 +155,9 @@ class DocumentReader:
         (adapters/ole.py: the format has no library to read it)."""
         from chatmem.adapters.ole import word_paragraphs
 
-        return _until((Block(p) for p in word_paragraphs(data, self.max_chars)), self.max_chars), {}
+        paragraphs = word_paragraphs(data, self.max_chars)
+        blocks = (Block(text, heading=bool(level), level=level) for text, level in paragraphs)
+        return _until(blocks, self.max_chars), {}
 
     def _ppt(self, data: bytes) -> tuple[list[Block], dict]:
         """A PowerPoint 97-2003 presentation read as a .pptx is: its first `max_pages` slides, each

@@ -7,6 +7,7 @@ table; a presentation's persist directory, slide list and text atoms)."""
 
 from __future__ import annotations
 
+import bisect
 import re
 import struct
 from collections.abc import Iterator
@@ -43,7 +44,11 @@ def compound_type(data: bytes) -> str | None:
 _WORD_IDENT = 0xA5EC
 _WORD_95 = 0x0068  # nFib of Word 95 (Word 6: 0x0065); theirs is another layout. Word 97: 0x00C1
 _ENCRYPTED, _WHICH_TABLE, _OBFUSCATED = 0x0100, 0x0200, 0x8000
-_CLX_INDEX = 33  # fcClx is the 34th (fc, lcb) pair of FibRgFcLcb97
+# FibRgFcLcb97's (fc, lcb) pairs read: the style sheet, the paragraph properties' index, the
+# piece table.
+_STSHF_INDEX, _PAPX_INDEX, _CLX_INDEX = 1, 13, 33
+_TTP = 0x2417  # sprmPFTtp: the paragraph mark ends a table row
+_HEADINGS = {**{sti: sti for sti in range(1, 10)}, 62: 1}  # built-in Heading 1-9; Title (62)
 # Field marks: the instruction between begin and separator is code ("HYPERLINK ..."), the result
 # after the separator is what the page shows.
 _FIELD_BEGIN, _FIELD_SEPARATOR, _FIELD_END = "\x13", "\x14", "\x15"
@@ -57,11 +62,11 @@ _CHARACTERS = str.maketrans(
 )  # fmt: skip
 
 
-def word_paragraphs(data: bytes, max_chars: int) -> list[str]:
+def word_paragraphs(data: bytes, max_chars: int) -> list[tuple[str, int]]:
     """The main text of a Word 97-2003 document (not its headers, footnotes or text boxes), as
-    paragraphs (a table row's cells joined by " | "), up to about `max_chars`. BadFile for an
-    encrypted, older or broken one. Its title is not read: olefile's property-set parser loops
-    over whatever count a broken file declares."""
+    (paragraph, heading level or 0), a table row's cells joined by " | ", up to about
+    `max_chars`. BadFile for an encrypted, older or broken one. Its title is not read: olefile's
+    property-set parser loops over whatever count a broken file declares."""
     import olefile
 
     try:
@@ -76,17 +81,19 @@ def word_paragraphs(data: bytes, max_chars: int) -> list[str]:
             if version <= _WORD_95:
                 raise BadFile("a Word 6 or Word 95 document: only Word 97-2003 documents are read")
             table = container.openstream("1Table" if flags & _WHICH_TABLE else "0Table").read()
-            text = _main_text(document, table, max_chars)
+            text, offsets = _main_text(document, table, max_chars)
+            marks = _paragraph_marks(document, table)
     except BadFile:
         raise
     except (OSError, ValueError, IndexError, KeyError, struct.error, RecursionError) as error:
         raise BadFile(f"broken Word document: {error}") from None
-    return list(_paragraphs(_without_fields(text)))
+    return list(_paragraphs(*_without_fields(text, offsets), marks))
 
 
-def _main_text(document: bytes, table: bytes, max_chars: int) -> str:
+def _main_text(document: bytes, table: bytes, max_chars: int) -> tuple[str, list[int]]:
     """The first ccpText characters of the document, piece by piece (each piece is either
-    Windows-1252, one byte a character, or UTF-16), at most about 2 × `max_chars` of them."""
+    Windows-1252, one byte a character, or UTF-16), at most about 2 × `max_chars` of them, and
+    each character's offset in the WordDocument stream (paragraph properties are found by it)."""
     csw = struct.unpack_from("<H", document, 0x20)[0]
     lw = 0x22 + 2 * csw + 2  # FibRgLw97, after its count
     cslw = struct.unpack_from("<H", document, lw - 2)[0]
@@ -114,6 +121,7 @@ def _main_text(document: bytes, table: bytes, max_chars: int) -> str:
     cps = struct.unpack_from(f"<{pieces + 1}i", plc, 0)
     wanted = min(ccp_text, 2 * max_chars)
     out: list[str] = []
+    offsets: list[int] = []
     for n in range(pieces):
         start, end = max(cps[n], 0), min(cps[n + 1], wanted)
         if start >= wanted:
@@ -122,19 +130,24 @@ def _main_text(document: bytes, table: bytes, max_chars: int) -> str:
             continue
         (fc,) = struct.unpack_from("<I", plc, 4 * (pieces + 1) + 8 * n + 2)
         if fc & 0x40000000:  # compressed: one byte a character, at half the offset
-            offset = (fc & 0x3FFFFFFF) // 2
-            out.append(document[offset : offset + end - start].decode("cp1252", "replace"))
+            offset, width = (fc & 0x3FFFFFFF) // 2, 1
+            piece = document[offset : offset + end - start].decode("cp1252", "replace")
         else:
-            out.append(document[fc : fc + 2 * (end - start)].decode("utf-16-le", "replace"))
-    return "".join(out)
+            offset, width = fc, 2
+            piece = document[fc : fc + 2 * (end - start)].decode("utf-16-le", "replace")
+        out.append(piece)
+        offsets += range(offset, offset + width * len(piece), width)
+    return "".join(out), offsets
 
 
-def _without_fields(text: str) -> str:
-    """The text as shown: a field's instruction left out, its result kept (nested fields too)."""
+def _without_fields(text: str, offsets: list[int]) -> tuple[str, list[int]]:
+    """The text as shown, with its characters' offsets: a field's instruction left out, its result
+    kept (nested fields too)."""
     out: list[str] = []
+    kept: list[int] = []
     hidden = 0  # depth of open fields whose instruction is being read
     stack: list[bool] = []  # for each open field: still in its instruction
-    for ch in text:
+    for ch, offset in zip(text, offsets, strict=True):
         if ch == _FIELD_BEGIN:
             stack.append(True)
             hidden += 1
@@ -147,32 +160,122 @@ def _without_fields(text: str) -> str:
                 hidden -= 1
         elif not hidden:
             out.append(ch)
-    return "".join(out)
+            kept.append(offset)
+    return "".join(out), kept
 
 
-def _paragraphs(text: str) -> Iterator[str]:
-    """Paragraphs, and table rows with their cells joined by " | ". A cell ends with a cell
-    mark, a row with one more mark; an empty cell therefore ends its row early (Word's table
-    properties, which say where a row ends, are not read)."""
+@dataclass(frozen=True)
+class _Marks:
+    """Paragraph properties by stream offset: runs starting at `starts`, each its heading level
+    (0 for none) and whether its mark ends a table row."""
+
+    starts: list[int]
+    levels: list[int]
+    row_ends: list[bool]
+
+    def at(self, offset: int) -> tuple[int, bool | None]:
+        """The heading level and, when known, whether the mark at `offset` ends a row."""
+        n = bisect.bisect_right(self.starts, offset) - 1
+        return (self.levels[n], self.row_ends[n]) if n >= 0 else (0, None)
+
+
+def _paragraphs(text: str, offsets: list[int], marks: _Marks) -> Iterator[tuple[str, int]]:
+    """(paragraph, heading level), and table rows with their cells joined by " | ". A cell ends
+    with a cell mark; the row with one more, which the paragraph properties name. Without them
+    (a file whose properties cannot be read) a mark right after a cell's ends the row, so an
+    empty cell ends its row early."""
     cells: list[str] = []
     after_cell = False  # the last mark was a cell's
     for found in _TOKENS.finditer(text.translate(_CHARACTERS)):
         words = " ".join("".join(c for c in found[1] if c >= " " or c == "\t").split())
+        level, row_end = marks.at(offsets[found.end() - 1]) if found[2] else (0, None)
         if found[2] == _CELL:
-            if words:
-                cells.append(words)
-            elif after_cell and cells:  # the row's own mark
-                yield " | ".join(dict.fromkeys(cells))
+            if row_end or (row_end is None and not words and after_cell):  # the row's own mark
+                if cells:
+                    yield " | ".join(dict.fromkeys(cells)), 0
                 cells = []
+            elif words:
+                cells.append(words)
             after_cell = True
             continue
         after_cell = False
         if words and cells:  # a cell's earlier paragraph: part of the cell
             cells.append(words)
         elif words:
-            yield words
+            yield words, level
     if cells:
-        yield " | ".join(dict.fromkeys(cells))
+        yield " | ".join(dict.fromkeys(cells)), 0
+
+
+def _paragraph_marks(document: bytes, table: bytes) -> _Marks:
+    """Each paragraph run's style and row-end flag, from the paragraph properties' pages (PAPX
+    FKPs) and the style sheet. A file whose properties cannot be read loses only its headings
+    and its rows' ends, not its text."""
+    try:
+        stis = _style_ids(document, table)
+        fc, lcb = struct.unpack_from("<II", document, 0x9A + 8 * _PAPX_INDEX)
+        count = (lcb - 4) // 8
+        pages = struct.unpack_from(f"<{count}I", table, fc + 4 * (count + 1)) if count > 0 else ()
+        runs: list[tuple[int, int, bool]] = []
+        for page_number in dict.fromkeys(n & 0x3FFFFF for n in pages):  # a page named twice is read once
+            runs += _fkp_runs(document, page_number * 512)
+    except (struct.error, IndexError, ValueError):
+        return _Marks([], [], [])
+    runs.sort()
+    levels = [_HEADINGS.get(stis[istd], 0) if istd < len(stis) else 0 for _, istd, _ in runs]
+    return _Marks([start for start, _, _ in runs], levels, [ttp for _, _, ttp in runs])
+
+
+def _fkp_runs(document: bytes, at: int) -> list[tuple[int, int, bool]]:
+    """(first offset, style index, ends a row) of each run on one 512-byte page of paragraph
+    properties."""
+    page = document[at : at + 512]
+    if len(page) < 512:
+        raise IndexError("a page of paragraph properties is cut short")
+    count = page[511]
+    starts = struct.unpack_from(f"<{count + 1}I", page, 0)
+    runs = []
+    for n in range(count):
+        place = 2 * page[4 * (count + 1) + 13 * n]
+        if place == 0:  # the default properties: style 0
+            runs.append((starts[n], 0, False))
+            continue
+        size = 2 * page[place] - 1 if page[place] else 2 * page[place + 1]
+        body = page[place + 1 : place + 1 + size] if page[place] else page[place + 2 : place + 2 + size]
+        (istd,) = struct.unpack_from("<H", body, 0)
+        runs.append((starts[n], istd, _has_ttp(body[2:])))
+    return runs
+
+
+_OPERAND_SIZES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 2, 5: 2, 7: 3}  # by spra; 6: sized by its first byte
+
+
+def _has_ttp(grpprl: bytes) -> bool:
+    """Whether a paragraph's property modifiers say its mark ends a table row."""
+    at = 0
+    while at + 2 <= len(grpprl):
+        (sprm,) = struct.unpack_from("<H", grpprl, at)
+        at += 2
+        if sprm == _TTP:
+            return at < len(grpprl) and grpprl[at] == 1
+        spra = sprm >> 13
+        at += _OPERAND_SIZES[spra] if spra != 6 else 1 + (grpprl[at] if at < len(grpprl) else 0)
+    return False
+
+
+def _style_ids(document: bytes, table: bytes) -> list[int]:
+    """The built-in style id (sti) of each style index (istd); 0xFFF for a style of the user's
+    own, or an empty slot."""
+    fc, lcb = struct.unpack_from("<II", document, 0x9A + 8 * _STSHF_INDEX)
+    sheet = table[fc : fc + lcb]
+    header = struct.unpack_from("<H", sheet, 0)[0]
+    (count,) = struct.unpack_from("<H", sheet, 2)
+    at, stis = 2 + header, []
+    for _ in range(count):
+        (size,) = struct.unpack_from("<H", sheet, at)
+        stis.append(struct.unpack_from("<H", sheet, at + 2)[0] & 0x0FFF if size else 0xFFF)
+        at += 2 + size
+    return stis
 
 
 # --- a PowerPoint 97-2003 presentation's text -------------------------------------------------

@@ -16,17 +16,22 @@ MINI_CUTOFF = 4096  # smaller streams would belong in the mini stream: every str
 
 def compound_file(streams: dict[str, bytes]) -> bytes:
     """A compound file with these streams under its root, in the order given (which must be the
-    order [MS-CFB] sorts names in: shorter first, then by upper-case letters)."""
+    order [MS-CFB] sorts names in: shorter first, then by upper-case letters). The FAT takes the
+    first sectors (up to the 109 the header lists), the directory the next one."""
     padded = {name: data.ljust(MINI_CUTOFF, b"\0") for name, data in streams.items()}
+    counts = [-(-len(data) // SECTOR) for data in padded.values()]
+    per_fat = SECTOR // 4
+    fats = 1
+    while fats * per_fat < fats + 1 + sum(counts):
+        fats += 1
+    if fats > 109:
+        raise ValueError("the header's list of FAT sectors is enough for the tests' files")
     chains: list[tuple[int, int]] = []  # (first sector, sectors) of each stream
-    next_free = 2  # sector 0 holds the FAT, sector 1 the directory
-    for data in padded.values():
-        count = -(-len(data) // SECTOR)
+    next_free = fats + 1
+    for count in counts:
         chains.append((next_free, count))
         next_free += count
-    if next_free > SECTOR // 4:
-        raise ValueError("one FAT sector is enough for the tests' files")
-    fat = [FAT_SECTOR, END] + [FREE] * (SECTOR // 4 - 2)
+    fat = [FAT_SECTOR] * fats + [END] + [FREE] * (fats * per_fat - fats - 1)
     for first, count in chains:
         for sector in range(first, first + count):
             fat[sector] = sector + 1 if sector < first + count - 1 else END
@@ -40,11 +45,11 @@ def compound_file(streams: dict[str, bytes]) -> bytes:
         + bytes(16)
         + struct.pack("<HHHHH", 0x3E, 3, 0xFFFE, 9, 6)
         + bytes(6)
-        + struct.pack("<IIIIIIIII", 0, 1, 1, 0, MINI_CUTOFF, END, 0, END, 0)
-        + struct.pack("<109I", 0, *([FREE] * 108))
+        + struct.pack("<IIIIIIIII", 0, fats, fats, 0, MINI_CUTOFF, END, 0, END, 0)
+        + struct.pack("<109I", *range(fats), *([FREE] * (109 - fats)))
     )
-    body = b"".join(data.ljust(count * SECTOR, b"\0") for data, (_, count) in zip(padded.values(), chains, strict=True))
-    return header + struct.pack(f"<{SECTOR // 4}I", *fat) + directory + body
+    body = b"".join(data.ljust(count * SECTOR, b"\0") for data, count in zip(padded.values(), counts, strict=True))
+    return header + struct.pack(f"<{len(fat)}I", *fat) + directory + body
 
 
 def _entry(name: str, kind: int, *, child: int = NO_STREAM, right: int = NO_STREAM, start: int, size: int) -> bytes:
@@ -60,40 +65,103 @@ def _entry(name: str, kind: int, *, child: int = NO_STREAM, right: int = NO_STRE
 
 FIB_SIZE = 0x9A + 93 * 8 + 2
 TEXT_AT = 1024  # where the text's pieces start in the WordDocument stream
+ROW_END = "\ue000"  # in a piece's text: the mark that ends a table row (written as a cell mark)
+# The document's style sheet, by style index: (built-in style id, name).
+STYLES = [(0, "Normal"), (1, "heading 1"), (2, "heading 2"), (62, "Title")]
+STYLE_NORMAL, STYLE_HEADING_1, STYLE_HEADING_2, STYLE_TITLE = range(4)
 
 
 def word_document(
-    pieces: list[tuple[str, bool]], *, encrypted: bool = False, n_fib: int = 0x00C1, modifier_size: int = 2
+    pieces: list[tuple[str, bool]],
+    *,
+    styles: dict[int, int] | None = None,
+    properties: bool = True,
+    encrypted: bool = False,
+    n_fib: int = 0x00C1,
+    modifier_size: int = 2,
 ) -> bytes:
     """A Word 97-2003 document whose main text is `pieces`, each (text, compressed): a compressed
     piece is stored one byte a character (Windows-1252), the others in UTF-16. Its text uses Word's
-    marks: "\\r" ends a paragraph, "\\x07" a table cell (one more ends the row), "\\x13", "\\x14" and
-    "\\x15" open a field, separate its code from its result and close it."""
+    marks: "\\r" ends a paragraph, "\\x07" a table cell and ROW_END a row, "\\x13", "\\x14" and
+    "\\x15" open a field, separate its code from its result and close it. `styles` gives the
+    paragraphs (counted by their marks, from 0) their style index in STYLES; with `properties`
+    off the file has no style sheet and no paragraph properties."""
     text = b""
     cps, descriptors = [0], []
+    marks: list[tuple[int, int, bool]] = []  # (offset after the mark, style, ends a row)
     for chars, compressed in pieces:
         at = TEXT_AT + len(text)
-        if compressed:
-            text += chars.encode("cp1252")
-            descriptors.append(struct.pack("<HIH", 0, (at * 2) | 0x40000000, 0))
-        else:
-            text += chars.encode("utf-16-le")
-            descriptors.append(struct.pack("<HIH", 0, at, 0))
+        width = 1 if compressed else 2
+        written = chars.replace(ROW_END, "\x07")
+        text += written.encode("cp1252") if compressed else written.encode("utf-16-le")
+        descriptors.append(struct.pack("<HIH", 0, (at * 2) | 0x40000000 if compressed else at, 0))
         cps.append(cps[-1] + len(chars))
+        for n, ch in enumerate(chars):
+            if ch in "\r\x07" + ROW_END:
+                marks.append((at + width * (n + 1), (styles or {}).get(len(marks), STYLE_NORMAL), ch == ROW_END))
     plc = struct.pack(f"<{len(cps)}I", *cps) + b"".join(descriptors)
     # A property modifier before the piece table, which a reader must step over.
     clx = b"\x01" + struct.pack("<h", modifier_size) + b"\x00\x00" + b"\x02" + struct.pack("<I", len(plc)) + plc
+    table, pairs = clx, {33: (0, len(clx))}  # fcClx
+    document = bytearray(FIB_SIZE)
+    document = bytes(document).ljust(TEXT_AT, b"\0") + text
+    if properties:
+        sheet = _style_sheet()
+        pairs[1] = (len(table), len(sheet))  # fcStshf
+        table += sheet
+        # Pages of paragraph properties, 20 paragraphs a page, indexed by where each page starts.
+        groups = [marks[n : n + 20] for n in range(0, len(marks), 20)]
+        firsts = [TEXT_AT] + [group[-1][0] for group in groups[:-1]]
+        numbers = []
+        for first, group in zip(firsts, groups, strict=True):
+            page_at = -(-len(document) // 512) * 512
+            document = document.ljust(page_at, b"\0") + _papx_page(first, group)
+            numbers.append(page_at // 512)
+        index = struct.pack(f"<{2 * len(groups) + 1}I", *firsts, marks[-1][0], *numbers) if marks else b""
+        pairs[13] = (len(table), len(index))  # fcPlcfBtePapx
+        table += index
+    fib = bytearray(document[:FIB_SIZE])
     flags = 0x0200 | (0x0100 if encrypted else 0)  # the table stream is 1Table
-    fib = bytearray(FIB_SIZE)
     struct.pack_into("<HHHHH", fib, 0, 0xA5EC, n_fib, 0, 0x0409, 0)
     struct.pack_into("<H", fib, 0x0A, flags)
     struct.pack_into("<H", fib, 0x20, 14)  # csw: FibRgW97's 14 words
     struct.pack_into("<H", fib, 0x3E, 22)  # cslw: FibRgLw97's 22 longs
     struct.pack_into("<i", fib, 0x40 + 3 * 4, cps[-1])  # ccpText
     struct.pack_into("<H", fib, 0x98, 93)  # cbRgFcLcb: FibRgFcLcb97's 93 pairs
-    struct.pack_into("<II", fib, 0x9A + 33 * 8, 0, len(clx))  # fcClx, lcbClx
-    document = bytes(fib).ljust(TEXT_AT, b"\0") + text
-    return compound_file({"1Table": clx, "WordDocument": document})
+    for n, (fc, lcb) in pairs.items():
+        struct.pack_into("<II", fib, 0x9A + n * 8, fc, lcb)
+    return compound_file({"1Table": table, "WordDocument": bytes(fib) + document[FIB_SIZE:]})
+
+
+def _style_sheet() -> bytes:
+    """STSH: its header (the count of styles, their base's size of 10 bytes), then each style:
+    its base (the built-in id in the low 12 bits of its first word) and its name."""
+    header = struct.pack("<HH", len(STYLES), 10) + bytes(14)
+    out = struct.pack("<H", len(header)) + header
+    for sti, name in STYLES:
+        std = struct.pack("<H", sti) + bytes(8) + struct.pack("<H", len(name)) + name.encode("utf-16-le") + bytes(2)
+        out += struct.pack("<H", len(std)) + std
+    return out
+
+
+def _papx_page(first: int, marks: list[tuple[int, int, bool]]) -> bytes:
+    """One 512-byte page of paragraph properties: each paragraph's run (from the end of the one
+    before to the end of its mark) with its style and, for a row's mark, sprmPFTtp = 1."""
+    count = len(marks)
+    page = bytearray(512)
+    bounds = [first] + [end for end, _, _ in marks]
+    struct.pack_into(f"<{count + 1}I", page, 0, *bounds)
+    free = 511
+    for n, (_, style, row_end) in enumerate(marks):
+        body = struct.pack("<H", style) + (struct.pack("<HB", 0x2417, 1) if row_end else b"")
+        entry = bytes([(len(body) + 1) // 2]) + body if len(body) % 2 else b"\x00" + bytes([len(body) // 2]) + body
+        free = (free - len(entry)) & ~1
+        if free < 4 * (count + 1) + 13 * count:
+            raise ValueError("the tests' documents fit one page of paragraph properties")
+        page[free : free + len(entry)] = entry
+        page[4 * (count + 1) + 13 * n] = free // 2
+    page[511] = count
+    return bytes(page)
 
 
 # --- PowerPoint 97-2003 ----------------------------------------------------------------------------

@@ -802,7 +802,8 @@ def old_word_document() -> bytes:
     return office97.word_document(
         [
             ("Office plan\rThe office budget for next year was approved by the board.\r", True),
-            ("Item\x07Supplier\x07Cost\x07\x07Standing desks\x07Deskworks\x074,200 EUR\x07\x07", False),
+            ("Item\x07Supplier\x07Cost\x07" + office97.ROW_END + "Standing desks\x07Deskworks\x074,200 EUR\x07", False),
+            (office97.ROW_END, False),
         ]
     )
 

@@ -15,15 +15,23 @@ from chatmem.adapters.images import guess_binary
 from chatmem.adapters.ole import compound_type, word_paragraphs
 from chatmem.memory.attachments import BadFile
 from chatmem.memory.attachments.filetypes import DOC_MIME, PPT_MIME, XLS_MIME, Sniffed, sniff
-from tests.office97 import compound_file, powerpoint_document, record, word_document
+from tests.office97 import (
+    ROW_END,
+    STYLE_HEADING_2,
+    STYLE_TITLE,
+    compound_file,
+    powerpoint_document,
+    record,
+    word_document,
+)
 
 PLAN = [
     # One byte a character (Windows-1252): a heading, a paragraph with a hyperlink field whose
     # result is shown and whose code is not, and a nested field.
     ('Office plan\rThe board approved the \x13 HYPERLINK "https://b" \x14budget\x15 for next year.\r', True),
     ("Page \x13 PAGE \x14\x13 QUOTE \x14seven\x15\x15 of the plan.\r", True),
-    # UTF-16: a table of two rows of three cells, then text no code page holds.
-    ("Item\x07Supplier\x07Cost\x07\x07Standing desks\x07Deskworks\x074,200 €\x07\x07", False),
+    # UTF-16: a table of two rows of three cells (one empty), then text no code page holds.
+    ("Item\x07Supplier\x07Cost\x07" + ROW_END + "Standing desks\x07\x074,200 €\x07" + ROW_END, False),
     ("Ünïcödé line\x0bbreak, a non\x1ebreaking hyphen, a pic\x01ture and a foot\x02note.\r", False),
 ]
 
@@ -72,18 +80,32 @@ def test_powerpoint_97_files_are_no_longer_taken_for_spreadsheets_and_encrypted_
         sniff(locked, "plan.docx", guess_binary)
 
 
-def test_a_word_97_documents_text_reads_as_shown():
-    paragraphs = word_paragraphs(word_document(PLAN), 10_000)
-    assert paragraphs == [
-        "Office plan",
-        "The board approved the budget for next year.",
-        "Page seven of the plan.",
-        "Item | Supplier | Cost",
-        "Standing desks | Deskworks | 4,200 €",
-        "Ünïcödé line break, a non-breaking hyphen, a picture and a footnote.",
+def test_a_word_97_documents_text_reads_as_shown_with_its_headings_and_rows():
+    styled = word_document(PLAN, styles={0: STYLE_TITLE, 2: STYLE_HEADING_2})
+    assert word_paragraphs(styled, 10_000) == [
+        ("Office plan", 1),  # styled Title
+        ("The board approved the budget for next year.", 0),
+        ("Page seven of the plan.", 2),  # Heading 2
+        ("Item | Supplier | Cost", 0),
+        ("Standing desks | 4,200 €", 0),  # an empty cell; the row ends where its properties say
+        ("Ünïcödé line break, a non-breaking hyphen, a picture and a footnote.", 0),
     ]
-    blocks, meta = DocumentReader(max_pages=5, max_chars=10_000).read(word_document(PLAN), DOC_MIME)
-    assert [b.text for b in blocks] == paragraphs and meta == {}
+    blocks, meta = DocumentReader(max_pages=5, max_chars=10_000).read(styled, DOC_MIME)
+    assert [(b.text, b.heading, b.level) for b in blocks][:3] == [
+        ("Office plan", True, 1),
+        ("The board approved the budget for next year.", False, 0),
+        ("Page seven of the plan.", True, 2),
+    ]
+    assert meta == {}
+
+
+def test_a_word_97_document_without_paragraph_properties_still_reads():
+    # Its text is all there; a mark right after a cell's then ends the row, so the empty cell
+    # splits its row.
+    assert word_paragraphs(word_document(PLAN, properties=False), 10_000)[3:5] == [
+        ("Item | Supplier | Cost", 0),
+        ("Standing desks", 0),
+    ]
 
 
 def test_a_long_word_97_document_is_read_up_to_the_limit():
