@@ -197,12 +197,8 @@ class DocumentReader:
         outline level), lists and table rows in order; a spreadsheet sheet by sheet; a
         presentation's first `max_pages` slides."""
         from odfdo import Document
-        from odfdo.security import SecurityError
 
-        # Besides what any Office file meets: odfdo's own zip-bomb checks, and a number or date
-        # the document writes wrongly (decimal's InvalidOperation is an ArithmeticError).
-        broken = (SecurityError, ArithmeticError, IndexError, RecursionError)
-        with self._office_file(data, "OpenDocument file", *broken):
+        with self._office_file(data, "OpenDocument file", *_odf_errors()):
             document = Document(io.BytesIO(data))  # bytes as a str would name a file or a template
             kind, body = document.get_type(), document.body
             meta: dict = {}
@@ -303,9 +299,8 @@ class DocumentReader:
 
     def _odf_pictures(self, data: bytes, *, slides: bool) -> Iterator[tuple[int | None, bytes]]:
         from odfdo import Document
-        from odfdo.security import SecurityError
 
-        with self._office_file(data, "OpenDocument file", SecurityError, IndexError, RecursionError):
+        with self._office_file(data, "OpenDocument file", *_odf_errors()):
             document = Document(io.BytesIO(data))
             pages = document.body.get_draw_pages()[: self.max_pages] if slides else [document.body]
             for number, place in enumerate(pages, start=1):
@@ -707,6 +702,15 @@ def _whole(value: Any, default: int) -> int:
         return int(value)
     except (TypeError, ValueError):
         return default
+
+
+def _odf_errors() -> tuple[type[Exception], ...]:
+    """What odfdo raises on a file it cannot read, besides what any Office file meets: its own
+    zip-bomb checks, and a number or date the document writes wrongly (decimal's
+    InvalidOperation is an ArithmeticError)."""
+    from odfdo.security import SecurityError
+
+    return (SecurityError, ArithmeticError, IndexError, RecursionError)
 
 
 def _odf_part(document: Any, href: Any) -> bytes | None:
