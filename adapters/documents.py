@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, time
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from chatmem.adapters.blocks import sheet_blocks, until
+from chatmem.adapters.opendocument import odf_blocks, odf_errors, odf_part, odf_rows, odp_blocks
 from chatmem.memory.attachments import BadFile, Block
 from chatmem.memory.attachments.filetypes import (
     DOC_MIME,
@@ -28,9 +29,8 @@ from chatmem.memory.attachments.filetypes import (
     decode_text,
 )
 
-if TYPE_CHECKING:  # pypdf, python-docx, python-pptx and odfdo load on first use
+if TYPE_CHECKING:  # pypdf, python-docx and python-pptx load on first use
     from docx.document import Document as WordDocument
-    from odfdo import Element as OdfElement
     from pptx.shapes.base import BaseShape
     from pptx.slide import Slides
     from pypdf import PdfReader
@@ -115,7 +115,7 @@ class DocumentReader:
             book = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
             try:
                 named = ((str(sheet.title), sheet.iter_rows(values_only=True)) for sheet in book.worksheets)
-                blocks = _sheet_blocks(named, self.max_chars)
+                blocks = sheet_blocks(named, self.max_chars)
                 sheets = len(book.worksheets)
             finally:
                 book.close()
@@ -141,7 +141,7 @@ class DocumentReader:
             try:
                 sheets = book.nsheets
                 named = ((book.sheet_by_index(i).name, _xls_rows(book, i)) for i in range(sheets))
-                blocks = _sheet_blocks(named, self.max_chars)
+                blocks = sheet_blocks(named, self.max_chars)
             finally:
                 book.release_resources()
         except broken as error:
@@ -157,7 +157,7 @@ class DocumentReader:
 
         paragraphs = word_paragraphs(data, self.max_chars)
         blocks = (Block(text, heading=bool(level), level=level) for text, level in paragraphs)
-        return _until(blocks, self.max_chars), {}
+        return until(blocks, self.max_chars), {}
 
     def _ppt(self, data: bytes) -> tuple[list[Block], dict]:
         """A PowerPoint 97-2003 presentation read as a .pptx is: its first `max_pages` slides, each
@@ -198,23 +198,23 @@ class DocumentReader:
         presentation's first `max_pages` slides."""
         from odfdo import Document
 
-        with self._office_file(data, "OpenDocument file", *_odf_errors()):
+        with self._office_file(data, "OpenDocument file", *odf_errors()):
             document = Document(io.BytesIO(data))  # bytes as a str would name a file or a template
             kind, body = document.get_type(), document.body
             meta: dict = {}
             if kind == "spreadsheet":
                 tables = body.get_tables()
-                named = ((str(t.name or f"Sheet {n}"), _odf_rows(t)) for n, t in enumerate(tables, start=1))
-                blocks = _sheet_blocks(named, self.max_chars)
+                named = ((str(t.name or f"Sheet {n}"), odf_rows(t)) for n, t in enumerate(tables, start=1))
+                blocks = sheet_blocks(named, self.max_chars)
                 meta["sheets"] = len(tables)
             elif kind == "presentation":
                 pages = body.get_draw_pages()
-                blocks = _odp_blocks(pages, self.max_pages, self.max_chars)
+                blocks = odp_blocks(pages, self.max_pages, self.max_chars)
                 meta["slides"] = len(pages)
                 if len(pages) > self.max_pages:
                     meta["slides_read"] = self.max_pages
             else:
-                blocks = _until(_odf_blocks(body), self.max_chars)
+                blocks = until(odf_blocks(body), self.max_chars)
             title = document.meta.get_title()
         if title and title.strip():
             meta["doc_title"] = title.strip()[:200]
@@ -300,12 +300,12 @@ class DocumentReader:
     def _odf_pictures(self, data: bytes, *, slides: bool) -> Iterator[tuple[int | None, bytes]]:
         from odfdo import Document
 
-        with self._office_file(data, "OpenDocument file", *_odf_errors()):
+        with self._office_file(data, "OpenDocument file", *odf_errors()):
             document = Document(io.BytesIO(data))
             pages = document.body.get_draw_pages()[: self.max_pages] if slides else [document.body]
             for number, place in enumerate(pages, start=1):
                 for image in place.get_elements("descendant::draw:image"):
-                    if isinstance(blob := _odf_part(document, image.get_attribute("xlink:href")), bytes):
+                    if isinstance(blob := odf_part(document, image.get_attribute("xlink:href")), bytes):
                         yield (number if slides else None), blob
 
     def page_images(self, data: bytes, limit: int) -> list[tuple[int, bytes]]:
@@ -534,23 +534,6 @@ def _docx_blocks(document: WordDocument, max_chars: int) -> list[Block]:
     return blocks
 
 
-def _sheet_blocks(sheets: Iterable[tuple[str, Iterable[Sequence[Any]]]], max_chars: int) -> list[Block]:
-    """Each sheet's name as a heading, then a block per row with a value, its cells joined by " | "."""
-    blocks: list[Block] = []
-    chars = 0
-    for title, rows in sheets:
-        blocks.append(Block(title, heading=True, level=1))
-        for row in rows:
-            cells = [text for v in row if v is not None and (text := _cell_text(v))]
-            if not cells:
-                continue
-            blocks.append(Block(" | ".join(cells)))
-            chars += len(blocks[-1].text)
-            if chars > max_chars:
-                return blocks
-    return blocks
-
-
 def _slide_blocks(slides: Slides, max_slides: int, max_chars: int) -> list[Block]:
     """Per slide (its number as the page): its title, or "Slide N" when it has none, as a heading;
     then each paragraph of its text boxes and placeholders and each table row (cells joined by
@@ -594,138 +577,6 @@ def _shape_texts(shapes: Iterable[BaseShape], skip: set[int]) -> Iterator[str]:
                     yield " | ".join(cells)
 
 
-# What an OpenDocument text holds besides its running text: indexes repeat its headings, the
-# other parts are not the document's words.
-_ODF_SKIPPED = {
-    "text:table-of-content",
-    "text:alphabetical-index",
-    "text:illustration-index",
-    "text:table-index",
-    "text:object-index",
-    "text:user-index",
-    "text:bibliography",
-    "text:tracked-changes",
-    "office:forms",
-    "office:annotation",
-    "presentation:notes",
-}
-# A repeated row or cell is written once with its count: LibreOffice closes a sheet with an empty
-# row repeated to the millionth. Empty ones are skipped; one with a value is repeated up to this.
-_ODF_REPEAT_CAP = 1_000
-
-
-def _odf_blocks(element: OdfElement, *, skip_title: bool = False) -> Iterator[Block]:
-    """Paragraphs and headings (a heading's level is its outline level) and table rows, in
-    document order. A paragraph is read whole, its footnotes and frames with it."""
-    for child in element.children:
-        tag = child.tag
-        if tag in _ODF_SKIPPED or (skip_title and child.get_attribute("presentation:class") == "title"):
-            continue
-        if tag in ("text:p", "text:h"):
-            text = " ".join(child.text_recursive.split())
-            level = max(1, min(9, _whole(child.get_attribute("text:outline-level"), 1))) if tag == "text:h" else 0
-            if text:
-                yield Block(text, heading=bool(level), level=level)
-        elif tag == "table:table":
-            for row in _odf_rows(child):
-                if cells := [text for value in row if (text := _cell_text(value))]:
-                    yield Block(" | ".join(dict.fromkeys(cells)))
-        else:
-            yield from _odf_blocks(child, skip_title=skip_title)
-
-
-def _odf_rows(table: OdfElement) -> Iterator[list[Any]]:
-    """A table's rows in order (header rows and row groups included), each a list of its cells'
-    values: a date as a date, anything else as the cell shows it."""
-    for child in table.children:
-        if child.tag != "table:table-row":
-            if child.tag in ("table:table-header-rows", "table:table-row-group", "table:table-rows"):
-                yield from _odf_rows(child)
-            continue
-        row: list[Any] = []
-        for cell in child.children:
-            if cell.tag != "table:table-cell":
-                continue  # a covered cell is the merged cell before it
-            value = _odf_cell(cell)
-            if value not in (None, ""):
-                row += [value] * min(_whole(cell.get_attribute("table:number-columns-repeated"), 1), _ODF_REPEAT_CAP)
-        if row:
-            yield from [row] * min(_whole(child.get_attribute("table:number-rows-repeated"), 1), _ODF_REPEAT_CAP)
-
-
-def _odf_cell(cell: Any) -> Any:
-    if cell.type == "date" and cell.value is not None:
-        return cell.value
-    return " ".join(str(cell.text_content or "").split()) or cell.value
-
-
-def _odp_blocks(pages: Sequence[OdfElement], max_slides: int, max_chars: int) -> list[Block]:
-    """Per slide (its number as the page): its title frame's text, or "Slide N", as a heading;
-    then its other text in order; then its speaker notes."""
-    blocks: list[Block] = []
-    chars = 0
-    for number, page in enumerate(pages[:max_slides], start=1):
-        title = next(
-            (
-                " ".join(frame.text_recursive.split())
-                for frame in page.get_elements("descendant::draw:frame")
-                if frame.get_attribute("presentation:class") == "title"
-            ),
-            "",
-        )
-        found = [Block(title or f"Slide {number}", heading=True, level=1, page=number)]
-        notes = page.get_elements("presentation:notes")
-        for part in (_odf_blocks(page, skip_title=True), *(_odf_blocks(n) for n in notes)):
-            found += [Block(b.text, page=number) for b in part]
-        blocks += found
-        chars += sum(len(b.text) for b in found)
-        if chars > max_chars:
-            break
-    return blocks
-
-
-def _until(blocks: Iterable[Block], max_chars: int) -> list[Block]:
-    """Blocks until about `max_chars` of text."""
-    taken: list[Block] = []
-    chars = 0
-    for block in blocks:
-        taken.append(block)
-        chars += len(block.text)
-        if chars > max_chars:
-            break
-    return taken
-
-
-def _whole(value: Any, default: int) -> int:
-    """An attribute that should hold a whole number; `default` when it does not."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def _odf_errors() -> tuple[type[Exception], ...]:
-    """What odfdo raises on a file it cannot read, besides what any Office file meets: its own
-    zip-bomb checks, and a number or date the document writes wrongly (decimal's
-    InvalidOperation is an ArithmeticError)."""
-    from odfdo.security import SecurityError
-
-    return (SecurityError, ArithmeticError, IndexError, RecursionError)
-
-
-def _odf_part(document: Any, href: Any) -> bytes | None:
-    """A picture stored in the file, by the path a frame names; None for one linked from outside
-    it or missing (odfdo then looks for the file on disk, and there is none)."""
-    path = str(href or "").removeprefix("./")
-    if not path or "://" in path or path.startswith("/") or ".." in path.split("/"):
-        return None
-    try:
-        part = document.get_part(path)
-    except (ValueError, KeyError):
-        return None
-    return part if isinstance(part, bytes) and part else None
-
-
 def _picture_blobs(shapes: Iterable[BaseShape]) -> Iterator[bytes]:
     """The embedded pictures among shapes, grouped ones too."""
     from pptx.shapes.group import GroupShape
@@ -744,13 +595,6 @@ def _picture_blobs(shapes: Iterable[BaseShape]) -> Iterator[bytes]:
 class _Discard:
     def write(self, text: str) -> int:
         return len(text)
-
-
-def _cell_text(value: Any) -> str:
-    """A cell as text; a date and time at midnight is the date alone (a date cell, as shown)."""
-    if isinstance(value, datetime) and value.time() == time():
-        return value.date().isoformat()
-    return str(value).strip()
 
 
 def _xls_rows(book: Any, index: int) -> Iterator[list[Any]]:
