@@ -264,14 +264,14 @@ class DocumentReader:
         """The pictures stored in a file, in order, at most `limit`, each with its slide's number
         (a .pptx's or .odp's first `max_pages` slides) or None (a .docx or .odt, whose pages are
         not known); none for other files. A picture linked from outside the file is not fetched."""
+        if mime not in (PPTX_MIME, DOCX_MIME, ODP_MIME, ODT_MIME) or not _stores_pictures(data):
+            return []  # most files have none: not parsed a second time for nothing
         if mime == PPTX_MIME:
             found = self._pptx_pictures(data)
         elif mime == DOCX_MIME:
             found = self._docx_pictures(data)
-        elif mime in (ODP_MIME, ODT_MIME):
-            found = self._odf_pictures(data, slides=mime == ODP_MIME)
         else:
-            return []
+            found = self._odf_pictures(data, slides=mime == ODP_MIME)
         return list(islice(found, limit))
 
     def _pptx_pictures(self, data: bytes) -> Iterator[tuple[int | None, bytes]]:
@@ -575,6 +575,29 @@ def _shape_texts(shapes: Iterable[BaseShape], skip: set[int]) -> Iterator[str]:
                 cells = dict.fromkeys(c.text.strip() for c in row.cells if c.text.strip())
                 if cells:
                     yield " | ".join(cells)
+
+
+# Where Office and OpenDocument packages keep their pictures (word/media/image1.png, Pictures/…,
+# which some writers name without an extension), or how they name them elsewhere: the ZIP's
+# directory says whether a file has any without parsing it. The preview every editor saves is no
+# picture of the document's.
+_PICTURE_FOLDERS = ("pictures/", "word/media/", "ppt/media/")
+_PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".jpe", ".gif", ".bmp", ".tif", ".tiff", ".webp", ".emf", ".wmf", ".svg")
+_PREVIEWS = ("docprops/thumbnail.", "thumbnails/")
+
+
+def _stores_pictures(data: bytes) -> bool:
+    """Whether a package holds a part named as a picture; True when its directory cannot be read
+    (the reader then says why)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as package:
+            names = [name.lower() for name in package.namelist()]
+        pictures = (n for n in names if n.startswith(_PICTURE_FOLDERS) or n.endswith(_PICTURE_SUFFIXES))
+        return any(not name.startswith(_PREVIEWS) for name in pictures)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return True
 
 
 def _picture_blobs(shapes: Iterable[BaseShape]) -> Iterator[bytes]:

@@ -392,14 +392,15 @@ def _texts(stream: bytes, start: int, end: int, depth: int = 0) -> list[tuple[in
         if kind == _TEXT_HEADER and stop - at >= 4:
             kind_of_text = struct.unpack_from("<I", stream, at)[0]
         elif kind in (_TEXT_CHARS, _TEXT_BYTES):
-            raw = stream[at:stop].decode("utf-16-le" if kind == _TEXT_CHARS else "latin-1", "replace")
-            out += [(kind_of_text, p) for p in _lines(raw)]
+            out += [(kind_of_text, p) for p in _atom_lines(stream, kind, at, stop)]
         elif head & 0xF == 0xF and depth < 32:  # a container
             out += _texts(stream, at, stop, depth + 1)
     return out
 
 
-def _lines(raw: str) -> list[str]:
+def _atom_lines(stream: bytes, kind: int, start: int, end: int) -> list[str]:
+    """The paragraphs of a text atom: UTF-16, or one byte a character (the low byte of each)."""
+    raw = stream[start:end].decode("utf-16-le" if kind == _TEXT_CHARS else "latin-1", "replace")
     return [words for part in raw.replace("\x0b", " ").split("\r") if (words := " ".join(part.split()))]
 
 
@@ -416,8 +417,7 @@ def _slide_list(stream: bytes, span: Span | None) -> list[tuple[int, int, list[t
         elif kind == _TEXT_HEADER and stop - at >= 4:
             kind_of_text = struct.unpack_from("<I", stream, at)[0]
         elif kind in (_TEXT_CHARS, _TEXT_BYTES) and entries:
-            raw = stream[at:stop].decode("utf-16-le" if kind == _TEXT_CHARS else "latin-1", "replace")
-            entries[-1][2].extend((kind_of_text, p) for p in _lines(raw))
+            entries[-1][2].extend((kind_of_text, p) for p in _atom_lines(stream, kind, at, stop))
     return entries
 
 

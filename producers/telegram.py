@@ -438,7 +438,7 @@ def map_business_deleted(deleted: Json) -> Incoming | None:
     if not ids:
         return None
     chat_id = int(deleted["chat"]["id"])
-    chat = chat_part({"chat": deleted["chat"], "business_connection_id": deleted["business_connection_id"]})
+    chat = f"{business_tag(str(deleted['business_connection_id']))}:{chat_id}"
     thread = thread_id_for(chat)
     user = user_id_for(chat)
     event = MessageDeletedEvent(
