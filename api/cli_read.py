@@ -300,6 +300,63 @@ def import_chatgpt(
     _run_chat_import(settings, "chatgpt", files, lambda fh, folder: chatgpt_items(fh, folder, options))
 
 
+@import_app.command("whatsapp")
+def import_whatsapp(
+    path: Path = typer.Argument(
+        ..., exists=True, help="the chat's .txt from WhatsApp's Export chat, or its unpacked folder"
+    ),
+    timezone: str = typer.Option(
+        None, "--timezone", help="the exporting phone's zone, e.g. Europe/Berlin (default: this computer's)"
+    ),
+    date_order: str = typer.Option(None, "--date-order", help="dmy, mdy or ymd (default: read from the file)"),
+    chat: str = typer.Option(None, "--chat", help="the chat's name (default: from the file or folder name)"),
+    service: bool = typer.Option(False, "--service", help=_SERVICE_HELP),
+    assistant: list[str] = typer.Option(
+        None, "--assistant", help="author name whose messages are the bot's own replies (repeatable)"
+    ),
+) -> None:
+    """One thread per chat; times are the phone's local times (see docs/importing.md)."""
+    from rich.markup import escape
+
+    from chatmem.producers.import_whatsapp import (
+        DateOrder,
+        WhatsAppOptions,
+        chat_name,
+        find_whatsapp_export,
+        sniff_layout,
+        thread_id_for,
+        time_zone,
+        whatsapp_items,
+    )
+
+    settings = cli_settings()
+    (file,) = _export_files(lambda: [find_whatsapp_export(path)])
+    try:
+        zone, zone_name = time_zone(timezone)
+        if date_order and date_order.lower() not in {o.value for o in DateOrder}:
+            raise ValueError(f"--date-order {date_order!r}: dmy, mdy or ymd")
+        with open(file, "rb") as fh:
+            layout = sniff_layout(fh, order=DateOrder(date_order.lower()) if date_order else None)
+    except (ValueError, OSError) as error:  # ImportFormatError too
+        console.print(f"[red]{escape(file.name)}: {escape(str(error))}[/red]")
+        raise typer.Exit(2) from None
+    options = WhatsAppOptions(
+        chat=chat or chat_name(file),
+        zone=zone,
+        date_order=layout.date_order,
+        keep_service=service,
+        assistant_names=frozenset(assistant or []),
+        max_text_chars=settings.max_text_chars,
+    )
+    console.print(
+        f"{escape(file.name)}: thread {thread_id_for(options.chat)}, dates {escape(layout.decided_by)},"
+        f" times in {escape(zone_name)}"
+    )
+    _run_chat_import(
+        settings, "whatsapp", [file], lambda fh, folder: whatsapp_items(fh, folder, options), json_files=False
+    )
+
+
 def _export_files(find: Callable[[], list[Path]]) -> list[Path]:
     from rich.markup import escape
 
@@ -312,7 +369,9 @@ def _export_files(find: Callable[[], list[Path]]) -> list[Path]:
         raise typer.Exit(2) from None
 
 
-def _run_chat_import(settings: Settings, name: str, files: list[Path], parse: Parser) -> None:
+def _run_chat_import(
+    settings: Settings, name: str, files: list[Path], parse: Parser, *, json_files: bool = True
+) -> None:
     """Parse, skip what the event log holds, publish; a progress bar, then the counts. Exit 1 when
     items failed, 2 for a file that is not the export, 130 when interrupted (rerun to resume)."""
     from functools import partial
@@ -348,7 +407,7 @@ def _run_chat_import(settings: Settings, name: str, files: list[Path], parse: Pa
                     task, completed=report.bytes_read, total=report.bytes_total, items=report.items, rate=rate
                 )
 
-            run = ChatImport(pub, partial(known_event_ids, c.pool), on_progress=show)
+            run = ChatImport(pub, partial(known_event_ids, c.pool), on_progress=show, json_files=json_files)
             try:
                 run.run(files, parse)
             except KeyboardInterrupt:

@@ -407,8 +407,12 @@ class ChatImport:
         *,
         batch_size: int = 1000,
         on_progress: Callable[[ImportReport], None] | None = None,
+        json_files: bool = True,
     ):
         self.publisher = publisher
+        # A JSON export is read past its byte order mark and with lone surrogate escapes mended;
+        # a text export (WhatsApp) as it is: there `\\ud83d` would be words someone typed.
+        self.json_files = json_files
         self.known_ids = known_ids
         self.batch_size = batch_size
         self.on_progress = on_progress
@@ -426,7 +430,8 @@ class ChatImport:
             for path in files:
                 with open(path, "rb") as fh:
                     try:
-                        for count, item in enumerate(parse(LoneSurrogatesReplaced(fh), path.parent), start=1):
+                        source = LoneSurrogatesReplaced(fh) if self.json_files else fh
+                        for count, item in enumerate(parse(source, path.parent), start=1):
                             if isinstance(item, MessageEvent):
                                 pending.append(item)
                                 if len(pending) >= self.batch_size:

@@ -93,3 +93,34 @@ def test_half_an_emoji_in_an_export_is_imported_as_the_replacement_character(con
     out = chatmem(container.settings, "import", "chatgpt", str(damaged.parent))
     assert out.returncode == 2 and "Traceback" not in out.stdout + out.stderr
     assert "not valid JSON near byte" in out.stdout and "not UTF-8" in out.stdout, out.stdout
+
+
+def test_whatsapp_import_reads_the_phones_times_in_its_zone_and_a_second_run_publishes_nothing(container):
+    folder = ROOT / "tests" / "fixtures" / "exports" / "whatsapp_ios" / "WhatsApp Chat - Anna"
+    first = chatmem(container.settings, "import", "whatsapp", str(folder), "--timezone", "Europe/Berlin")
+    assert first.returncode == 0, first.stdout + first.stderr
+    # what was read from the file is said before the import, so a wrong guess can be corrected
+    assert "_chat.txt: thread whatsapp:Anna, dates day first (13.03.24), times in Europe/Berlin" in first.stdout
+    assert "5 new events published" in first.stdout, first.stdout
+
+    IngestRunner(container, "c").run(threading.Event(), until_idle=True)
+    rows = [(e["user_id"], e["thread_id"], e["occurred_at"], e["payload"]) for e in logged_events(container)]
+    assert [(r[0], r[3]["text"]) for r in rows][:2] == [
+        ("whatsapp:Anna", "Hallo Ben! Wie war Lissabon?"),
+        ("whatsapp:Ben", ""),
+    ]
+    assert {r[1] for r in rows} == {"whatsapp:Anna"}
+    assert rows[0][2] == datetime(2024, 3, 1, 8, 6, tzinfo=UTC)  # 09:06 in Berlin, winter time
+    (photo,) = rows[1][3]["attachments"]
+    assert Path(unquote(urlsplit(photo["url"]).path)) == folder / "00000003-PHOTO-2024-03-01-09-07-30.jpg"
+
+    again = chatmem(container.settings, "import", "whatsapp", str(folder), "--timezone", "Europe/Berlin")
+    assert "0 new events published" in again.stdout and again.returncode == 0, again.stdout + again.stderr
+    IngestRunner(container, "c").run(threading.Event(), until_idle=True)
+    assert scalar(container, "SELECT count(*) FROM events") == 5
+
+    wrong = chatmem(container.settings, "import", "whatsapp", str(folder), "--timezone", "Berlin")
+    assert wrong.returncode == 2 and "unknown time zone 'Berlin'" in wrong.stdout
+    assert "Traceback" not in wrong.stdout + wrong.stderr
+    bad_order = chatmem(container.settings, "import", "whatsapp", str(folder), "--date-order", "dym")
+    assert bad_order.returncode == 2 and "--date-order 'dym': dmy, mdy or ymd" in bad_order.stdout
