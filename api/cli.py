@@ -1021,9 +1021,9 @@ def bench_tokens(
 
 @bench_app.command("import")
 def bench_import(
-    messages: int = typer.Option(200_000, min=1, help="messages in the generated Telegram export"),
+    messages: int = typer.Option(200_000, min=1, help="messages in each generated export (Telegram, WhatsApp)"),
 ) -> None:
-    """`chatmem import telegram` messages/s next to the raw publish rate; the import's peak memory."""
+    """`chatmem import telegram` and `import whatsapp` messages/s next to the raw publish rate; peak memory."""
     from chatmem.bench.importer import run
 
     run(cli_settings(), console, n_messages=messages)

@@ -8,6 +8,8 @@ folder, then timed three ways:
   - parse: the Telegram parser turning the file into events, nothing published;
   - import: `chatmem import telegram` as a user runs it, in a process of its own (parse, the
     known-ids check against Postgres, publish), with that process's peak memory.
+A WhatsApp export of as many messages (Android's format: 12-hour times, multi-line texts, photos,
+"<Media omitted>", system lines) is timed the same two ways, parse and import.
 Then the cost of reading through LoneSurrogatesReplaced (half an emoji in an export), parse only,
 on a smaller export as written, ASCII-escaped with emoji, and escaped with some emoji cut in half.
 Runs in the scratch database and Redis db of `bench ingest`, removed at the end."""
@@ -33,6 +35,7 @@ from rich.table import Table
 from chatmem.bench.host import machine
 from chatmem.bench.ingest import scratch
 from chatmem.producers.import_telegram import TelegramOptions, telegram_items
+from chatmem.producers.import_whatsapp import WhatsAppOptions, whatsapp_items
 from chatmem.producers.importers import LoneSurrogatesReplaced
 from chatmem.producers.publisher import Publisher
 from chatmem.schemas.events import MessageEvent
@@ -65,6 +68,33 @@ def write_telegram_export(folder: Path, n_messages: int, seed: int = 7) -> Path:
             message = _message(rng, i, unix)
             out.write(("," if i > 1 else "") + "\n  " + json.dumps(message, ensure_ascii=False))
         out.write("\n ]\n}\n")
+    return path
+
+
+def write_whatsapp_export(folder: Path, n_messages: int, seed: int = 7) -> Path:
+    """An Android "WhatsApp Chat with Trip planning.txt" of `n_messages` messages, streamed."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    local = datetime(2023, 1, 2, 8, 0)
+    path = folder / "WhatsApp Chat with Trip planning.txt"
+    with open(path, "w", encoding="utf-8") as out:
+        for i in range(1, n_messages + 1):
+            local += timedelta(seconds=rng.randint(5, 900))
+            stamp = f"{local.month}/{local.day}/{local:%y}, {local:%I}:{local:%M}\u202f{local:%p}".replace(" 0", " ")
+            name = AUTHORS[rng.randrange(len(AUTHORS))][0]
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 24)))
+            if i % 311 == 0:
+                out.write(f"{stamp} - {name} added Ana\n")
+                continue
+            if i % 500 == 0:
+                photo = f"IMG-{local:%Y%m%d}-WA{i:04d}.jpg"
+                Image.new("RGB", (32, 24), (i % 255, 120, 200)).save(folder / photo)
+                text = f"{photo} (file attached)\n{text}"
+            elif i % 700 == 0:
+                text = "<Media omitted>"
+            elif i % 9 == 0:
+                text += "\n" + " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12)))
+            out.write(f"{stamp} - {name}: {text}\n")
     return path
 
 
@@ -170,6 +200,18 @@ def run(settings: Settings, console: Console, *, n_messages: int = 200_000) -> d
         published = int(c.redis.xlen(c.settings.stream_key))
         c.redis.delete(c.settings.stream_key)
 
+        console.print(f"[bold]bench import[/bold]: writing a {n_messages:,}-message WhatsApp export")
+        wa_export = write_whatsapp_export(Path(tmp) / "whatsapp", n_messages)
+        wa_size = wa_export.stat().st_size
+        wa_options = WhatsAppOptions(chat="Trip planning", zone=UTC, max_text_chars=c.settings.max_text_chars)
+        started = time.perf_counter()
+        with open(wa_export, "rb") as fh:
+            wa_events = sum(isinstance(e, MessageEvent) for e in whatsapp_items(fh, wa_export.parent, wa_options))
+        wa_parse_s = time.perf_counter() - started
+        wa_import_s, wa_status, wa_peak = _cli(env, "import", "whatsapp", str(wa_export), "--timezone", "UTC")
+        wa_published = int(c.redis.xlen(c.settings.stream_key))
+        c.redis.delete(c.settings.stream_key)
+
     figures = {
         "messages": float(n_messages),
         "events": float(n_events),
@@ -182,6 +224,13 @@ def run(settings: Settings, console: Console, *, n_messages: int = 200_000) -> d
         "import_peak_rss_bytes": float(peak_rss or "nan"),
         "import_published": float(published),
         "import_exit_status": float(status),
+        "whatsapp_events": float(wa_events),
+        "whatsapp_export_bytes": float(wa_size),
+        "whatsapp_parse_per_s": n_messages / wa_parse_s,
+        "whatsapp_import_per_s": n_messages / wa_import_s,
+        "whatsapp_import_peak_rss_bytes": float(wa_peak or "nan"),
+        "whatsapp_import_published": float(wa_published),
+        "whatsapp_import_exit_status": float(wa_status),
     }
     table = Table(
         title=f"chatmem bench import · {machine()} · {datetime.now(UTC):%Y-%m-%d}",
@@ -207,9 +256,24 @@ def run(settings: Settings, console: Console, *, n_messages: int = 200_000) -> d
         f"{import_s:.1f} s",
         f"incl. {startup_s:.1f} s CLI start-up; {published:,} published; exit {status}",
     )
+    table.add_row(
+        "parse only (WhatsApp → events)",
+        f"{figures['whatsapp_parse_per_s']:,.0f}",
+        f"{wa_parse_s:.1f} s",
+        f"{wa_size / 1e6:,.0f} MB export, read twice (date order, then messages)",
+    )
+    table.add_row(
+        "chatmem import whatsapp (end to end)",
+        f"{figures['whatsapp_import_per_s']:,.0f}",
+        f"{wa_import_s:.1f} s",
+        f"{wa_published:,} published of {wa_events:,} events; exit {wa_status}",
+    )
     console.print(table)
-    peak = f"{peak_rss / 2**20:,.0f} MiB" if peak_rss else "not measured (no /proc)"
-    console.print(f"peak memory of the import process: {peak} (VmHWM) for a {size / 2**20:,.0f} MiB export")
+    for name, rss, export_size in (("telegram", peak_rss, size), ("whatsapp", wa_peak, wa_size)):
+        peak = f"{rss / 2**20:,.0f} MiB" if rss else "not measured (no /proc)"
+        console.print(
+            f"peak memory of the {name} import process: {peak} (VmHWM) for a {export_size / 2**20:,.0f} MiB export"
+        )
     figures.update(reader_cost(console))
     return figures
 

@@ -11,7 +11,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,8 @@ MEDIA_NOT_EXPORTED = "media not in the export (exported without media)"
 VIEW_ONCE = "view-once media (never exported)"
 BEFORE_FIRST = "text before the first dated line"
 BUDDHIST_ERA = 543
+OCCURRENCE_WINDOW = timedelta(hours=3)  # of local time: a message's occurrence is counted within it
+OCCURRENCE_TIMES = 512  # times held before the older ones are let go
 HEADER_PROBE_LINES = 200  # non-empty lines read for a dated one before the file is refused
 
 
@@ -85,13 +87,15 @@ _MEDIA_PLACEHOLDER = re.compile(r"^<[^<>:/\\\n]{1,40}>$")
 _IOS_OMITTED = re.compile(r"^(?:(?:image|video|audio|sticker|GIF|Contact card) omitted|.+ document omitted)$")
 _DELETED_TEXTS = frozenset({"this message was deleted", "you deleted this message"})
 _EDITED = re.compile(r"\s*<This message was edited>$")
-# WhatsApp's own notices in whole, as iOS writes them under a name (the chat's or the contact's);
-# iOS also marks them with U+200E, which some copies of a file have lost.
+# WhatsApp's own notices in whole, as iOS (and Android, for a few in one-to-one chats) writes
+# them under a name; iOS also marks them with U+200E, which some copies of a file have lost.
 _SYSTEM_TEXT = re.compile(
     r"^(?:Messages and calls are end-to-end encrypted\. .*|Messages to this group are now secured with end-to-end"
     r" encryption\. .*|Your security code with .+ changed\. Tap to learn more\.|Missed (?:voice|video) call"
     r"|You (?:un)?blocked this contact\.|This chat is with a business account\. .*"
-    r"|.+ changed their phone number to a new number\. .*|.+ changed (?:the subject|this group's icon) .*)$",
+    r"|.+ changed their phone number to a new number\. .*|.+ changed (?:the subject|this group's icon) .*"
+    r"|.+ turned (?:on|off) disappearing messages\..*|.+ updated the message timer\..*"
+    r"|You use a default timer for disappearing messages in new chats\..*)$",
     re.S,
 )
 PLACEHOLDER_REPEATS = 3  # a bracketed text this often in one file is the phone's "<Media omitted>"
@@ -288,7 +292,12 @@ class _Reader:
         self.base_dir = base_dir
         self.chat_id = name_id(options.chat)
         self.thread_id = thread_id_for(options.chat)
-        self.seen = Counter[str]()  # the same time, author and text again: the next occurrence
+        # Per local time: how often each author and text came at that time so far. Only the last
+        # few hours are kept (a clock going back repeats one hour), so memory stays flat.
+        self.seen: dict[datetime, Counter[str]] = {}
+        self.latest = datetime.min
+        self.previous = datetime.min  # the message before's local time
+        self.folded = False  # in the second pass of an hour the clock went back over
 
     def items(self, message: _Message) -> Iterator[ImportItem]:
         ref = f"line {message.line_no}"
@@ -306,13 +315,12 @@ class _Reader:
         # The id: the chat, the local time as written, the author and the text, and which
         # occurrence of those this is, so a newer export of the same chat gives the same ids.
         key = f"{local.isoformat()}\x1f{author or ''}\x1f{body}"
-        self.seen[key] += 1
-        digest = hashlib.sha256(f"{key}\x1f{self.seen[key]}".encode()).hexdigest()[:20]
+        digest = hashlib.sha256(f"{key}\x1f{self._occurrence(local, key)}".encode()).hexdigest()[:20]
         fields: dict[str, Any] = {
             "event_id": safe_id(f"whatsapp:{self.chat_id}:{digest}"),
             "thread_id": self.thread_id,
             "platform": PLATFORM,
-            "occurred_at": local.replace(tzinfo=self.options.zone).astimezone(UTC),
+            "occurred_at": self._utc(local),
             "platform_message_id": digest,
         }
         marked = text.lstrip(" ").startswith("\u200e")  # iOS marks its system lines and media
@@ -368,6 +376,29 @@ class _Reader:
             ref=ref,
             max_text_chars=self.options.max_text_chars,
         )
+
+    def _utc(self, local: datetime) -> datetime:
+        """The local time in UTC. In the hour a clock goes back, the same times come twice: the
+        second ones from when the file goes back in that hour until it leaves it."""
+        aware = local.replace(tzinfo=self.options.zone)
+        later = aware.replace(fold=1)
+        if later.utcoffset() == aware.utcoffset():
+            self.folded = False
+        elif local < self.previous:
+            self.folded = True
+        self.previous = local
+        return (later if self.folded else aware).astimezone(UTC)
+
+    def _occurrence(self, local: datetime, key: str) -> int:
+        """Which occurrence of this time, author and text this message is (1 for the first)."""
+        if local > self.latest:
+            self.latest = local
+            if len(self.seen) > OCCURRENCE_TIMES:
+                horizon = local - OCCURRENCE_WINDOW
+                self.seen = {at: seen for at, seen in self.seen.items() if at >= horizon}
+        seen = self.seen.setdefault(local, Counter())
+        seen[key] += 1
+        return seen[key]
 
     def _placeholder(self, line: str, *, marked: bool) -> bool:
         """Whether a line stands for media the export left out: Android's "<Media omitted>" (in the

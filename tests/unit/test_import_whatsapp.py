@@ -130,6 +130,14 @@ def test_times_are_the_phones_local_times_in_the_zone_given():
     assert [e.event_id for e in got] == [e.event_id for e in events(items_of(ANDROID))]
 
 
+def test_in_the_hour_the_clock_goes_back_the_file_order_tells_which_time(tmp_path):
+    # Berlin, 27 October 2024: at 3:00 summer time the clock goes back to 2:00.
+    text = "".join(f"10/27/24, {t} - Ann: {t}\n" for t in ("2:50 AM", "2:10 AM", "2:50 AM", "3:05 AM"))
+    got = events(items_from(text, tmp_path, zone=BERLIN))
+    assert [e.occurred_at.strftime("%H:%M") for e in got] == ["00:50", "01:10", "01:50", "02:05"]
+    assert len({e.event_id for e in got}) == 4  # the two "2:50 AM" messages are two
+
+
 # --- an iPhone export -------------------------------------------------------------------------
 
 
@@ -160,6 +168,17 @@ def test_ios_export_folder_gives_its_chat_and_the_phones_words_for_files():
 
 
 # --- the line formats of phones in other regions ----------------------------------------------
+
+
+def test_whatsapps_notices_under_a_name_are_service_lines(tmp_path):
+    items = items_from(
+        "5/9/22, 11:09 PM - Lln: You turned off disappearing messages. Tap to change.\n"
+        "[4/28/22, 20:17:30] Elon: Your security code with Elon changed. Tap to learn more.\n"
+        "5/9/22, 11:10 PM - Lln: I turned off the lights\n",
+        tmp_path,
+    )
+    assert by_line(items, Skipped) == {"line 1": SERVICE, "line 2": SERVICE}
+    assert [e.text for e in events(items)] == ["I turned off the lights"]
 
 
 @pytest.mark.parametrize(
