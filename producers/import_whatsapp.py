@@ -119,14 +119,13 @@ class Layout:
 
     date_order: DateOrder
     decided_by: str  # how the order was told, for the user to check
-    dated_lines: int = 0
-    platform: str = "android"  # or "ios": bracketed times
     placeholders: Counter[str] = field(default_factory=Counter)  # whole texts in angle brackets
 
 
 def find_whatsapp_export(path: Path) -> Path:
-    """The .txt itself, or the chat file in an unpacked export folder (`_chat.txt` from an iPhone,
-    `WhatsApp Chat with ….txt` from Android: the one .txt in it)."""
+    """The .txt itself, or the chat file in an unpacked export folder: `_chat.txt` from an iPhone,
+    else the one .txt that starts with a dated line (Android's `WhatsApp Chat with ….txt`; a .txt
+    shared in the chat lies beside it as media)."""
     if path.suffix.lower() == ".zip":
         raise ImportFormatError(f"{path.name} is the zip WhatsApp shares: unpack it and import the folder")
     if not path.is_dir():
@@ -134,10 +133,17 @@ def find_whatsapp_export(path: Path) -> Path:
     if (path / "_chat.txt").is_file():
         return path / "_chat.txt"
     texts = sorted(p for p in path.glob("*.txt") if p.is_file())
-    if len(texts) != 1:
-        found = "no .txt file" if not texts else f"{len(texts)} .txt files; name one"
+    chats = [p for p in texts if _starts_dated(p)]
+    if len(chats) != 1:
+        found = "no .txt file that starts with a dated line" if not chats else f"{len(chats)} chat files; name one"
         raise ImportFormatError(f"{found} in {path} (WhatsApp: the chat's menu, More, Export chat)")
-    return texts[0]
+    return chats[0]
+
+
+def _starts_dated(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        head = fh.read(4096).decode("utf-8", "replace").lstrip("\ufeff")
+    return any(_HEADER.match(line) for line in head.splitlines()[:5])
 
 
 _CHAT_PREFIX = re.compile(r"^(?:WhatsApp[\s._-]*Chat[\s._-]*(?:with|mit|con|com|avec|met|-|–)?[\s._]*)", re.I)
@@ -206,7 +212,7 @@ def sniff_layout(fh: JsonFile, *, order: DateOrder | None = None) -> Layout:
     """Read the dated lines once to tell the date order (then rewind). A four-digit first part is
     year first. Otherwise a first part above 12 means day first, a second part above 12 month
     first; when neither occurs, the part that changes more often between messages is the day."""
-    dated = ios = probed = 0
+    dated = probed = 0
     day_first = month_first = year_first = ""
     changes = Counter[str]()
     placeholders = Counter[str]()
@@ -220,7 +226,6 @@ def sniff_layout(fh: JsonFile, *, order: DateOrder | None = None) -> Layout:
                     break
             continue
         dated += 1
-        ios += bool(match["br"])
         said = _AUTHOR.match(match["rest"])
         if said and _MEDIA_PLACEHOLDER.match(said["text"].strip(_MARKS + " ")):
             placeholders[said["text"].strip(_MARKS + " ")] += 1
@@ -255,7 +260,7 @@ def sniff_layout(fh: JsonFile, *, order: DateOrder | None = None) -> Layout:
         order, by = DateOrder.MDY, "month first (guessed: the second number changes more often)"
     else:
         order, by = DateOrder.DMY, "day first (guessed)"
-    return Layout(order, by, dated, "ios" if ios * 2 > dated else "android", placeholders)
+    return Layout(order, by, placeholders)
 
 
 @dataclass

@@ -267,8 +267,12 @@ def test_a_file_that_is_not_a_whatsapp_export_says_so(tmp_path):
     (tmp_path / "chat.zip").write_bytes(b"PK")
     with pytest.raises(ImportFormatError, match="unpack it"):
         find_whatsapp_export(tmp_path / "chat.zip")
-    (tmp_path / "other.txt").write_text("x")
-    with pytest.raises(ImportFormatError, match="2 .txt files; name one"):
+    # a .txt shared in the chat lies beside the chat's file: the dated one is the chat
+    (tmp_path / "WhatsApp Chat with Test.txt").write_text("\ufeff1/2/24, 10:00 - Ann: hi\n")
+    (tmp_path / "shopping list.txt").write_text("eggs\nmilk\n")
+    assert find_whatsapp_export(tmp_path) == tmp_path / "WhatsApp Chat with Test.txt"
+    (tmp_path / "WhatsApp Chat with Other.txt").write_text("1/2/24, 10:00 - Ann: hi\n")
+    with pytest.raises(ImportFormatError, match="2 chat files; name one"):
         find_whatsapp_export(tmp_path)
 
 
