@@ -127,3 +127,25 @@ def test_the_recall_latency_bench_compares_the_query_vectors_the_parallel_search
     assert gc.get_freeze_count() == 0
     # The figures name the machine they were taken on (the title wraps to the table's width).
     assert " ".join(machine().split()) in " ".join(printed.getvalue().split())
+
+
+def test_an_imported_whatsapp_chat_is_recalled_by_its_people(container):
+    # The Android fixture through `chatmem import whatsapp`, real ingest and workers, then recall:
+    # the host's message (a phone number in the export) is found by another member, cited.
+    s = container.settings
+    export = ROOT / "tests" / "fixtures" / "exports" / "whatsapp_android"
+    procs = [spawn(s, "ingest"), spawn(s, "worker", "--queues", "all", "--concurrency", "2")]
+    try:
+        out = cli(s, "import", "whatsapp", str(export), "--timezone", "Europe/Lisbon", "--assistant", "Trip Bot")
+        assert out.returncode == 0 and "10 new events published" in out.stdout, out.stdout + out.stderr
+        applied = lambda: scalar(container, "SELECT coalesce(sum(message_count), 0) FROM threads") == 10  # noqa: E731
+        assert wait_for(applied, timeout=120), stop(procs[1])[-3000:]
+    finally:
+        for p in procs:
+            stop(p)
+    hits = container.recall("whatsapp:Leo", "What is the key box code?", thread_id="whatsapp:Trip_planning").hits
+    top = next(h for h in hits if h.kind == "message")
+    assert "4471" in top.snippet, [h.snippet for h in hits]
+    assert top.author == "whatsapp:351912345678" and top.citation.event_id.startswith("whatsapp:Trip_planning:")
+    # Lisbon is on UTC in winter: the phone's 9:10 AM is 09:10 UTC
+    assert top.citation.occurred_at.isoformat().startswith("2024-03-01T09:10:00")
