@@ -146,7 +146,13 @@ def _starts_dated(path: Path) -> bool:
     return any(_HEADER.match(line) for line in head.splitlines()[:5])
 
 
-_CHAT_PREFIX = re.compile(r"^(?:WhatsApp[\s._-]*Chat[\s._-]*(?:with|mit|con|com|avec|met|-|–)?[\s._]*)", re.I)
+# "WhatsApp Chat with Anna", "WhatsApp-Chat mit Anna", "Chat de WhatsApp con Anna", "Conversa do
+# WhatsApp com Anna", "Чат WhatsApp с контактом Anna", iOS's "WhatsApp Chat - Anna": up to the name.
+_CHAT_PREFIX = re.compile(
+    r"^(?:[^\W\d_]+(?: d[eo])?[\s._-]+)?WhatsApp(?:[\s._-]*Chat)?[\s._]*"
+    r"(?:with|mit|con|com|avec|met|dengan|ile|s uživatelem|с контактом|з контактом|-|–)?[\s._]+",
+    re.I,
+)
 
 
 def chat_name(path: Path) -> str:

@@ -276,6 +276,24 @@ def test_a_file_that_is_not_a_whatsapp_export_says_so(tmp_path):
         find_whatsapp_export(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("file", "name"),
+    [
+        ("WhatsApp Chat with Anna.txt", "Anna"),
+        ("WhatsApp-Chat mit Anna Maria.txt", "Anna Maria"),
+        ("Chat de WhatsApp con Anna.txt", "Anna"),
+        ("Conversa do WhatsApp com Anna.txt", "Anna"),
+        ("Чат WhatsApp с контактом Dmitry S.txt", "Dmitry S"),
+        ("WhatsApp Chat - Anna/_chat.txt", "Anna"),
+        ("WhatsApp Chat with Trip planning (1).txt", "Trip planning"),  # the same chat exported again
+        ("WhatsApp Chat with WhatsApp fans.txt", "WhatsApp fans"),
+        ("export/_chat.txt", "export"),
+    ],
+)
+def test_the_chats_name_from_the_file_name_in_the_phones_language(file, name):
+    assert chat_name(Path(file)) == name
+
+
 def test_time_zone_names():
     assert time_zone("Europe/Berlin")[0] == BERLIN
     assert time_zone(None)[1].endswith("(this computer's; --timezone to change)")
