@@ -188,7 +188,16 @@ def time_zone(name: str | None) -> tuple[tzinfo, str]:
     if name is None:
         import tzlocal
 
-        return tzlocal.get_localzone(), f"{tzlocal.get_localzone_name()} (this computer's; --timezone to change)"
+        try:
+            zone = tzlocal.reload_localzone()  # read now, not as cached by an earlier call
+        except (ZoneInfoNotFoundError, ValueError) as error:  # TZ=UTC+3 and the like
+            raise ValueError(
+                f"this computer's time zone cannot be read ({' '.join(str(error).strip(chr(39)).split())});"
+                " give the phone's with --timezone,"
+                " e.g. Europe/Berlin"
+            ) from None
+        shown = getattr(zone, "key", None) or tzlocal.get_localzone_name() or str(zone)
+        return zone, f"{shown} (this computer's; --timezone to change)"
     try:
         return ZoneInfo(name), name
     except (ZoneInfoNotFoundError, ValueError):

@@ -294,9 +294,13 @@ def test_the_chats_name_from_the_file_name_in_the_phones_language(file, name):
     assert chat_name(Path(file)) == name
 
 
-def test_time_zone_names():
+def test_time_zone_names(monkeypatch):
     assert time_zone("Europe/Berlin")[0] == BERLIN
-    assert time_zone(None)[1].endswith("(this computer's; --timezone to change)")
+    monkeypatch.setenv("TZ", "Europe/Lisbon")
+    assert time_zone(None) == (ZoneInfo("Europe/Lisbon"), "Europe/Lisbon (this computer's; --timezone to change)")
+    monkeypatch.setenv("TZ", "UTC+3")  # POSIX, not a zone's name: not guessed at
+    with pytest.raises(ValueError, match="this computer's time zone cannot be read .* --timezone"):
+        time_zone(None)
     with pytest.raises(ValueError, match="unknown time zone 'Mars/Olympus'"):
         time_zone("Mars/Olympus")
 
