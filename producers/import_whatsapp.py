@@ -190,9 +190,9 @@ def time_zone(name: str | None) -> tuple[tzinfo, str]:
 
         try:
             zone = tzlocal.reload_localzone()  # read now, not as cached by an earlier call
-        except (ZoneInfoNotFoundError, ValueError) as error:  # TZ=UTC+3 and the like
+        except (ZoneInfoNotFoundError, ValueError) as error:  # TZ=UTC+3 and the like (a KeyError: args[0])
             raise ValueError(
-                f"this computer's time zone cannot be read ({' '.join(str(error).strip(chr(39)).split())});"
+                f"this computer's time zone cannot be read ({' '.join(str(error.args[0]).split())});"
                 " give the phone's with --timezone,"
                 " e.g. Europe/Berlin"
             ) from None
