@@ -303,7 +303,9 @@ def import_chatgpt(
 @import_app.command("whatsapp")
 def import_whatsapp(
     path: Path = typer.Argument(
-        ..., exists=True, help="the chat's .txt from WhatsApp's Export chat, or its unpacked folder"
+        ...,
+        exists=True,
+        help="the chat's .zip, .txt or folder from WhatsApp's Export chat (a zip is unpacked beside it)",
     ),
     timezone: str = typer.Option(
         None, "--timezone", help="the exporting phone's zone, e.g. Europe/Berlin (default: this computer's)"
@@ -331,6 +333,8 @@ def import_whatsapp(
 
     settings = cli_settings()
     (file,) = _export_files(lambda: [find_whatsapp_export(path)])
+    if path.suffix.lower() == ".zip":
+        console.print(f"{escape(path.name)}: the export's folder is {escape(str(file.parent))}")
     try:
         zone, zone_name = time_zone(timezone)
         if date_order and date_order.lower() not in {o.value for o in DateOrder}:

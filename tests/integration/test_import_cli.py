@@ -124,3 +124,21 @@ def test_whatsapp_import_reads_the_phones_times_in_its_zone_and_a_second_run_pub
     assert "Traceback" not in wrong.stdout + wrong.stderr
     bad_order = chatmem(container.settings, "import", "whatsapp", str(folder), "--date-order", "dym")
     assert bad_order.returncode == 2 and "--date-order 'dym': dmy, mdy or ymd" in bad_order.stdout
+
+
+def test_whatsapp_import_takes_the_zip_the_phone_shares(container, tmp_path):
+    import zipfile
+
+    android = ROOT / "tests" / "fixtures" / "exports" / "whatsapp_android"
+    archive = tmp_path / "WhatsApp Chat with Trip planning.zip"
+    with zipfile.ZipFile(archive, "w") as package:
+        for file in android.iterdir():
+            package.write(file, file.name)
+    out = chatmem(container.settings, "import", "whatsapp", str(archive), "--timezone", "UTC")
+    assert out.returncode == 0, out.stdout + out.stderr
+    folder = tmp_path / "WhatsApp Chat with Trip planning"
+    assert f"the export's folder is {folder}" in " ".join(out.stdout.split()), out.stdout
+    assert "10 new events published" in out.stdout
+    IngestRunner(container, "c").run(threading.Event(), until_idle=True)
+    (photo,) = [a for e in logged_events(container) for a in e["payload"]["attachments"]]
+    assert Path(unquote(urlsplit(photo["url"]).path)) == folder / "IMG-20240301-WA0001.jpg"

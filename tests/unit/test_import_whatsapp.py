@@ -4,6 +4,8 @@ tests/fixtures/exports/whatsapp_android (an American Android phone, English) and
 German iPhone) carry each quirk of the format."""
 
 import io
+import shutil
+import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -265,8 +267,9 @@ def test_a_file_that_is_not_a_whatsapp_export_says_so(tmp_path):
     with pytest.raises(ImportFormatError, match="not a WhatsApp chat export: no line starts with a date"):
         items_from("just some notes\nand more\n", tmp_path)
     (tmp_path / "chat.zip").write_bytes(b"PK")
-    with pytest.raises(ImportFormatError, match="unpack it"):
+    with pytest.raises(ImportFormatError, match="chat.zip is not a zip that can be read"):
         find_whatsapp_export(tmp_path / "chat.zip")
+    assert not (tmp_path / "chat").exists()
     # a .txt shared in the chat lies beside the chat's file: the dated one is the chat
     (tmp_path / "WhatsApp Chat with Test.txt").write_text("\ufeff1/2/24, 10:00 - Ann: hi\n")
     (tmp_path / "shopping list.txt").write_text("eggs\nmilk\n")
@@ -274,6 +277,56 @@ def test_a_file_that_is_not_a_whatsapp_export_says_so(tmp_path):
     (tmp_path / "WhatsApp Chat with Other.txt").write_text("1/2/24, 10:00 - Ann: hi\n")
     with pytest.raises(ImportFormatError, match="2 chat files; name one"):
         find_whatsapp_export(tmp_path)
+
+
+def test_the_zip_whatsapp_shares_is_unpacked_beside_it_once(tmp_path):
+    archive = tmp_path / "WhatsApp Chat - Anna.zip"
+    with zipfile.ZipFile(archive, "w") as package:
+        for file in IOS_FOLDER.iterdir():
+            package.write(file, file.name)
+        package.writestr("../outside.txt", "a name that climbs out")
+    chat = find_whatsapp_export(archive)
+    folder = tmp_path / "WhatsApp Chat - Anna"
+    assert chat == folder / "_chat.txt" and chat_name(chat) == "Anna"
+    assert (folder / "00000003-PHOTO-2024-03-01-09-07-30.jpg").read_bytes() == (
+        IOS_FOLDER / "00000003-PHOTO-2024-03-01-09-07-30.jpg"
+    ).read_bytes()
+    assert (folder / "outside.txt").is_file() and not (tmp_path.parent / "outside.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["WhatsApp Chat - Anna", "WhatsApp Chat - Anna.zip"]
+    # the events are the folder's: the attachments point into it
+    photo = next(a for e in events(items_of(chat)) for a in e.attachments if a.kind is AttachmentKind.IMAGE)
+    assert photo.url == (folder / "00000003-PHOTO-2024-03-01-09-07-30.jpg").resolve().as_uri()
+
+    (folder / "_chat.txt").write_text("[01.03.24, 09:06:00] Anna: kept\n")  # a second run: used as it is
+    assert find_whatsapp_export(archive).read_text() == "[01.03.24, 09:06:00] Anna: kept\n"
+
+
+def test_a_zip_that_cannot_be_unpacked_leaves_nothing_behind(tmp_path, monkeypatch):
+    archive = tmp_path / "WhatsApp Chat - Ben.zip"
+    with zipfile.ZipFile(archive, "w") as package:
+        package.writestr("notes.pdf", "x")
+    with pytest.raises(ImportFormatError, match="holds no chat .txt"):
+        find_whatsapp_export(archive)
+    with zipfile.ZipFile(archive, "w") as package:
+        package.writestr("_chat.txt", "[01.03.24, 09:06:00] Ben: hi\n" * 1000)
+    free = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: free._replace(free=1000))
+    with pytest.raises(ImportFormatError, match="unpacks to 0 MiB and 0 MiB are free"):
+        find_whatsapp_export(archive)
+    monkeypatch.undo()
+    (tmp_path / "WhatsApp Chat - Ben").mkdir()  # someone else's folder of that name
+    with pytest.raises(ImportFormatError, match="is in the way"):
+        find_whatsapp_export(archive)
+    (tmp_path / "WhatsApp Chat - Ben").rmdir()
+
+    def broken(self, path):  # the disk fills, or the process is stopped, halfway
+        (Path(path) / "_chat.txt").write_text("[01.03.24, 09:06:00] Ben: hi\n")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(zipfile.ZipFile, "extractall", broken)
+    with pytest.raises(ImportFormatError, match="cannot unpack WhatsApp Chat - Ben.zip beside it: No space left"):
+        find_whatsapp_export(archive)
+    assert [p.name for p in tmp_path.iterdir()] == ["WhatsApp Chat - Ben.zip"]  # no half folder to reuse
 
 
 @pytest.mark.parametrize(
