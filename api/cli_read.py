@@ -199,7 +199,9 @@ def keys_revoke(name: str = typer.Argument(...)) -> None:
 
 
 # --- import ---------------------------------------------------------------------------------
-from typing import TYPE_CHECKING  # noqa: E402  (here, not at the top: this section is edited on its own)
+from typing import TYPE_CHECKING, TypeVar  # noqa: E402  (here, not at the top: this section is edited on its own)
+
+_Found = TypeVar("_Found")
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -300,6 +302,24 @@ def import_chatgpt(
     _run_chat_import(settings, "chatgpt", files, lambda fh, folder: chatgpt_items(fh, folder, options))
 
 
+@import_app.command("slack")
+def import_slack(
+    path: Path = typer.Argument(..., exists=True, help="the unzipped folder of a Slack workspace export"),
+    service: bool = typer.Option(False, "--service", help=_SERVICE_HELP),
+    assistant: list[str] = typer.Option(None, "--assistant-id", help=_ASSISTANT_HELP + "; a user id or bot id"),
+) -> None:
+    """One thread per channel, private channel and DM (see docs/importing.md)."""
+    from chatmem.producers.import_slack import SlackOptions, find_slack_exports, read_workspace, slack_items
+
+    settings = cli_settings()
+    options = SlackOptions(
+        max_text_chars=settings.max_text_chars, keep_service=service, assistant_ids=frozenset(assistant or [])
+    )
+    workspace = _export_files(lambda: read_workspace(path))
+    files = _export_files(lambda: find_slack_exports(path))
+    _run_chat_import(settings, "slack", files, lambda fh, folder: slack_items(fh, folder, workspace, options))
+
+
 @import_app.command("whatsapp")
 def import_whatsapp(
     path: Path = typer.Argument(
@@ -361,7 +381,8 @@ def import_whatsapp(
     )
 
 
-def _export_files(find: Callable[[], list[Path]]) -> list[Path]:
+def _export_files(find: Callable[[], _Found]) -> _Found:
+    """What `find` reads of an export; a message and exit status 2 when it is not the export."""
     from rich.markup import escape
 
     from chatmem.producers.importers import ImportFormatError

@@ -142,3 +142,21 @@ def test_whatsapp_import_takes_the_zip_the_phone_shares(container, tmp_path):
     IngestRunner(container, "c").run(threading.Event(), until_idle=True)
     (photo,) = [a for e in logged_events(container) for a in e["payload"]["attachments"]]
     assert Path(unquote(urlsplit(photo["url"]).path)) == folder / "IMG-20240301-WA0001.jpg"
+
+
+def test_slack_import_keeps_the_workspace_token_out_of_the_log(container):
+    export = ROOT / "tests" / "fixtures" / "exports" / "slack"
+    assert "xoxe-" in (export / "general" / "2024-03-01.json").read_text()  # the export's file links carry one
+    first = chatmem(container.settings, "import", "slack", str(export), "--assistant-id", "B01TRIP")
+    # two broken items in the fixture: exit 1, the rest published
+    assert first.returncode == 1 and "8 new events published" in first.stdout, first.stdout + first.stderr
+    assert "Traceback" not in first.stdout + first.stderr
+    IngestRunner(container, "c").run(threading.Event(), until_idle=True)
+    assert scalar(container, "SELECT count(*) FROM events") == 8
+    logged = logged_events(container)  # the content as stored, unsealed
+    assert "xoxe" not in json.dumps(logged, default=str)
+    assert scalar(container, "SELECT count(*) FROM dead_letters") == 0
+    threads = {e["thread_id"] for e in logged}
+    assert threads == {"slack:C01GENERAL", "slack:G01TRIP", "slack:D0ALICE"}
+    again = chatmem(container.settings, "import", "slack", str(export))
+    assert "0 new events published" in again.stdout, again.stdout + again.stderr

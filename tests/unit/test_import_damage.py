@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from chatmem.producers.import_chatgpt import chatgpt_items, current_branch
 from chatmem.producers.import_discord import discord_items
+from chatmem.producers.import_slack import read_workspace, slack_items
 from chatmem.producers.import_telegram import TelegramOptions, telegram_items
 from chatmem.producers.importers import (
     FILE_UNNAMEABLE,
@@ -29,6 +30,7 @@ from chatmem.producers.importers import (
 )
 from chatmem.producers.publisher import serialize
 from chatmem.schemas.events import MessageEvent, parse_event
+from tests.unit.test_import_slack import SLACK
 from tests.unit.test_importers import CHATGPT, DISCORD, TELEGRAM, TELEGRAM_ACCOUNT, FakePublisher
 
 FORMATS = {
@@ -36,6 +38,7 @@ FORMATS = {
     "telegram account": (TELEGRAM_ACCOUNT, telegram_items),
     "discord": (DISCORD, discord_items),
     "chatgpt": (CHATGPT, chatgpt_items),
+    "slack": (SLACK / "general" / "2024-03-01.json", functools.partial(slack_items, workspace=read_workspace(SLACK))),
 }
 
 
