@@ -8,8 +8,9 @@ folder, then timed three ways:
   - parse: the Telegram parser turning the file into events, nothing published;
   - import: `chatmem import telegram` as a user runs it, in a process of its own (parse, the
     known-ids check against Postgres, publish), with that process's peak memory.
-A WhatsApp export of as many messages (Android's format: 12-hour times, multi-line texts, photos,
-"<Media omitted>", system lines) is timed the same two ways, parse and import.
+A WhatsApp export (Android's format: 12-hour times, multi-line texts, photos, "<Media omitted>",
+system lines) and a Slack workspace export (day files of three channels: mentions, links, thread
+replies, files, joins) of as many messages are timed the same two ways, parse and import.
 Then the cost of reading through LoneSurrogatesReplaced (half an emoji in an export), parse only,
 on a smaller export as written, ASCII-escaped with emoji, and escaped with some emoji cut in half.
 Runs in the scratch database and Redis db of `bench ingest`, removed at the end."""
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from rich.table import Table
 
 from chatmem.bench.host import machine
 from chatmem.bench.ingest import scratch
+from chatmem.producers.import_slack import find_slack_exports, read_workspace, slack_items
 from chatmem.producers.import_telegram import TelegramOptions, telegram_items
 from chatmem.producers.import_whatsapp import WhatsAppOptions, whatsapp_items
 from chatmem.producers.importers import LoneSurrogatesReplaced
@@ -200,17 +203,10 @@ def run(settings: Settings, console: Console, *, n_messages: int = 200_000) -> d
         published = int(c.redis.xlen(c.settings.stream_key))
         c.redis.delete(c.settings.stream_key)
 
-        console.print(f"[bold]bench import[/bold]: writing a {n_messages:,}-message WhatsApp export")
-        wa_export = write_whatsapp_export(Path(tmp) / "whatsapp", n_messages)
-        wa_size = wa_export.stat().st_size
-        wa_options = WhatsAppOptions(chat="Trip planning", zone=UTC, max_text_chars=c.settings.max_text_chars)
-        started = time.perf_counter()
-        with open(wa_export, "rb") as fh:
-            wa_events = sum(isinstance(e, MessageEvent) for e in whatsapp_items(fh, wa_export.parent, wa_options))
-        wa_parse_s = time.perf_counter() - started
-        wa_import_s, wa_status, wa_peak = _cli(env, "import", "whatsapp", str(wa_export), "--timezone", "UTC")
-        wa_published = int(c.redis.xlen(c.settings.stream_key))
-        c.redis.delete(c.settings.stream_key)
+        others = {
+            "whatsapp": _time_format(c, console, "whatsapp", Path(tmp) / "whatsapp", n_messages),
+            "slack": _time_format(c, console, "slack", Path(tmp) / "slack", n_messages),
+        }
 
     figures = {
         "messages": float(n_messages),
@@ -224,14 +220,17 @@ def run(settings: Settings, console: Console, *, n_messages: int = 200_000) -> d
         "import_peak_rss_bytes": float(peak_rss or "nan"),
         "import_published": float(published),
         "import_exit_status": float(status),
-        "whatsapp_events": float(wa_events),
-        "whatsapp_export_bytes": float(wa_size),
-        "whatsapp_parse_per_s": n_messages / wa_parse_s,
-        "whatsapp_import_per_s": n_messages / wa_import_s,
-        "whatsapp_import_peak_rss_bytes": float(wa_peak or "nan"),
-        "whatsapp_import_published": float(wa_published),
-        "whatsapp_import_exit_status": float(wa_status),
     }
+    for name, other in others.items():
+        figures |= {
+            f"{name}_events": float(other.events),
+            f"{name}_export_bytes": float(other.size),
+            f"{name}_parse_per_s": n_messages / other.parse_s,
+            f"{name}_import_per_s": n_messages / other.import_s,
+            f"{name}_import_peak_rss_bytes": float(other.peak or "nan"),
+            f"{name}_import_published": float(other.published),
+            f"{name}_import_exit_status": float(other.status),
+        }
     table = Table(
         title=f"chatmem bench import · {machine()} · {datetime.now(UTC):%Y-%m-%d}",
         caption=f"{platform.platform()} · Python {platform.python_version()}",
@@ -256,26 +255,116 @@ def run(settings: Settings, console: Console, *, n_messages: int = 200_000) -> d
         f"{import_s:.1f} s",
         f"incl. {startup_s:.1f} s CLI start-up; {published:,} published; exit {status}",
     )
-    table.add_row(
-        "parse only (WhatsApp → events)",
-        f"{figures['whatsapp_parse_per_s']:,.0f}",
-        f"{wa_parse_s:.1f} s",
-        f"{wa_size / 1e6:,.0f} MB export, read twice (date order, then messages)",
-    )
-    table.add_row(
-        "chatmem import whatsapp (end to end)",
-        f"{figures['whatsapp_import_per_s']:,.0f}",
-        f"{wa_import_s:.1f} s",
-        f"{wa_published:,} published of {wa_events:,} events; exit {wa_status}",
-    )
+    for name, other in others.items():
+        table.add_row(
+            f"parse only ({_TITLES[name]} → events)",
+            f"{figures[f'{name}_parse_per_s']:,.0f}",
+            f"{other.parse_s:.1f} s",
+            f"{other.size / 1e6:,.0f} MB export"
+            + (", read twice (date order, then messages)" if name == "whatsapp" else ""),
+        )
+        table.add_row(
+            f"chatmem import {name} (end to end)",
+            f"{figures[f'{name}_import_per_s']:,.0f}",
+            f"{other.import_s:.1f} s",
+            f"{other.published:,} published of {other.events:,} events; exit {other.status}",
+        )
     console.print(table)
-    for name, rss, export_size in (("telegram", peak_rss, size), ("whatsapp", wa_peak, wa_size)):
+    peaks = [("telegram", peak_rss, size)] + [(name, o.peak, o.size) for name, o in others.items()]
+    for name, rss, export_size in peaks:
         peak = f"{rss / 2**20:,.0f} MiB" if rss else "not measured (no /proc)"
         console.print(
             f"peak memory of the {name} import process: {peak} (VmHWM) for a {export_size / 2**20:,.0f} MiB export"
         )
     figures.update(reader_cost(console))
     return figures
+
+
+_TITLES = {"whatsapp": "WhatsApp", "slack": "Slack"}
+
+
+@dataclass
+class _FormatRun:
+    size: int
+    events: int
+    parse_s: float
+    import_s: float
+    status: int
+    peak: int | None
+    published: int
+
+
+def _time_format(c: Any, console: Console, name: str, folder: Path, n_messages: int) -> _FormatRun:
+    """Write a `name` export of n_messages, parse it in this process, then import it with the CLI."""
+    console.print(f"[bold]bench import[/bold]: writing a {n_messages:,}-message {_TITLES[name]} export")
+    if name == "whatsapp":
+        export = write_whatsapp_export(folder, n_messages)
+        files, size = [export], export.stat().st_size
+        options = WhatsAppOptions(chat="Trip planning", zone=UTC, max_text_chars=c.settings.max_text_chars)
+        parse: Any = lambda fh, where: whatsapp_items(fh, where, options)  # noqa: E731
+        args = [str(export), "--timezone", "UTC"]
+    else:
+        export = write_slack_export(folder, n_messages)
+        files = find_slack_exports(export)
+        size = sum(f.stat().st_size for f in files)
+        workspace = read_workspace(export)
+        parse = lambda fh, where: slack_items(fh, where, workspace)  # noqa: E731
+        args = [str(export)]
+    started = time.perf_counter()
+    events = 0
+    for file in files:
+        with open(file, "rb") as fh:
+            events += sum(isinstance(e, MessageEvent) for e in parse(fh, file.parent))
+    parse_s = time.perf_counter() - started
+    import_s, status, peak = _cli(c.settings.as_env(), "import", name, *args)
+    published = int(c.redis.xlen(c.settings.stream_key))
+    c.redis.delete(c.settings.stream_key)
+    return _FormatRun(size, events, parse_s, import_s, status, peak, published)
+
+
+def write_slack_export(folder: Path, n_messages: int, seed: int = 7) -> Path:
+    """A workspace export of three channels and n_messages, 400 a day file: mentions, links,
+    thread replies, files (with the token their links carry), joins and bot posts."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    users = [
+        {"id": f"U{k:04d}", "name": name.lower(), "profile": {"display_name": name}}
+        for k, (name, _) in enumerate(AUTHORS)
+    ]
+    channels = [{"id": f"C{k:04d}", "name": name} for k, name in enumerate(("general", "trip", "random"))]
+    (folder / "users.json").write_text(json.dumps(users))
+    (folder / "channels.json").write_text(json.dumps(channels))
+    ts = 1_700_000_000.0
+    per_day, written = 400, 0
+    day = datetime(2023, 11, 14)
+    while written < n_messages:
+        channel = channels[(written // per_day) % len(channels)]["name"]
+        (folder / channel).mkdir(exist_ok=True)
+        messages: list[dict[str, Any]] = []
+        for i in range(min(per_day, n_messages - written)):
+            ts += rng.randint(5, 200)
+            user = users[rng.randrange(len(users))]["id"]
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 24)))
+            message: dict[str, Any] = {"type": "message", "ts": f"{ts:.6f}", "user": user, "text": text}
+            if i % 7 == 0:
+                message["text"] += f" <@{users[0]['id']}> <https://example.com/{i}|the link> &amp; more"
+            if i % 5 == 0 and messages:
+                message["thread_ts"] = messages[-1]["ts"]
+            if i % 97 == 0:
+                message["subtype"], message["text"] = "channel_join", f"<@{user}> has joined the channel"
+            if i % 150 == 0:
+                message["files"] = [
+                    {
+                        "name": "plan.pdf",
+                        "mimetype": "application/pdf",
+                        "url_private": "https://files.slack.com/files-pri/T1-F1/plan.pdf?t=xoxe-1-2-3-abc",
+                    }
+                ]
+            messages.append(message)
+        (folder / channel / f"{day:%Y-%m-%d}.json").write_text(json.dumps(messages, indent=1))
+        written += len(messages)
+        day += timedelta(days=1)
+    return folder
 
 
 def reader_cost(console: Console, n_messages: int = 40_000, rounds: int = 7) -> dict[str, float]:
