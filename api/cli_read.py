@@ -304,19 +304,32 @@ def import_chatgpt(
 
 @import_app.command("slack")
 def import_slack(
-    path: Path = typer.Argument(..., exists=True, help="the unzipped folder of a Slack workspace export"),
+    path: Path = typer.Argument(
+        ..., exists=True, help="a Slack workspace export: its .zip (unpacked beside it) or folder"
+    ),
     service: bool = typer.Option(False, "--service", help=_SERVICE_HELP),
     assistant: list[str] = typer.Option(None, "--assistant-id", help=_ASSISTANT_HELP + "; a user id or bot id"),
 ) -> None:
     """One thread per channel, private channel and DM (see docs/importing.md)."""
-    from chatmem.producers.import_slack import SlackOptions, find_slack_exports, read_workspace, slack_items
+    from rich.markup import escape
+
+    from chatmem.producers.import_slack import (
+        SlackOptions,
+        find_slack_export,
+        find_slack_exports,
+        read_workspace,
+        slack_items,
+    )
 
     settings = cli_settings()
     options = SlackOptions(
         max_text_chars=settings.max_text_chars, keep_service=service, assistant_ids=frozenset(assistant or [])
     )
-    workspace = _export_files(lambda: read_workspace(path))
-    files = _export_files(lambda: find_slack_exports(path))
+    root = _export_files(lambda: find_slack_export(path))
+    if root != path:
+        console.print(f"{escape(path.name)}: the export's folder is {escape(str(root))}")
+    workspace = _export_files(lambda: read_workspace(root))
+    files = _export_files(lambda: find_slack_exports(root))
     _run_chat_import(settings, "slack", files, lambda fh, folder: slack_items(fh, folder, workspace, options))
 
 

@@ -27,6 +27,8 @@ from chatmem.producers.importers import (
     message_events,
     safe_id,
     str_at,
+    top_level,
+    unpack_beside,
     utc_from_unix,
 )
 from chatmem.schemas.events import DEFAULT_MAX_TEXT_CHARS, Role
@@ -44,6 +46,7 @@ _DAY_FILE = re.compile(r"^\d{4}-\d{2}-\d{2}\.json$")
 _MARKUP = re.compile(r"<([^<>|\n]*)(?:\|([^<>\n]*))?>")
 # Public and private channels and group DMs have a folder by name; a DM's folder is its id.
 _NAMED_LISTS = ("channels.json", "groups.json", "mpims.json")
+_LIST_FILES = frozenset({"channels.json", "users.json", "org_users.json", "dms.json"})
 
 
 @dataclass(frozen=True)
@@ -62,13 +65,24 @@ class SlackWorkspace:
     channels: dict[str, str] = field(default_factory=dict)  # channel id -> name
 
 
+def find_slack_export(path: Path) -> Path:
+    """The export's folder: the path itself, or the folder its .zip unpacks to, beside it."""
+    if path.suffix.lower() == ".zip" and path.is_file():
+        return unpack_beside(
+            path,
+            holds=lambda names: bool(top_level(names) & _LIST_FILES),
+            what="no channels.json or users.json at its top (Slack: workspace settings, Import/Export data)",
+            unpacked=lambda folder: any((folder / name).is_file() for name in _LIST_FILES),
+        )
+    return path
+
+
 def read_workspace(root: Path) -> SlackWorkspace:
     """The lists at the top of an unzipped export. ImportFormatError when it is not one."""
     if not root.is_dir():
-        hint = ": unpack it and import the folder" if root.suffix.lower() == ".zip" else ""
-        raise ImportFormatError(f"not {WHAT}: {root.name} is not the export's folder{hint}")
+        raise ImportFormatError(f"not {WHAT}: {root.name} is not the export's folder or its .zip")
     names = {p.name for p in root.iterdir()}
-    if not names & {"channels.json", "users.json", "org_users.json", "dms.json"}:
+    if not names & _LIST_FILES:
         raise ImportFormatError(f"not {WHAT}: no channels.json or users.json in {root}")
     workspace = SlackWorkspace()
     for file in _NAMED_LISTS:

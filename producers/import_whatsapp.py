@@ -7,10 +7,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import re
-import shutil
-import tempfile
 import unicodedata
-import zipfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,6 +33,8 @@ from chatmem.producers.importers import (
     make_attachment,
     message_events,
     safe_id,
+    top_level,
+    unpack_beside,
 )
 from chatmem.schemas.events import DEFAULT_MAX_TEXT_CHARS, Attachment, Role
 
@@ -49,7 +48,6 @@ BUDDHIST_ERA = 543
 OCCURRENCE_WINDOW = timedelta(hours=3)  # of local time: a message's occurrence is counted within it
 OCCURRENCE_TIMES = 512  # times held before the older ones are let go
 HEADER_PROBE_LINES = 200  # non-empty lines read for a dated one before the file is refused
-UNPACK_HEADROOM = 256 * 2**20  # left free on the disk after a zip is unpacked
 
 
 class DateOrder(StrEnum):
@@ -145,46 +143,14 @@ def find_whatsapp_export(path: Path) -> Path:
 
 
 def unpack_export(archive: Path) -> Path:
-    """The folder the export's zip unpacks to, beside it and named as it is (`WhatsApp Chat -
-    Anna.zip` → `WhatsApp Chat - Anna/`): the attachments worker reads the media from there. A
-    folder already there is used as it is; a zip is unpacked whole or not at all (into a
-    temporary folder, renamed at the end), so a stopped unpack is never taken for a finished one."""
-    target = archive.with_suffix("")
-    if target.exists():
-        if target.is_dir() and ((target / "_chat.txt").is_file() or any(map(_starts_dated, target.glob("*.txt")))):
-            return target
-        raise ImportFormatError(f"{target} is in the way: unpack {archive.name} elsewhere and import that folder")
-    try:
-        with zipfile.ZipFile(archive) as package:
-            members = package.infolist()
-            if not any(_is_chat_file(m.filename) for m in members):
-                raise ImportFormatError(f"{archive.name} holds no chat .txt (WhatsApp: the chat's menu, Export chat)")
-            if any(m.flag_bits & 0x1 for m in members):
-                raise ImportFormatError(f"{archive.name} is password protected: unpack it and import the folder")
-            needed = sum(m.file_size for m in members)
-            free = shutil.disk_usage(archive.parent).free
-            if needed + UNPACK_HEADROOM > free:
-                raise ImportFormatError(
-                    f"{archive.name} unpacks to {needed / 2**20:,.0f} MiB and {free / 2**20:,.0f} MiB are free"
-                )
-            partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".unpacking", dir=archive.parent))
-            try:
-                package.extractall(partial)  # names with .. or a leading / are kept inside it
-                partial.rename(target)
-            except OSError as error:
-                shutil.rmtree(partial, ignore_errors=True)
-                raise ImportFormatError(f"cannot unpack {archive.name} beside it: {error}") from None
-            except BaseException:  # Ctrl-C
-                shutil.rmtree(partial, ignore_errors=True)
-                raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError) as error:
-        raise ImportFormatError(f"{archive.name} is not a zip that can be read ({error})") from None
-    return target
-
-
-def _is_chat_file(name: str) -> bool:
-    parts = name.replace("\\", "/").split("/")
-    return len(parts) == 1 and parts[0].lower().endswith(".txt")
+    """The folder the export's zip unpacks to, beside it (the attachments worker reads the media
+    from there); a folder already there holding a chat is used as it is."""
+    return unpack_beside(
+        archive,
+        holds=lambda names: any(name.lower().endswith(".txt") for name in top_level(names)),
+        what="no chat .txt (WhatsApp: the chat's menu, Export chat)",
+        unpacked=lambda folder: (folder / "_chat.txt").is_file() or any(map(_starts_dated, folder.glob("*.txt"))),
+    )
 
 
 def _starts_dated(path: Path) -> bool:

@@ -8,7 +8,10 @@ import logging
 import math
 import mimetypes
 import re
+import shutil
+import tempfile
 import time
+import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -165,6 +168,7 @@ HTTP_URL = "http:// URL (only https:// is accepted)"
 TOO_MANY = "more than 32 attachments on one message"
 MAX_ATTACHMENTS = 32
 MAX_FAILURES_SHOWN = 20
+UNPACK_HEADROOM = 256 * 2**20  # left free on the disk after an export's zip is unpacked
 
 _ID_REFUSED = re.compile(r"[^A-Za-z0-9_.:@-]")
 _DOCUMENT_TYPES = frozenset(
@@ -355,6 +359,52 @@ def message_events(fields: dict[str, Any], *, ref: str, max_text_chars: int) -> 
         except ValidationError as error:
             where = ref if len(pieces) == 1 else f"{ref} (part {number} of {len(pieces)})"
             yield Failed(where, describe_validation_error(error))
+
+
+def unpack_beside(
+    archive: Path, *, holds: Callable[[list[str]], bool], what: str, unpacked: Callable[[Path], bool]
+) -> Path:
+    """The folder an export's zip unpacks to, beside it and named as it is (`export.zip` →
+    `export/`). `holds` tells from the zip's names whether it is the export (else ImportFormatError
+    with `what`); a folder already there that is `unpacked` is used as it is, so a rerun does not
+    unpack again. A zip is unpacked whole or not at all (into a temporary folder renamed at the
+    end), so a stopped unpack is never taken for a finished one."""
+    target = archive.with_suffix("")
+    if target.exists():
+        if target.is_dir() and unpacked(target):
+            return target
+        raise ImportFormatError(f"{target} is in the way: unpack {archive.name} elsewhere and import that folder")
+    try:
+        with zipfile.ZipFile(archive) as package:
+            members = package.infolist()
+            if not holds([m.filename for m in members]):
+                raise ImportFormatError(f"{archive.name} holds {what}")
+            if any(m.flag_bits & 0x1 for m in members):
+                raise ImportFormatError(f"{archive.name} is password protected: unpack it and import the folder")
+            needed = sum(m.file_size for m in members)
+            free = shutil.disk_usage(archive.parent).free
+            if needed + UNPACK_HEADROOM > free:
+                raise ImportFormatError(
+                    f"{archive.name} unpacks to {needed / 2**20:,.0f} MiB and {free / 2**20:,.0f} MiB are free"
+                )
+            partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".unpacking", dir=archive.parent))
+            try:
+                package.extractall(partial)  # names with .. or a leading / are kept inside it
+                partial.rename(target)
+            except OSError as error:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise ImportFormatError(f"cannot unpack {archive.name} beside it: {error}") from None
+            except BaseException:  # Ctrl-C
+                shutil.rmtree(partial, ignore_errors=True)
+                raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError) as error:
+        raise ImportFormatError(f"{archive.name} is not a zip that can be read ({error})") from None
+    return target
+
+
+def top_level(names: list[str]) -> set[str]:
+    """The names of a zip's members that are at its top, not in a folder."""
+    return {name for name in names if "/" not in name.replace("\\", "/").rstrip("/")}
 
 
 class KnownIds(Protocol):

@@ -3,6 +3,7 @@ people read it, threads as replies, and file links, which carry a workspace toke
 Fixture: tests/fixtures/exports/slack."""
 
 import json
+import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from chatmem.producers.import_slack import (
     DELETED,
     FILE_NOT_FETCHED,
     SlackOptions,
+    find_slack_export,
     find_slack_exports,
     read_workspace,
     render_markup,
@@ -129,12 +131,24 @@ def test_a_second_import_publishes_nothing_new():
     assert report.published == 0 and report.already_imported == len(stored) == 8
 
 
+def test_the_exports_zip_is_unpacked_beside_it(tmp_path):
+    archive = tmp_path / "Acme Slack export Mar 1 2024 - Mar 2 2024.zip"
+    with zipfile.ZipFile(archive, "w") as package:
+        for file in SLACK.rglob("*"):
+            if file.is_file():
+                package.write(file, file.relative_to(SLACK).as_posix())
+    root = find_slack_export(archive)
+    assert root == tmp_path / "Acme Slack export Mar 1 2024 - Mar 2 2024" and find_slack_export(archive) == root
+    assert sorted(e.event_id for e in run(root)[1].published) == sorted(e.event_id for e in run()[1].published)
+
+
 def test_what_is_not_a_slack_export_says_so(tmp_path):
     with pytest.raises(ImportFormatError, match="no channels.json or users.json"):
         read_workspace(tmp_path)
-    (tmp_path / "export.zip").write_bytes(b"PK")
-    with pytest.raises(ImportFormatError, match="unpack it and import the folder"):
-        read_workspace(tmp_path / "export.zip")
+    with zipfile.ZipFile(tmp_path / "export.zip", "w") as package:
+        package.writestr("general/2024-03-01.json", "[]")
+    with pytest.raises(ImportFormatError, match="export.zip holds no channels.json or users.json at its top"):
+        find_slack_export(tmp_path / "export.zip")
     (tmp_path / "users.json").write_text("[]")
     with pytest.raises(ImportFormatError, match="no conversation folder of day files"):
         find_slack_exports(tmp_path)
