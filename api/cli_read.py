@@ -302,6 +302,44 @@ def import_chatgpt(
     _run_chat_import(settings, "chatgpt", files, lambda fh, folder: chatgpt_items(fh, folder, options))
 
 
+def _import_meta(platform: str, path: Path, service: bool, assistant: list[str] | None) -> None:
+    from chatmem.producers.import_meta import MetaOptions, find_meta_exports, meta_items
+
+    settings = cli_settings()
+    options = MetaOptions(
+        platform=platform,
+        max_text_chars=settings.max_text_chars,
+        keep_service=service,
+        assistant_names=frozenset(assistant or []),
+    )
+    files = _export_files(lambda: find_meta_exports(path, platform))
+    _run_chat_import(settings, platform, files, lambda fh, folder: meta_items(fh, folder, options))
+
+
+_META_PATH_HELP = "Meta's 'Download your information' export (JSON): its .zip (unpacked beside it) or folder"
+_META_ASSISTANT_HELP = "sender name whose messages are the bot's own replies (repeatable)"
+
+
+@import_app.command("messenger")
+def import_messenger(
+    path: Path = typer.Argument(..., exists=True, help=_META_PATH_HELP),
+    service: bool = typer.Option(False, "--service", help="keep calls, joins and leaves as role=system events"),
+    assistant: list[str] = typer.Option(None, "--assistant", help=_META_ASSISTANT_HELP),
+) -> None:
+    """Facebook Messenger chats: one thread per conversation (see docs/importing.md)."""
+    _import_meta("messenger", path, service, assistant)
+
+
+@import_app.command("instagram")
+def import_instagram(
+    path: Path = typer.Argument(..., exists=True, help=_META_PATH_HELP),
+    service: bool = typer.Option(False, "--service", help="keep calls, joins and leaves as role=system events"),
+    assistant: list[str] = typer.Option(None, "--assistant", help=_META_ASSISTANT_HELP),
+) -> None:
+    """Instagram direct messages: one thread per conversation (see docs/importing.md)."""
+    _import_meta("instagram", path, service, assistant)
+
+
 @import_app.command("slack")
 def import_slack(
     path: Path = typer.Argument(

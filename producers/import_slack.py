@@ -13,6 +13,7 @@ from typing import Any
 import ijson
 
 from chatmem.producers.importers import (
+    DELETED,
     EMPTY,
     SERVICE,
     AttachmentSkipped,
@@ -35,7 +36,6 @@ from chatmem.schemas.events import DEFAULT_MAX_TEXT_CHARS, Role
 
 PLATFORM = "slack"
 WHAT = "a Slack export"
-DELETED = "deleted message"
 FILE_NOT_FETCHED = "Slack file: behind the workspace's sign-in, not fetched"
 # Subtypes that carry what someone wrote; every other one is Slack's own notice (joins, topics,
 # pins) or a message that is gone.

@@ -7,7 +7,6 @@ from __future__ import annotations
 import codecs
 import hashlib
 import re
-import unicodedata
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from chatmem.producers.importers import (
+    DELETED,
+    DIRECTION_MARKS,
     EMPTY,
     FILE_MISSING,
     MAX_ATTACHMENTS,
@@ -32,6 +33,7 @@ from chatmem.producers.importers import (
     local_file_url,
     make_attachment,
     message_events,
+    name_id,
     safe_id,
     top_level,
     unpack_beside,
@@ -40,7 +42,6 @@ from chatmem.schemas.events import DEFAULT_MAX_TEXT_CHARS, Attachment, Role
 
 PLATFORM = "whatsapp"
 WHAT = "a WhatsApp chat export"
-DELETED = "deleted message"
 MEDIA_NOT_EXPORTED = "media not in the export (exported without media)"
 VIEW_ONCE = "view-once media (never exported)"
 BEFORE_FIRST = "text before the first dated line"
@@ -56,9 +57,7 @@ class DateOrder(StrEnum):
     YMD = "ymd"
 
 
-# Direction marks: iOS puts U+200E before system lines and media, Android wraps phone numbers in
-# U+202A…U+202C; none of them is part of a name or a text's meaning at its edges.
-_MARKS = "\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff"
+_MARKS = DIRECTION_MARKS
 _PM = frozenset({"pm", "午後", "下午", "오후", "nachm", "م"})
 _AMPM = r"[AaPp]\.?\s?[Mm]\.?|午前|午後|上午|下午|오전|오후|vorm\.|nachm\.|ص|م"
 # One dated line: Android "31/12/2023, 23:59 - Name: text", iOS "[31/12/2023, 23:59:59] Name: text",
@@ -101,8 +100,6 @@ _SYSTEM_TEXT = re.compile(
     re.S,
 )
 PLACEHOLDER_REPEATS = 3  # a bracketed text this often in one file is the phone's "<Media omitted>"
-_PHONE = re.compile(r"^\+?[\d\s().-]{7,}$")
-_PLAIN_NAME = re.compile(r"^[A-Za-z0-9 ._@-]+$")
 
 
 @dataclass(frozen=True)
@@ -176,21 +173,6 @@ def chat_name(path: Path) -> str:
     stem = path.parent.name if path.name == "_chat.txt" else path.stem
     name = _CHAT_PREFIX.sub("", stem).strip(" -–._") or stem
     return re.sub(r"\s*\(\d+\)$", "", name) or name  # "Anna (1)": the same chat exported twice
-
-
-def name_id(name: str) -> str:
-    """An author's or chat's name as an id part: a phone number as its digits, a plain ASCII name
-    as itself (spaces as _), any other name folded to ASCII plus a hash of the name, so two
-    names that fold alike stay apart."""
-    name = " ".join(name.strip(_MARKS + " ").split())
-    if _PHONE.match(name) and sum(ch.isdigit() for ch in name) >= 7:
-        return "".join(ch for ch in name if ch.isdigit())
-    if _PLAIN_NAME.match(name):
-        return safe_id(name.replace(" ", "_"))
-    folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
-    slug = re.sub(r"[^A-Za-z0-9]+", "_", folded).strip("_")[:60]
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{slug}-{digest}" if slug else digest
 
 
 def thread_id_for(chat: str) -> str:

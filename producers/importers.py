@@ -11,6 +11,7 @@ import re
 import shutil
 import tempfile
 import time
+import unicodedata
 import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -159,6 +160,7 @@ def publish_locomo(pub: Publisher, path: Path, samples: set[str] | None = None, 
 
 # Reasons are fixed phrases (counted per phrase in the report), except validation failures.
 DUPLICATE = "duplicate id in the export"
+DELETED = "deleted message"
 SERVICE = "service message"
 EMPTY = "empty message"
 FILE_MISSING = "file missing from the export folder"
@@ -259,6 +261,28 @@ def safe_id(raw: str) -> str:
     if len(cleaned) <= 128:
         return cleaned
     return f"{cleaned[:111]}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
+
+
+# Direction marks: WhatsApp on iOS puts U+200E before notices and media, Android wraps phone
+# numbers in U+202A…U+202C; none of them is part of a name or a text's meaning at its edges.
+DIRECTION_MARKS = "\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff"
+_PHONE = re.compile(r"^\+?[\d\s().-]{7,}$")
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9 ._@-]+$")
+
+
+def name_id(name: str) -> str:
+    """A person's or chat's name as an id part, for exports that give names and no ids: a phone
+    number as its digits, a plain ASCII name as itself (spaces as _), any other name folded to
+    ASCII plus a hash of the name, so two names that fold alike stay apart."""
+    name = " ".join(name.strip(DIRECTION_MARKS + " ").split())
+    if _PHONE.match(name) and sum(ch.isdigit() for ch in name) >= 7:
+        return "".join(ch for ch in name if ch.isdigit())
+    if _PLAIN_NAME.match(name):
+        return safe_id(name.replace(" ", "_"))
+    folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", folded).strip("_")[:60]
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{slug}-{digest}" if slug else digest
 
 
 def utc_from_unix(value: object) -> datetime | None:

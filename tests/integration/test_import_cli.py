@@ -160,3 +160,24 @@ def test_slack_import_keeps_the_workspace_token_out_of_the_log(container):
     assert threads == {"slack:C01GENERAL", "slack:G01TRIP", "slack:D0ALICE"}
     again = chatmem(container.settings, "import", "slack", str(export))
     assert "0 new events published" in again.stdout, again.stdout + again.stderr
+
+
+def test_messenger_import_reads_metas_bytes_back_and_a_second_run_publishes_nothing(container, tmp_path):
+    import zipfile
+
+    messenger = ROOT / "tests" / "fixtures" / "exports" / "messenger"
+    archive = tmp_path / "facebook-ana-2024-03-02.zip"
+    with zipfile.ZipFile(archive, "w") as package:
+        for file in messenger.rglob("*"):
+            if file.is_file():
+                package.write(file, file.relative_to(messenger).as_posix())
+    first = chatmem(container.settings, "import", "messenger", str(archive))
+    # two broken items in the fixture: exit 1, the rest published
+    assert first.returncode == 1 and "5 new events published" in first.stdout, first.stdout + first.stderr
+    IngestRunner(container, "c").run(threading.Event(), until_idle=True)
+    texts = [e["payload"]["text"] for e in logged_events(container)]
+    assert texts[0] == "Booked the flat in Alfama for March 14–18. Café downstairs ☕"
+    (photo,) = [a for e in logged_events(container) for a in e["payload"]["attachments"]]
+    assert Path(unquote(urlsplit(photo["url"]).path)).is_file()
+    again = chatmem(container.settings, "import", "messenger", str(archive))
+    assert "0 new events published" in again.stdout, again.stdout + again.stderr

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from chatmem.producers.import_chatgpt import chatgpt_items, current_branch
 from chatmem.producers.import_discord import discord_items
+from chatmem.producers.import_meta import MetaOptions, meta_items
 from chatmem.producers.import_slack import read_workspace, slack_items
 from chatmem.producers.import_telegram import TelegramOptions, telegram_items
 from chatmem.producers.importers import (
@@ -31,13 +32,17 @@ from chatmem.producers.importers import (
 from chatmem.producers.publisher import serialize
 from chatmem.schemas.events import MessageEvent, parse_event
 from tests.unit.test_import_slack import SLACK
-from tests.unit.test_importers import CHATGPT, DISCORD, TELEGRAM, TELEGRAM_ACCOUNT, FakePublisher
+from tests.unit.test_importers import CHATGPT, DISCORD, EXPORTS, TELEGRAM, TELEGRAM_ACCOUNT, FakePublisher
 
 FORMATS = {
     "telegram": (TELEGRAM, telegram_items),
     "telegram account": (TELEGRAM_ACCOUNT, telegram_items),
     "discord": (DISCORD, discord_items),
     "chatgpt": (CHATGPT, chatgpt_items),
+    "messenger": (
+        EXPORTS / "messenger" / "messages" / "inbox" / "leojoao_1234567890" / "message_1.json",
+        functools.partial(meta_items, options=MetaOptions()),
+    ),
     "slack": (SLACK / "general" / "2024-03-01.json", functools.partial(slack_items, workspace=read_workspace(SLACK))),
 }
 
