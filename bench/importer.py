@@ -9,8 +9,10 @@ folder, then timed three ways:
   - import: `chatmem import telegram` as a user runs it, in a process of its own (parse, the
     known-ids check against Postgres, publish), with that process's peak memory.
 A WhatsApp export (Android's format: 12-hour times, multi-line texts, photos, "<Media omitted>",
-system lines) and a Slack workspace export (day files of three channels: mentions, links, thread
-replies, files, joins) of as many messages are timed the same two ways, parse and import.
+system lines), a Slack workspace export (day files of three channels: mentions, links, thread
+replies, files, joins) and a Messenger export (conversations cut into files newest first, texts
+written byte by byte as Meta writes them) of as many messages are timed the same two ways, parse
+and import.
 Then the cost of reading through LoneSurrogatesReplaced (half an emoji in an export), parse only,
 on a smaller export as written, ASCII-escaped with emoji, and escaped with some emoji cut in half.
 Runs in the scratch database and Redis db of `bench ingest`, removed at the end."""
@@ -36,6 +38,7 @@ from rich.table import Table
 
 from chatmem.bench.host import machine
 from chatmem.bench.ingest import scratch
+from chatmem.producers.import_meta import MetaOptions, find_meta_exports, meta_items
 from chatmem.producers.import_slack import find_slack_exports, read_workspace, slack_items
 from chatmem.producers.import_telegram import TelegramOptions, telegram_items
 from chatmem.producers.import_whatsapp import WhatsAppOptions, whatsapp_items
@@ -206,6 +209,7 @@ def run(settings: Settings, console: Console, *, n_messages: int = 200_000) -> d
         others = {
             "whatsapp": _time_format(c, console, "whatsapp", Path(tmp) / "whatsapp", n_messages),
             "slack": _time_format(c, console, "slack", Path(tmp) / "slack", n_messages),
+            "messenger": _time_format(c, console, "messenger", Path(tmp) / "messenger", n_messages),
         }
 
     figures = {
@@ -280,7 +284,7 @@ def run(settings: Settings, console: Console, *, n_messages: int = 200_000) -> d
     return figures
 
 
-_TITLES = {"whatsapp": "WhatsApp", "slack": "Slack"}
+_TITLES = {"whatsapp": "WhatsApp", "slack": "Slack", "messenger": "Messenger"}
 
 
 @dataclass
@@ -303,6 +307,13 @@ def _time_format(c: Any, console: Console, name: str, folder: Path, n_messages: 
         options = WhatsAppOptions(chat="Trip planning", zone=UTC, max_text_chars=c.settings.max_text_chars)
         parse: Any = lambda fh, where: whatsapp_items(fh, where, options)  # noqa: E731
         args = [str(export), "--timezone", "UTC"]
+    elif name == "messenger":
+        export = write_meta_export(folder, n_messages)
+        files = find_meta_exports(export, "messenger")
+        size = sum(f.stat().st_size for f in files)
+        meta_options = MetaOptions(max_text_chars=c.settings.max_text_chars)
+        parse = lambda fh, where: meta_items(fh, where, meta_options)  # noqa: E731
+        args = [str(export)]
     else:
         export = write_slack_export(folder, n_messages)
         files = find_slack_exports(export)
@@ -320,6 +331,40 @@ def _time_format(c: Any, console: Console, name: str, folder: Path, n_messages: 
     published = int(c.redis.xlen(c.settings.stream_key))
     c.redis.delete(c.settings.stream_key)
     return _FormatRun(size, events, parse_s, import_s, status, peak, published)
+
+
+def write_meta_export(folder: Path, n_messages: int, seed: int = 7) -> Path:
+    """A Messenger export (the newer layout) of n_messages in conversations of up to 20,000, each
+    cut into files of 5,000 listed newest first, every text written as Meta writes it (each
+    UTF-8 byte a character), some with accents and emoji."""
+    rng = random.Random(seed)
+    inbox = folder / "your_facebook_activity" / "messages" / "inbox"
+    written, conversation = 0, 0
+    stamp = 1_700_000_000_000
+    while written < n_messages:
+        count = min(20_000, n_messages - written)
+        thread = inbox / f"tripplanning_{conversation:06d}"
+        thread.mkdir(parents=True)
+        messages = []
+        for i in range(count):
+            stamp += rng.randint(5_000, 900_000)
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 24)))
+            if i % 3 == 0:
+                text += " café ☕"
+            sender = AUTHORS[rng.randrange(len(AUTHORS))][0]
+            messages.append({"sender_name": sender, "timestamp_ms": stamp, "content": text.encode().decode("latin-1")})
+        messages.reverse()  # newest first, and message_1.json the newest
+        for number, start in enumerate(range(0, count, 5_000), start=1):
+            doc = {
+                "participants": [{"name": a} for a, _ in AUTHORS],
+                "title": "Trip planning",
+                "thread_path": f"inbox/{thread.name}",
+                "messages": messages[start : start + 5_000],
+            }
+            (thread / f"message_{number}.json").write_text(json.dumps(doc))
+        written += count
+        conversation += 1
+    return folder
 
 
 def write_slack_export(folder: Path, n_messages: int, seed: int = 7) -> Path:
