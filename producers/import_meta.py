@@ -114,11 +114,15 @@ def meta_items(fh: JsonFile, base_dir: Path, options: MetaOptions) -> Iterator[I
     what = WHAT[options.platform]
     try:
         doc = json.loads(fh.read())
-    except ValueError as error:  # the caller names the file
+        if not isinstance(doc, dict) or not isinstance(doc.get("messages"), list):
+            raise ImportFormatError(f"not {what}: no 'messages' list")
+        doc = _fixed(doc)
+    except RecursionError:
+        raise ImportFormatError("not valid JSON (nested too deeply)") from None
+    except ValueError as error:  # the caller names the file (ImportFormatError is one too)
+        if isinstance(error, ImportFormatError):
+            raise
         raise ImportFormatError(f"not valid JSON ({error})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("messages"), list):
-        raise ImportFormatError(f"not {what}: no 'messages' list")
-    doc = _fixed(doc)
     conversation = _Conversation(doc, base_dir, options)
     timed = [(m.get("timestamp_ms"), i, m) for i, m in enumerate(doc["messages"]) if isinstance(m, dict)]
     for index, message in enumerate(doc["messages"]):

@@ -114,8 +114,10 @@ def _list_file(path: Path) -> list[dict[str, Any]]:
         return []
     try:
         data = json.loads(path.read_bytes())
-    except (ValueError, UnicodeDecodeError) as error:
+    except ValueError as error:
         raise ImportFormatError(f"{path.name}: not valid JSON ({error})") from None
+    except RecursionError:
+        raise ImportFormatError(f"{path.name}: not valid JSON (nested too deeply)") from None
     return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
 
 

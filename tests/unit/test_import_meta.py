@@ -128,3 +128,11 @@ def test_the_zip_is_unpacked_and_what_is_not_an_export_says_so(tmp_path):
     wrong.write_text('{"conversations": []}')
     with pytest.raises(ImportFormatError, match="not an Instagram export: no 'messages' list"):
         run(wrong, platform="instagram")
+
+
+def test_a_file_nested_past_any_export_is_a_format_error(tmp_path):
+    deep = tmp_path / "messages" / "inbox" / "x_1" / "message_1.json"
+    deep.parent.mkdir(parents=True)
+    deep.write_text('{"messages": [' + "[" * 100_000 + "]" * 100_000 + "]}")
+    with pytest.raises(ImportFormatError, match="nested too deeply"):
+        run(deep)

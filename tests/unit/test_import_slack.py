@@ -169,3 +169,12 @@ def test_a_folder_no_list_names_is_read_with_its_name_as_its_id(tmp_path):
     assert [(e.thread_id, e.metadata["author_name"], e.text) for e in pub.published] == [
         ("slack:old-channel", "ann", "hi")
     ]
+
+
+def test_a_list_file_that_is_not_json_says_which(tmp_path):
+    (tmp_path / "users.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ImportFormatError, match="users.json: not valid JSON .nested too deeply."):
+        read_workspace(tmp_path)
+    (tmp_path / "users.json").write_bytes(b'[{"id": "U1", "name": "\xff"}]')
+    with pytest.raises(ImportFormatError, match="users.json: not valid JSON"):
+        read_workspace(tmp_path)
