@@ -436,3 +436,24 @@ def test_the_file_is_read_in_chunks_and_lines_split_across_them_stay_whole(tmp_p
     assert "".join(e.text for e in got[:-1]) == "x" * 70_000  # split in parts at the text limit
     assert got[-1].text == "after é"
     assert asked and all(0 < size <= 1 << 16 for size in asked)  # never the whole file at once
+
+
+def test_zones_are_read_on_a_machine_without_a_zone_database(tmp_path):
+    # Windows and slim containers have no /usr/share/zoneinfo: zoneinfo then reads the tzdata
+    # package, which the project pins. An empty search path stands for such a machine.
+    import subprocess
+    import sys
+
+    script = (
+        "import datetime, zoneinfo; from chatmem.producers.import_whatsapp import time_zone; "
+        "print(zoneinfo.TZPATH, time_zone('America/Sao_Paulo')[0].utcoffset(datetime.datetime(2024, 1, 1)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env={"PYTHONTZPATH": str(tmp_path), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"('{tmp_path}',) -1 day, 21:00:00"
