@@ -13,6 +13,7 @@ import pytest
 
 from chatmem.workers.ingest import IngestRunner
 from tests.conftest import ROOT, logged_events, scalar, settings_env
+from tests.unit.test_importers import zipped
 
 pytestmark = pytest.mark.integration
 
@@ -127,14 +128,9 @@ def test_whatsapp_import_reads_the_phones_times_in_its_zone_and_a_second_run_pub
 
 
 def test_whatsapp_import_takes_the_zip_the_phone_shares(container, tmp_path):
-    import zipfile
-
     android = ROOT / "tests" / "fixtures" / "exports" / "whatsapp_android"
     archive = tmp_path / "WhatsApp Chat with Trip planning.zip"
-    with zipfile.ZipFile(archive, "w") as package:
-        for file in android.iterdir():
-            package.write(file, file.name)
-    out = chatmem(container.settings, "import", "whatsapp", str(archive), "--timezone", "UTC")
+    out = chatmem(container.settings, "import", "whatsapp", str(zipped(android, archive)), "--timezone", "UTC")
     assert out.returncode == 0, out.stdout + out.stderr
     folder = tmp_path / "WhatsApp Chat with Trip planning"
     assert f"the export's folder is {folder}" in " ".join(out.stdout.split()), out.stdout
@@ -163,15 +159,9 @@ def test_slack_import_keeps_the_workspace_token_out_of_the_log(container):
 
 
 def test_messenger_import_reads_metas_bytes_back_and_a_second_run_publishes_nothing(container, tmp_path):
-    import zipfile
-
     messenger = ROOT / "tests" / "fixtures" / "exports" / "messenger"
     archive = tmp_path / "facebook-ana-2024-03-02.zip"
-    with zipfile.ZipFile(archive, "w") as package:
-        for file in messenger.rglob("*"):
-            if file.is_file():
-                package.write(file, file.relative_to(messenger).as_posix())
-    first = chatmem(container.settings, "import", "messenger", str(archive))
+    first = chatmem(container.settings, "import", "messenger", str(zipped(messenger, archive)))
     # two broken items in the fixture: exit 1, the rest published
     assert first.returncode == 1 and "5 new events published" in first.stdout, first.stdout + first.stderr
     IngestRunner(container, "c").run(threading.Event(), until_idle=True)

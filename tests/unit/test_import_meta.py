@@ -5,7 +5,6 @@ Fixtures: tests/fixtures/exports/messenger (the older layout, messages/ at the t
 instagram (the newer one, under your_instagram_activity/)."""
 
 import json
-import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from chatmem.producers.importers import (
     name_id,
 )
 from chatmem.schemas.events import AttachmentKind, MessageEvent, Role
-from tests.unit.test_importers import EXPORTS, FakePublisher
+from tests.unit.test_importers import EXPORTS, FakePublisher, zipped
 
 MESSENGER = EXPORTS / "messenger"
 INSTAGRAM = EXPORTS / "instagram"
@@ -112,11 +111,7 @@ def test_a_later_export_gives_the_same_ids(tmp_path):
 
 def test_the_zip_is_unpacked_and_what_is_not_an_export_says_so(tmp_path):
     archive = tmp_path / "facebook-ana-2024.zip"
-    with zipfile.ZipFile(archive, "w") as package:
-        for file in MESSENGER.rglob("*"):
-            if file.is_file():
-                package.write(file, file.relative_to(MESSENGER).as_posix())
-    files = find_meta_exports(archive, "messenger")
+    files = find_meta_exports(zipped(MESSENGER, archive), "messenger")
     assert [f.name for f in files] == ["message_2.json", "message_1.json"]
     assert files[0].is_relative_to(tmp_path / "facebook-ana-2024")
     with pytest.raises(ImportFormatError, match="not a Facebook Messenger export: no messages/…/message_1.json"):

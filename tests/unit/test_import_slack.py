@@ -28,7 +28,7 @@ from chatmem.producers.importers import (
     Skipped,
 )
 from chatmem.schemas.events import MessageEvent, Role
-from tests.unit.test_importers import EXPORTS, FakePublisher
+from tests.unit.test_importers import EXPORTS, FakePublisher, zipped
 
 SLACK = EXPORTS / "slack"
 
@@ -133,11 +133,7 @@ def test_a_second_import_publishes_nothing_new():
 
 def test_the_exports_zip_is_unpacked_beside_it(tmp_path):
     archive = tmp_path / "Acme Slack export Mar 1 2024 - Mar 2 2024.zip"
-    with zipfile.ZipFile(archive, "w") as package:
-        for file in SLACK.rglob("*"):
-            if file.is_file():
-                package.write(file, file.relative_to(SLACK).as_posix())
-    root = find_slack_export(archive)
+    root = find_slack_export(zipped(SLACK, archive))
     assert root == tmp_path / "Acme Slack export Mar 1 2024 - Mar 2 2024" and find_slack_export(archive) == root
     assert sorted(e.event_id for e in run(root)[1].published) == sorted(e.event_id for e in run()[1].published)
 

@@ -3,6 +3,7 @@ small hand-written fixtures that carry each quirk of the real formats (tests/fix
 
 import io
 import json
+import zipfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -380,6 +381,15 @@ def test_safe_id_is_stable_valid_and_bounded():
     assert safe_id("telegram-user 1/2") == "telegram-user_1_2"
     long = safe_id("chatgpt:" + "x" * 300)
     assert len(long) == 128 and long == safe_id("chatgpt:" + "x" * 300) != safe_id("chatgpt:" + "x" * 301)
+
+
+def zipped(folder: Path, archive: Path) -> Path:
+    """`folder` as the zip an export is shared as: its files at the zip's top."""
+    with zipfile.ZipFile(archive, "w") as package:
+        for file in sorted(folder.rglob("*")):
+            if file.is_file():
+                package.write(file, file.relative_to(folder).as_posix())
+    return archive
 
 
 class FakePublisher:
