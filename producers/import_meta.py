@@ -34,6 +34,7 @@ from chatmem.producers.importers import (
     name_id,
     safe_id,
     str_at,
+    top_level,
     unpack_beside,
     utc_from_unix,
 )
@@ -49,8 +50,10 @@ _MEDIA_KEYS = (
     ("gifs", None),
     ("audio_files", AttachmentKind.AUDIO),
     ("files", None),
+    ("media", None),  # the encrypted chats export's, of every kind
 )
-_SERVICE_TYPES = frozenset({"Call", "Subscribe", "Unsubscribe"})  # older exports name a message's type
+# Older exports name a message's type; the encrypted chats' "placeholder" is Messenger's own line.
+_SERVICE_TYPES = frozenset({"Call", "Subscribe", "Unsubscribe", "Placeholder"})
 
 
 @dataclass(frozen=True)
@@ -68,15 +71,28 @@ def find_meta_exports(path: Path, platform: str) -> list[Path]:
     if path.suffix.lower() == ".zip" and path.is_file():
         path = unpack_beside(
             path,
-            holds=lambda names: any(_MESSAGE_FILE.search(n.replace("\\", "/")) for n in names),
+            holds=lambda names: (
+                any(_MESSAGE_FILE.search(n.replace("\\", "/")) for n in names)
+                or any(n.lower().endswith(".json") for n in top_level(names))
+            ),
             what="no messages/…/message_1.json (Meta: Accounts Center, Download your information, JSON)",
-            unpacked=lambda folder: any(_is_message_file(p) for p in folder.rglob("message_*.json")),
+            unpacked=lambda folder: (
+                any(_is_message_file(p) for p in folder.rglob("message_*.json"))
+                or any(map(_is_encrypted_chats_file, folder.glob("*.json")))
+            ),
         )
     if path.is_file():
         return [path]
     files = [p for p in path.rglob("message_*.json") if _is_message_file(p)]
     if not files:
-        raise ImportFormatError(f"not {WHAT[platform]}: no messages/…/message_1.json in {path} (the JSON format)")
+        # Messenger's end-to-end encrypted chats export apart: one <thread>.json a conversation.
+        encrypted = sorted(p for p in path.glob("*.json") if _is_encrypted_chats_file(p))
+        if encrypted:
+            return encrypted
+        raise ImportFormatError(
+            f"not {WHAT[platform]}: no messages/…/message_1.json, nor a chat file of the end-to-end"
+            f" encrypted chats, in {path} (the JSON format)"
+        )
     by_conversation: dict[Path, list[Path]] = defaultdict(list)
     for file in files:
         by_conversation[file.parent].append(file)
@@ -86,6 +102,15 @@ def find_meta_exports(path: Path, platform: str) -> list[Path]:
 
 def _is_message_file(path: Path) -> bool:
     return path.is_file() and _MESSAGE_FILE.search(path.as_posix()) is not None
+
+
+def _is_encrypted_chats_file(path: Path) -> bool:
+    """A conversation of Messenger's end-to-end encrypted chats export: camelCase fields."""
+    if not path.is_file():
+        return False
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 16)
+    return b'"threadName"' in head or b'"senderName"' in head
 
 
 def fixed_text(value: str) -> str:
@@ -123,6 +148,8 @@ def meta_items(fh: JsonFile, base_dir: Path, options: MetaOptions) -> Iterator[I
         if isinstance(error, ImportFormatError):
             raise
         raise ImportFormatError(f"not valid JSON ({error})") from None
+    if "threadName" in doc or any(isinstance(m, dict) and "senderName" in m for m in doc["messages"][:50]):
+        doc = _from_encrypted_chats(doc)
     conversation = _Conversation(doc, base_dir, options)
     timed = [(m.get("timestamp_ms"), i, m) for i, m in enumerate(doc["messages"]) if isinstance(m, dict)]
     for index, message in enumerate(doc["messages"]):
@@ -132,6 +159,28 @@ def meta_items(fh: JsonFile, base_dir: Path, options: MetaOptions) -> Iterator[I
     timed.sort(key=lambda t: (t[0] if isinstance(t[0], int | float) and not isinstance(t[0], bool) else 0, -t[1]))
     for _, _, message in timed:
         yield from conversation.items(message)
+
+
+def _from_encrypted_chats(doc: dict[str, Any]) -> dict[str, Any]:
+    """Messenger's end-to-end encrypted chats export in the main export's fields: senderName,
+    timestamp (milliseconds), text, isUnsent, media with paths beside the file ("./media/…"), and
+    a type, of which "placeholder" marks Messenger's own lines."""
+    messages = []
+    for message in doc["messages"]:
+        if not isinstance(message, dict):
+            messages.append(message)
+            continue
+        messages.append(
+            {
+                "sender_name": message.get("senderName"),
+                "timestamp_ms": message.get("timestamp"),
+                "content": message.get("text"),
+                "is_unsent": message.get("isUnsent"),
+                "media": message.get("media"),
+                **({"type": "Placeholder"} if message.get("type") == "placeholder" else {}),
+            }
+        )
+    return {"thread_path": doc.get("threadName"), "title": doc.get("threadName"), "messages": messages}
 
 
 class _Conversation:
@@ -144,7 +193,7 @@ class _Conversation:
         # uri values are relative to the export's top: the folder above messages/ (older exports)
         # or above your_facebook_activity/ (newer ones), both tried.
         messages_dir = base_dir.parent.parent
-        self.roots = [messages_dir.parent, messages_dir.parent.parent]
+        self.roots = [messages_dir.parent, messages_dir.parent.parent, base_dir]  # the last: "./media/…"
         self.seen = Counter[str]()
 
     def items(self, message: dict[str, Any]) -> Iterator[ImportItem]:

@@ -43,6 +43,10 @@ FORMATS = {
         EXPORTS / "messenger" / "messages" / "inbox" / "leojoao_1234567890" / "message_1.json",
         functools.partial(meta_items, options=MetaOptions()),
     ),
+    "messenger, end-to-end encrypted chats": (
+        EXPORTS / "messenger_e2ee" / "LeoJoao_12.json",
+        functools.partial(meta_items, options=MetaOptions()),
+    ),
     "slack": (SLACK / "general" / "2024-03-01.json", functools.partial(slack_items, workspace=read_workspace(SLACK))),
 }
 

@@ -131,3 +131,21 @@ def test_a_file_nested_past_any_export_is_a_format_error(tmp_path):
     deep.write_text('{"messages": [' + "[" * 100_000 + "]" * 100_000 + "]}")
     with pytest.raises(ImportFormatError, match="nested too deeply"):
         run(deep)
+
+
+def test_messengers_end_to_end_encrypted_chats_export_is_read_too():
+    # Exported apart since end-to-end encryption: a <thread>.json a conversation, camelCase
+    # fields, media beside it, a "placeholder" type for Messenger's own lines.
+    folder = EXPORTS / "messenger_e2ee"
+    assert [f.name for f in find_meta_exports(folder, "messenger")] == ["LeoJoao_12.json"]
+    items, _ = run(folder)
+    got = events(items)
+    assert [(e.thread_id, e.metadata["author_name"], e.text) for e in got] == [
+        ("messenger:LeoJoao_12", "Ana Lima", "Which café? The one on Rua Augusta?"),
+        ("messenger:LeoJoao_12", "Ana Lima", ""),
+        ("messenger:LeoJoao_12", "Leo João", "Até amanhã no café da esquina"),
+    ]
+    assert got[0].occurred_at == datetime(2025, 5, 1, 4, 29, 51, 906000, tzinfo=UTC)  # 1746073791906 ms
+    (photo,) = got[1].attachments
+    assert photo.kind is AttachmentKind.IMAGE and photo.url.endswith("/media/3f1c2a9e-7b1d-4c55-9a51-2f0d8c1e6b10.jpeg")
+    assert sorted(i.reason for i in items if isinstance(i, Skipped)) == [DELETED, SERVICE]
