@@ -160,7 +160,7 @@ def self_check(
 
 
 def _crash_message(url: str, server_log: Path | None, offset: int, error: Exception, timeout: float) -> str:
-    recovered = wait_until_ready(url, timeout)
+    recovered = wait_until_ready(url, timeout, server_log, offset)
     signal = _crash_signal(server_log, offset) if server_log else None
     cpu = cpu_report()
     if signal is not None:
@@ -180,20 +180,47 @@ def _crash_message(url: str, server_log: Path | None, offset: int, error: Except
 
 def _crash_signal(server_log: Path, offset: int) -> int | None:
     """The signal a backend died of, from the lines the server logged since `offset`."""
-    try:
-        with server_log.open("rb") as f:
-            f.seek(offset)
-            tail = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    match = re.search(r"terminated by signal (\d+)", tail)
+    match = re.search(r"terminated by signal (\d+)", _log_since(server_log, offset) or "")
     return int(match.group(1)) if match else None
 
 
-def wait_until_ready(url: str, timeout: float) -> bool:
+def _log_since(server_log: Path, offset: int) -> str | None:
+    try:
+        with server_log.open("rb") as f:
+            f.seek(offset)
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+# What the postmaster logs once it has seen a backend die, and once it is ready again after the
+# reset and the recovery that follow.
+_CRASH_SEEN = re.compile(r"terminated by signal|exited with exit code|all server processes terminated")
+_READY_AGAIN = "database system is ready to accept connections"
+CRASH_SEEN_WAIT = 5.0  # seconds: a postmaster reaps a dead backend at once; past this the log says nothing
+
+
+def recovery_logged(tail: str) -> bool | None:
+    """From the server's lines since before a crash: True when it logged the crash and then that
+    it is ready again, False when only the crash so far, None when not even the crash."""
+    crash = _CRASH_SEEN.search(tail)
+    if crash is None:
+        return None
+    return _READY_AGAIN in tail[crash.end() :]
+
+
+def wait_until_ready(url: str, timeout: float, server_log: Path | None = None, offset: int = 0) -> bool:
     """After a backend crash Postgres resets every session and recovers: wait until it answers
-    again, so the next command meets a working server instead of 'in recovery mode'."""
-    deadline = time.monotonic() + timeout
+    again, so the next command meets a working server instead of 'in recovery mode'. A connection
+    may still reach the server in the moment before the postmaster has seen the crash, so with the
+    server's log the wait first reads there that the reset is over."""
+    started = time.monotonic()
+    deadline = started + timeout
+    while server_log is not None and time.monotonic() < deadline:
+        state = recovery_logged(_log_since(server_log, offset) or "")
+        if state or (state is None and time.monotonic() - started > CRASH_SEEN_WAIT):
+            break  # recovered, or a log that does not tell (then the connections must)
+        time.sleep(0.1)
     while time.monotonic() < deadline:
         try:
             with psycopg.connect(url, connect_timeout=2) as conn:
