@@ -180,11 +180,12 @@ def _crash_message(url: str, server_log: Path | None, offset: int, error: Except
 
 def _crash_signal(server_log: Path, offset: int) -> int | None:
     """The signal a backend died of, from the lines the server logged since `offset`."""
-    match = re.search(r"terminated by signal (\d+)", _log_since(server_log, offset) or "")
+    match = re.search(r"terminated by signal (\d+)", log_since(server_log, offset) or "")
     return int(match.group(1)) if match else None
 
 
-def _log_since(server_log: Path, offset: int) -> str | None:
+def log_since(server_log: Path, offset: int) -> str | None:
+    """What the server logged after byte `offset` of its log; None when the log cannot be read."""
     try:
         with server_log.open("rb") as f:
             f.seek(offset)
@@ -217,7 +218,7 @@ def wait_until_ready(url: str, timeout: float, server_log: Path | None = None, o
     started = time.monotonic()
     deadline = started + timeout
     while server_log is not None and time.monotonic() < deadline:
-        state = recovery_logged(_log_since(server_log, offset) or "")
+        state = recovery_logged(log_since(server_log, offset) or "")
         if state or (state is None and time.monotonic() - started > CRASH_SEEN_WAIT):
             break  # recovered, or a log that does not tell (then the connections must)
         time.sleep(0.1)

@@ -346,11 +346,8 @@ def _bin_paths() -> dict[int, Path]:
 
 def _shutdown_began(server_log: Path, offset: int) -> bool:
     """Whether the server logged, since `offset`, that its shutdown checkpoint began."""
-    try:
-        with server_log.open("rb") as f:
-            f.seek(offset)
-            tail = f.read().decode("utf-8", "replace")
-    except OSError:
+    tail = pgcheck.log_since(server_log, offset)
+    if tail is None:
         return True  # no log to tell: wait as for a slow checkpoint
     return "shutting down" in tail or "checkpoint starting: shutdown" in tail
 

@@ -422,6 +422,7 @@ def import_whatsapp(
         keep_service=service,
         assistant_names=frozenset(assistant or []),
         max_text_chars=settings.max_text_chars,
+        layout=layout,
     )
     console.print(
         f"{escape(file.name)}: thread {thread_id_for(options.chat)}, dates {escape(layout.decided_by)},"

@@ -23,6 +23,7 @@ from chatmem.producers.importers import (
     FILE_MISSING,
     MAX_ATTACHMENTS,
     SERVICE,
+    TOO_MANY,
     AttachmentSkipped,
     Failed,
     ImportFormatError,
@@ -110,6 +111,9 @@ class WhatsAppOptions:
     keep_service: bool = False  # system lines as role=system events instead of skipping them
     assistant_names: frozenset[str] = frozenset()  # authors whose messages are the bot's own
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
+    # What sniff_layout already read of this very file (the command prints it first): given, the
+    # file is not read a third time for it.
+    layout: Layout | None = None
 
 
 @dataclass
@@ -285,7 +289,7 @@ class _Message:
 def whatsapp_items(fh: JsonFile, base_dir: Path, options: WhatsAppOptions) -> Iterator[ImportItem]:
     """Events (and skip / failure records) message by message; a message is its dated line and
     the undated lines after it."""
-    layout = sniff_layout(fh, order=options.date_order)
+    layout = options.layout or sniff_layout(fh, order=options.date_order)
     reader = _Reader(options, layout, base_dir)
     current: _Message | None = None
     for line_no, line in enumerate(read_lines(fh), start=1):
@@ -363,8 +367,11 @@ class _Reader:
             found, rest = self._attachment(line, ref, metadata)
             if isinstance(found, AttachmentSkipped):
                 yield found
-            elif found is not None and len(attachments) < MAX_ATTACHMENTS:
-                attachments.append(found)
+            elif found is not None:
+                if len(attachments) < MAX_ATTACHMENTS:
+                    attachments.append(found)
+                else:
+                    yield AttachmentSkipped(ref, TOO_MANY)
             elif self._placeholder(rest, marked=index > 0 and rest.startswith("\u200e")):
                 metadata.setdefault("attachments_not_included", []).append({"reason": MEDIA_NOT_EXPORTED})
                 yield AttachmentSkipped(ref, MEDIA_NOT_EXPORTED)

@@ -32,6 +32,7 @@ from chatmem.producers.importers import (
     EMPTY,
     FILE_MISSING,
     SERVICE,
+    TOO_MANY,
     AttachmentSkipped,
     ChatImport,
     Failed,
@@ -457,3 +458,29 @@ def test_zones_are_read_on_a_machine_without_a_zone_database(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"('{tmp_path}',) -1 day, 21:00:00"
+
+
+def test_a_layout_already_read_is_used_not_read_again(tmp_path):
+    path = tmp_path / "chat.txt"
+    path.write_text("13/1/24, 10:00 - Ann: hi\n")
+    with open(path, "rb") as fh:
+        layout = sniff_layout(fh)
+    reads: list[int] = []
+
+    class Counted(io.BytesIO):
+        def seek(self, *args):
+            reads.append(1)  # sniff_layout rewinds once it has read the file
+            return super().seek(*args)
+
+    options = WhatsAppOptions(chat="t", zone=UTC, layout=layout)
+    (event,) = events(whatsapp_items(Counted(path.read_bytes()), tmp_path, options))
+    assert event.occurred_at == datetime(2024, 1, 13, 10, 0, tzinfo=UTC) and reads == []
+
+
+def test_more_files_than_an_event_holds_are_counted(tmp_path):
+    (tmp_path / "IMG-20240102-WA0001.jpg").write_bytes(b"\xff\xd8")
+    lines = "\n".join(["IMG-20240102-WA0001.jpg (file attached)"] * 33)
+    items = items_from(f"1/2/24, 10:00 - Ann: {lines}\n", tmp_path)
+    (event,) = events(items)
+    assert len(event.attachments) == 32
+    assert [i.reason for i in items if isinstance(i, AttachmentSkipped)] == [TOO_MANY]
