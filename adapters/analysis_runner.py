@@ -58,9 +58,11 @@ class ReaderSpec:
 
 
 def build_reader(spec: ReaderSpec) -> Read:
-    """The production Read port: Pillow, rapidocr and the document reader, within the limits."""
+    """The production Read port: Pillow, rapidocr, the document reader and OpenCV's FFmpeg for
+    videos, within the limits."""
     from chatmem.adapters.documents import DocumentReader
     from chatmem.adapters.images import PillowImageReader, RapidOcr
+    from chatmem.adapters.video import OpenCvVideoReader
 
     images = PillowImageReader(spec.max_pixels)
     ocr = RapidOcr(images, spec.ocr_max_side, spec.ocr_threads)
@@ -69,7 +71,7 @@ def build_reader(spec: ReaderSpec) -> Read:
     documents = DocumentReader(
         spec.max_pages, spec.max_chars, max_pdf_pages=spec.max_pdf_pages, max_decoded_bytes=spec.max_decoded_bytes
     )
-    return Reader(images, ocr, documents)
+    return Reader(images, ocr, documents, OpenCvVideoReader(spec.max_pixels))
 
 
 class ReaderFailed(RuntimeError):

@@ -21,7 +21,7 @@ from chatmem.adapters.metrics import instruments
 from chatmem.memory.attachments import BadFile
 from chatmem.memory.attachments.filetypes import RECORDING_EXTENSIONS
 from chatmem.memory.ports import LLM, LLMRefused, TransientError
-from chatmem.memory.prompts import ImageDescription, Prompt, describe_image
+from chatmem.memory.prompts import ImageDescription, Prompt, describe_image, describe_video
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -102,8 +102,8 @@ class OpenAIVision:
         self.model = model
         self._chat = OpenAILLM(model, api_key, base_url, timeout_s)
 
-    def describe(self, data: bytes, mime: str, ocr_text: str) -> ImageDescription:
-        prompt = describe_image(ocr_text)
+    def describe(self, data: bytes, mime: str, ocr_text: str, *, of_video: bool = False) -> ImageDescription:
+        prompt = describe_video(ocr_text) if of_video else describe_image(ocr_text)
         if mime not in VISION_FORMATS:
             data, mime = _as_png(data), "image/png"
         image = f"data:{mime};base64,{base64.b64encode(data).decode()}"
@@ -135,7 +135,10 @@ class OpenAITranscriber:
         import openai
 
         # The endpoint reads the format from the upload's name.
-        name = f"recording.{RECORDING_EXTENSIONS.get(mime, 'ogg')}"
+        extension = RECORDING_EXTENSIONS.get(mime, "ogg")
+        name = f"recording.{extension}"
+        if extension == "mp4":  # a QuickTime file or an .m4v travels as the MP4 it is named
+            mime = "video/mp4"
         calls = instruments().llm_calls
         try:
             reply = self.client.audio.transcriptions.create(model=self.model, file=(name, data, mime))

@@ -1,6 +1,7 @@
 """`chatmem bench attachments`: what attachment work costs and whether messages wait for it.
 
-1. OCR images per second (decode + rapidocr + description) on Pillow-drawn images with text;
+1. OCR images per second (decode + rapidocr + description) on Pillow-drawn images with text, and
+   what a minute of video costs (its pictures decoded, then OCR'd);
 2. document pages per second (PDF text extraction + structure-aware chunks, then with the
    file summary and embeddings too) on a generated PDF;
 3. message latency (publish -> projected with its embedding) for a steady trickle of messages
@@ -12,6 +13,7 @@ Printed, never asserted. Each set-up runs in a scratch database (see bench/inges
 from __future__ import annotations
 
 import io
+import math
 import random
 import statistics
 import subprocess
@@ -67,9 +69,57 @@ def text_pdf(rng: random.Random, pages: int) -> bytes:
     return bytes(pdf.output())
 
 
+def text_video(rng: random.Random, seconds: int, size: tuple[int, int] = (1280, 720), fps: int = 30) -> bytes:
+    """An MP4 (MPEG-4 Part 2: the one encoder OpenCV's wheel carries) showing a new card of text
+    every 10 s, with a moving bar so no two pictures are alike (as a camera's are not)."""
+    import cv2
+    import numpy as np
+
+    with tempfile.TemporaryDirectory(prefix="chatmem-bench-video-") as folder:
+        path = str(Path(folder) / "video.mp4")
+        writer = cv2.VideoWriter(path, cv2.VideoWriter.fourcc(*"mp4v"), fps, size)
+        cards = [
+            np.asarray(cv2.imdecode(np.frombuffer(text_image(rng, size), np.uint8), cv2.IMREAD_COLOR))
+            for _ in range(math.ceil(seconds / 10))
+        ]
+        for n in range(seconds * fps):
+            frame = cards[n // (10 * fps)].copy()
+            x = (n * 7) % size[0]
+            frame[-40:, x : x + 40] = (0, 0, 255)
+            writer.write(frame)
+        writer.release()
+        return Path(path).read_bytes()
+
+
+def _video_rows(settings: Settings, analyzer, seconds: int) -> list[tuple[str, str, str]]:  # noqa: ANN001
+    from chatmem.adapters.video import OpenCvVideoReader
+    from chatmem.memory.attachments import Sniffed
+    from chatmem.memory.attachments.analysis import VIDEO_PICTURES_MAX
+
+    data = text_video(random.Random(9), seconds)
+    videos = OpenCvVideoReader(settings.attachment_max_pixels)
+    t0 = time.perf_counter()
+    seen = videos.frames(data, VIDEO_PICTURES_MAX)
+    decode_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    result = analyzer(data, Sniffed("video/mp4", "video"), None)
+    whole_s = time.perf_counter() - t0
+    n = len(seen.pictures)
+    shape = f"{seconds} s, 1280×720, 30/s, {len(data) / 1e6:.1f} MB"
+    return [
+        (f"video ({shape}): pictures decoded", f"{decode_s:.2f} s a video", f"{n} picture{'s' if n != 1 else ''}"),
+        (
+            f"video ({shape}): decoded + OCR + description",
+            f"{whole_s:.2f} s a video",
+            f"{1000 * whole_s / max(1, n):.0f} ms a picture, {len(result.texts)} texts",
+        ),
+    ]
+
+
 def _throughput(settings: Settings, n_images: int, n_pages: int) -> list[tuple[str, str, str]]:
     from chatmem.adapters.documents import DocumentReader
     from chatmem.adapters.embedders import minilm_embedder
+    from chatmem.adapters.video import OpenCvVideoReader
     from chatmem.bootstrap import Container
     from chatmem.memory.attachments import Analyzer, Sniffed, chunk_blocks
     from chatmem.memory.offline_llm import OfflineLLM
@@ -86,6 +136,7 @@ def _throughput(settings: Settings, n_images: int, n_pages: int) -> list[tuple[s
         llm=OfflineLLM(embedder),
         count=c.token_counter.count,
         chunk_tokens=settings.attachment_chunk_tokens,
+        videos=OpenCvVideoReader(settings.attachment_max_pixels),
     )
     png = Sniffed("image/png", "image")
     analyzer(images[0], png, None)  # load the OCR models before timing
@@ -111,6 +162,8 @@ def _throughput(settings: Settings, n_images: int, n_pages: int) -> list[tuple[s
             f"{n_images / ocr_s:.2f} images/s",
             f"{1000 * ocr_s / n_images:.0f} ms",
         ),
+        *_video_rows(settings, analyzer, 10),
+        *_video_rows(settings, analyzer, 60),
         ("PDF pages: text + chunks", f"{n_pages / extract_s:.1f} pages/s", f"{len(chunks)} chunks"),
         ("PDF pages: + summary + embeddings", f"{n_pages / full_s:.1f} pages/s", f"{len(full.texts)} texts"),
     ]

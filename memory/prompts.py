@@ -211,6 +211,19 @@ def file_summary(filename: str | None, sections: list[str]) -> Prompt:
     )
 
 
+def describe_video(ocr_text: str) -> Prompt:
+    """Sent with a sheet of a video's pictures; the OCR text of all its pictures helps the model read them."""
+    return Prompt(
+        name="describe_video",
+        version="describe-video-v1",
+        system="These are pictures from one video that a user shared in a chat, taken at evenly spaced moments and "
+        "tiled left to right, top to bottom. Describe the video, factually, for a memory that is searched later. "
+        "Read any visible text exactly. Never guess at who people are.",
+        input={"ocr_text": ocr_text},
+        response_model=ImageDescription,
+    )
+
+
 def describe_image(ocr_text: str) -> Prompt:
     """Sent with the image itself; the OCR text helps the model read it."""
     return Prompt(

@@ -27,6 +27,8 @@ from chatmem.memory.attachments import (
     Reference,
     RefState,
     Sniffed,
+    VideoFrames,
+    VideoInfo,
 )
 from chatmem.memory.attachments.filetypes import DOCX_MIME, ODP_MIME, ODT_MIME, PPTX_MIME
 from chatmem.memory.boundary_llm import AssistFactory
@@ -1070,15 +1072,39 @@ class FakeImageReader:
 
 
 class FakeOcr:
-    """The OcrEngine port: the same (line, confidence) list for any image."""
+    """The OcrEngine port: the same (line, confidence) list for any image, except those `by_image`
+    names."""
 
-    def __init__(self, lines: Sequence[tuple[str, float]] = ()) -> None:
+    def __init__(
+        self, lines: Sequence[tuple[str, float]] = (), by_image: dict[bytes, list[tuple[str, float]]] | None = None
+    ) -> None:
         self.lines = list(lines)
+        self.by_image = by_image or {}
         self.calls = 0
 
     def read(self, data: bytes) -> list[tuple[str, float]]:
         self.calls += 1
-        return list(self.lines)
+        return list(self.by_image.get(data, self.lines))
+
+
+class FakeVideoReader:
+    """The VideoReader port: every video shows `pictures` (PNG bytes stand-ins) at one a second;
+    BadFile with `fail` when set (a video that cannot be decoded)."""
+
+    def __init__(
+        self, pictures: Sequence[bytes] = (b"picture",), info: VideoInfo | None = None, fail: str = ""
+    ) -> None:
+        self.pictures = list(pictures)
+        self.info = info or VideoInfo(1280, 720, 42.0, "h264")
+        self.fail = fail
+        self.limits: list[int] = []
+
+    def frames(self, data: bytes, limit: int) -> VideoFrames:
+        self.limits.append(limit)
+        if self.fail:
+            raise BadFile(self.fail)
+        shown = self.pictures[:limit]
+        return VideoFrames(self.info, [(float(i), p) for i, p in enumerate(shown)], b"sheet" if shown else None)
 
 
 class FakeVision:
@@ -1090,8 +1116,10 @@ class FakeVision:
     def __init__(self, short: str = "an image", fail: Exception | None = None) -> None:
         self.short = short
         self.fail = fail
+        self.calls: list[tuple[str, bool]] = []  # (mime, of_video)
 
-    def describe(self, data: bytes, mime: str, ocr_text: str) -> ImageDescription:
+    def describe(self, data: bytes, mime: str, ocr_text: str, *, of_video: bool = False) -> ImageDescription:
+        self.calls.append((mime, of_video))
         if self.fail is not None:
             raise self.fail
         return ImageDescription(short=self.short, detail=f"{self.short} reading {ocr_text}".strip())

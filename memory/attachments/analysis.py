@@ -1,5 +1,6 @@
-"""Analysis of an artifact's bytes: OCR and a description for images; text, chunks and a summary
-for documents (a PDF without a text layer is OCR'd page by page).
+"""Analysis of an artifact's bytes: OCR and a description for images; the same of a video's
+pictures, with its speech; text, chunks and a summary for documents (a PDF without a text layer
+is OCR'd page by page); the speech of a recording.
 
 Two steps: a Reader does the CPU-heavy reading (decoding, OCR, PDF text) and returns an
 Extraction; the Analyzer turns that into chunks, a summary and a description (token counting, the
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from chatmem.memory.attachments.chunks import Block, DerivedText, chunk_blocks, ocr_texts, transcript_texts
 from chatmem.memory.attachments.errors import BadFile
-from chatmem.memory.attachments.filetypes import Sniffed, has_sound
+from chatmem.memory.attachments.filetypes import RECORDING_EXTENSIONS, Sniffed, has_sound
 from chatmem.memory.attachments.ports import (
     Analysis,
     DocumentReader,
@@ -23,9 +24,10 @@ from chatmem.memory.attachments.ports import (
     OcrEngine,
     Read,
     Transcriber,
+    VideoReader,
     VisionModel,
 )
-from chatmem.memory.attachments.surrogates import SURROGATE_CHARS, clip, offline_description
+from chatmem.memory.attachments.surrogates import SURROGATE_CHARS, clip, offline_description, video_description
 from chatmem.memory.ports import LLM
 from chatmem.memory.prompts import FileSummary, ImageDescription, file_summary
 
@@ -37,22 +39,27 @@ SCANNED_PAGES_MAX = 50  # page images OCR'd from a PDF without a text layer
 # slide, is not worth a second of OCR).
 PICTURES_MAX = 20
 PICTURE_MIN_PIXELS = 200 * 150
+VIDEO_PICTURES_MAX = 8  # of a video: one a SECONDS_A_PICTURE (adapters/video.py), at most this many
+NO_TRANSCRIBER = "a recording is read by a speech-to-text model; none is set (CHATMEM_TRANSCRIPTION_MODEL)"
 
 
 @dataclass
 class Reader:
-    """The Read port over the readers: an image's header and OCR lines, a document's blocks (a
-    PDF without a text layer is read by OCR of its page images; the pictures of a presentation or
-    a Word document by OCR of each)."""
+    """The Read port over the readers: an image's header and OCR lines, a video's header and the
+    OCR lines of its pictures, a document's blocks (a PDF without a text layer is read by OCR of
+    its page images; the pictures of a presentation or a Word document by OCR of each)."""
 
     images: ImageReader
     ocr: OcrEngine
     documents: DocumentReader
+    videos: VideoReader | None = None  # None: a video is read for its speech alone
 
     def __call__(self, data: bytes, sniffed: Sniffed) -> Extraction:
         if sniffed.kind == "image":
             info = self.images.inspect(data)
             return Extraction(info=info, lines=self._lines(data))
+        if sniffed.kind == "video":
+            return self._video(data)
         blocks, meta = self.documents.read(data, sniffed.mime)
         if sniffed.mime == "application/pdf" and not any(b.text.strip() for b in blocks if not b.heading):
             blocks = self._scanned_pages(data)
@@ -67,6 +74,25 @@ class Reader:
             return self.documents.pictures(data, mime, PICTURES_MAX)
         except BadFile:  # the text is read already; the pictures are a bonus
             return []
+
+    def _video(self, data: bytes) -> Extraction:
+        """The OCR lines of a video's pictures, each line once (a caption or a slide stays on screen
+        for many pictures). A video whose pictures cannot be decoded may still be heard: the
+        reason is kept for the Analyzer."""
+        if self.videos is None:
+            return Extraction()
+        try:
+            seen = self.videos.frames(data, VIDEO_PICTURES_MAX)
+        except BadFile as error:
+            return Extraction(meta={"pictures": f"not read: {error}"})
+        lines: list[str] = []
+        known: set[str] = set()
+        for _, picture in seen.pictures:
+            for line in self._lines(picture):
+                if (key := " ".join(line.split()).casefold()) not in known:
+                    known.add(key)
+                    lines.append(line)
+        return Extraction(lines=lines, video=seen.info, sheet=seen.sheet, meta={"pictures_read": len(seen.pictures)})
 
     def _lines(self, image: bytes) -> list[str]:
         return [t for t, score in self.ocr.read(image) if score >= OCR_MIN_SCORE and t.strip()]
@@ -124,19 +150,22 @@ class Analyzer:
     count: Callable[[str], int]
     chunk_tokens: int
     vision: VisionModel | None = None
-    read: Read | None = None  # None: a Reader over images, ocr and documents, in this process
+    read: Read | None = None  # None: a Reader over images, ocr, documents and videos, in this process
     transcriber: Transcriber | None = None  # None: recordings fail, with the setting to set
+    videos: VideoReader | None = None  # for the Reader built here
 
     def __post_init__(self) -> None:
         if self.read is None:
-            self.read = Reader(self.images, self.ocr, self.documents)
+            self.read = Reader(self.images, self.ocr, self.documents, self.videos)
 
     def __call__(self, data: bytes, sniffed: Sniffed, filename: str | None) -> Analysis:
         """Content only: a caption belongs to the message that sent the bytes, not to them."""
         assert self.read is not None
-        if sniffed.kind in ("audio", "video"):  # nothing to read here: the words come from the endpoint
+        if sniffed.kind == "audio":  # nothing to read here: the words come from the endpoint
             return self.recording(data, sniffed)
         extraction = self.read(data, sniffed)
+        if sniffed.kind == "video":
+            return self.video(data, sniffed, extraction)
         if sniffed.kind == "image":
             return self.image(data, sniffed, extraction)
         return self.document(sniffed, filename, extraction)
@@ -159,17 +188,65 @@ class Analyzer:
         return Analysis(desc.short, texts, meta)
 
     def recording(self, data: bytes, sniffed: Sniffed) -> Analysis:
-        """The words spoken in a recording (of a video, only them)."""
-        if not has_sound(data, sniffed.mime):
-            raise BadFile("the video has no sound track (an animation)")
+        """The words spoken in a recording."""
         if self.transcriber is None:
-            raise BadFile("a recording is read by a speech-to-text model; none is set (CHATMEM_TRANSCRIPTION_MODEL)")
+            raise BadFile(NO_TRANSCRIBER)
         words = " ".join(self.transcriber.transcribe(data, sniffed.mime).split())  # TransientError: retried
         if not words:
             raise BadFile("no speech was heard in the recording")
         texts = transcript_texts(words, self.chunk_tokens, self.count)
         description = clip(f'recording: "{words}"', SURROGATE_CHARS)
         return Analysis(description, texts, {"transcription_model": self.transcriber.model})
+
+    def video(self, data: bytes, sniffed: Sniffed, extraction: Extraction) -> Analysis:
+        """What a video shows (the text in its pictures, a description of them) and what is said
+        in it. Either may be missing: a GIF sent as a video has no sound, a clip may show no text,
+        no speech-to-text model may be set; `meta.speech` says why nothing was heard. A video
+        fails only when neither its pictures nor its speech could be read."""
+        meta: dict = dict(extraction.meta)
+        if (info := extraction.video) is not None:
+            meta.update(width=info.width, height=info.height, codec=info.codec)
+            if info.seconds is not None:
+                meta["seconds"] = round(info.seconds, 1)
+        words = self._speech(data, sniffed, meta)
+        texts = ocr_texts(extraction.lines, self.chunk_tokens, self.count)
+        texts += transcript_texts(words, self.chunk_tokens, self.count) if words else []
+        if info is None and not words:
+            raise BadFile(str(meta.get("pictures") or "nothing could be read of the video"))
+        ocr_text = " ".join(extraction.lines)
+        if self.vision is not None and extraction.sheet is not None:
+            desc = self.vision.describe(
+                extraction.sheet, "image/jpeg", ocr_text, of_video=True
+            )  # TransientError: retried
+            meta["vision_model"] = self.vision.model
+            texts += [DerivedText("vision_short", 0, desc.short), DerivedText("vision_detail", 0, desc.detail)]
+            return Analysis(clip(desc.short, SURROGATE_CHARS), texts, meta)
+        description = video_description(info, extraction.lines, words)
+        if not texts:
+            texts.append(DerivedText("vision_short", 0, description, {"source": "metadata"}))
+        return Analysis(description, texts, meta)
+
+    def _speech(self, data: bytes, sniffed: Sniffed, meta: dict) -> str:
+        """A video's words, or "" with the reason in `meta["speech"]`. A GIF sent as a video
+        (Telegram's animations) has no sound track and costs no call. An outage is retried; a
+        refusal leaves the pictures read."""
+        if not has_sound(data, sniffed.mime):
+            meta["speech"] = "no sound track"
+        elif sniffed.mime not in RECORDING_EXTENSIONS:
+            meta["speech"] = f"not read: speech-to-text endpoints do not take {sniffed.mime}"
+        elif self.transcriber is None:
+            meta["speech"] = f"not read: {NO_TRANSCRIBER}"
+        else:
+            try:
+                words = " ".join(self.transcriber.transcribe(data, sniffed.mime).split())  # TransientError: retried
+            except BadFile as error:
+                meta["speech"] = f"not read: {error}"
+                return ""
+            meta["transcription_model"] = self.transcriber.model
+            if words:
+                return words
+            meta["speech"] = "none heard"
+        return ""
 
     def document(self, sniffed: Sniffed, filename: str | None, extraction: Extraction) -> Analysis:
         meta = dict(extraction.meta)

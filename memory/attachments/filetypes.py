@@ -26,7 +26,7 @@ IMAGE_MIMES = {
 # Recordings speech-to-text endpoints take (OpenAI's: flac, mp3, mp4/m4a, ogg, wav, webm), by the
 # name `filetype` gives each, with the extension the upload is named by (the endpoint reads the
 # format from it). Telegram's and Discord's voice notes are OGG/Opus; Telegram's round video
-# messages are MP4. Of a video, only the speech is read.
+# messages are MP4.
 AUDIO_EXTENSIONS = {
     "audio/ogg": "ogg",
     "audio/mpeg": "mp3",
@@ -34,7 +34,12 @@ AUDIO_EXTENSIONS = {
     "audio/x-flac": "flac",
     "audio/x-wav": "wav",
 }
-VIDEO_EXTENSIONS = {"video/mp4": "mp4", "video/webm": "webm"}
+# Videos are read for their pictures in any of these containers (FFmpeg reads them all), and for
+# their speech in those the endpoints take. An iPhone's QuickTime .mov and an .m4v are sent named
+# .mp4: the endpoints list no .mov, and FFmpeg, which such servers decode with, reads the three
+# with one demuxer.
+VIDEO_EXTENSIONS = {"video/mp4": "mp4", "video/webm": "webm", "video/quicktime": "mp4", "video/x-m4v": "mp4"}
+VIDEO_MIMES = {*VIDEO_EXTENSIONS, "video/x-matroska", "video/3gpp", "video/x-msvideo"}
 RECORDING_EXTENSIONS = {**AUDIO_EXTENSIONS, **VIDEO_EXTENSIONS}
 DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 XLSX_MIME = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
@@ -97,7 +102,7 @@ def sniff(data: bytes, filename: str | None, guess_binary: Callable[[bytes], str
         return Sniffed(mime, "document")
     if mime in AUDIO_EXTENSIONS:
         return Sniffed(mime, "audio")
-    if mime in VIDEO_EXTENSIONS:
+    if mime in VIDEO_MIMES:
         return Sniffed(mime, "video")
     if mime == ENCRYPTED_OFFICE_MIME:
         raise BadFile("the Office file is encrypted (password protected)")
@@ -114,9 +119,12 @@ def sniff(data: bytes, filename: str | None, guess_binary: Callable[[bytes], str
     return Sniffed("text/plain", "document")
 
 
-# A sound track: MP4's handler box of type `soun`, WebM's audio codec ids.
+# A sound track: an MP4's or QuickTime file's handler box of type `soun`, a WebM's audio codec ids.
+_ISO_SOUND = re.compile(rb"hdlr.{8}soun", re.S)
 _SOUND_TRACK = {
-    "video/mp4": re.compile(rb"hdlr.{8}soun", re.S),
+    "video/mp4": _ISO_SOUND,
+    "video/quicktime": _ISO_SOUND,
+    "video/x-m4v": _ISO_SOUND,
     "video/webm": re.compile(rb"A_(?:OPUS|VORBIS|AAC|MPEG)"),
 }
 

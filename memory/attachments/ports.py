@@ -29,6 +29,24 @@ class ImageInfo:
 
 
 @dataclass(frozen=True)
+class VideoInfo:
+    width: int  # as shown (a phone's display matrix applied)
+    height: int
+    seconds: float | None  # None when neither the header nor the reading tells
+    codec: str  # h264, hevc, VP90, ...
+
+
+@dataclass(frozen=True)
+class VideoFrames:
+    """What a video shows: its distinct pictures at evenly spaced moments, and a sheet of some of
+    them tiled for a vision model."""
+
+    info: VideoInfo
+    pictures: list[tuple[float, bytes]]  # (seconds into the video, PNG), in order
+    sheet: bytes | None  # JPEG
+
+
+@dataclass(frozen=True)
 class Analysis:
     """What the bytes of an artifact yield: a short description and the texts to embed."""
 
@@ -74,6 +92,13 @@ class ImageReader(Protocol):
         ...
 
 
+class VideoReader(Protocol):
+    def frames(self, data: bytes, limit: int) -> VideoFrames:
+        """Up to `limit` distinct pictures, turned as shown, within the pixel limit; BadFile if the
+        video cannot be decoded."""
+        ...
+
+
 class OcrEngine(Protocol):
     def read(self, data: bytes) -> list[tuple[str, float]]:
         """(text line, confidence) in reading order."""
@@ -83,7 +108,9 @@ class OcrEngine(Protocol):
 class VisionModel(Protocol):
     model: str
 
-    def describe(self, data: bytes, mime: str, ocr_text: str) -> ImageDescription: ...
+    def describe(self, data: bytes, mime: str, ocr_text: str, *, of_video: bool = False) -> ImageDescription:
+        """`of_video`: the image is a sheet of a video's pictures."""
+        ...
 
 
 class Transcriber(Protocol):
@@ -116,12 +143,15 @@ class DocumentReader(Protocol):
 @dataclass(frozen=True)
 class Extraction:
     """What reading the bytes yields before any model sees them: an image's header and OCR lines,
-    or a document's structure blocks and metadata (a Reader makes one; it crosses processes)."""
+    a video's header, the OCR lines of its pictures and a sheet of them, or a document's structure
+    blocks and metadata (a Reader makes one; it crosses processes)."""
 
     info: ImageInfo | None = None  # images
-    lines: list[str] = field(default_factory=list)  # images: OCR lines kept
+    lines: list[str] = field(default_factory=list)  # images and videos: OCR lines kept
+    video: VideoInfo | None = None  # videos
+    sheet: bytes | None = None  # videos: what a vision model is shown (JPEG)
     blocks: list[Block] = field(default_factory=list)  # documents
-    meta: dict = field(default_factory=dict)  # documents: pages, title, ocr_pages
+    meta: dict = field(default_factory=dict)  # documents: pages, title, ocr_pages; videos: pictures_read
 
 
 Read = Callable[[bytes, Sniffed], Extraction]

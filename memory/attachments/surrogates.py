@@ -1,5 +1,5 @@
 """What a message's history text says of its attachments (`[image#a1b2c3d4] short description`),
-and what can be said of an image without a vision model."""
+and what can be said of an image or a video without a vision model."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from chatmem.memory.attachments.ports import ImageInfo
+from chatmem.memory.attachments.ports import ImageInfo, VideoInfo
 from chatmem.memory.prompts import ImageDescription
 
 SHORT_ID_CHARS = 8
@@ -34,6 +34,26 @@ def offline_description(ocr_lines: Sequence[str], info: ImageInfo) -> ImageDescr
         + (f'. Text in the image: "{text}"' if text else ". No text in it")
     )
     return ImageDescription(short=clip(short, SURROGATE_CHARS), detail=detail)
+
+
+def video_description(info: VideoInfo | None, ocr_lines: Sequence[str], words: str) -> str:
+    """What can be said of a video without a vision model: its length and size, then what is said
+    in it, else the text its pictures show."""
+    shape = "video"
+    if info is not None:
+        length = f" {clock(info.seconds)}" if info.seconds is not None else ""
+        shape = f"video{length}, {info.width}×{info.height}"
+    text = " ".join(ocr_lines)
+    if words:
+        return clip(f'{shape}: "{words}"', SURROGATE_CHARS)
+    return clip(f'{shape} with the text "{clip(text, 100)}"', SURROGATE_CHARS) if text else shape
+
+
+def clock(seconds: float) -> str:
+    """A length as a player shows it: 0:07, 12:30, 1:02:05."""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
 def short_id(sha256: str) -> str:

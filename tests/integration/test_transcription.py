@@ -1,13 +1,9 @@
 """Speech to text against a local OpenAI-compatible endpoint (no model is reachable from here):
 a voice note is uploaded under a name that says its format, its words become `transcript` texts
-and its surrogate, and recall finds it; an endpoint that is down is retried, then the file fails
-saying so; one that refuses the recording fails it at once; with no model set, recordings fail
-with the setting to set."""
+and its surrogate, and recall finds it; a video's words join the text of its pictures; an
+endpoint that is down is retried, then the file fails saying so; one that refuses the recording
+fails it at once; with no model set, recordings fail with the setting to set."""
 
-from pathlib import Path
-
-import cv2
-import numpy as np
 import pytest
 
 from chatmem.adapters.services import ServiceUrls
@@ -19,6 +15,7 @@ from tests.conftest import scalar
 from tests.fake_openai import FakeOpenAI, serving
 from tests.integration.test_attachments import message, message_text, put
 from tests.integration.test_episodes import Driver
+from tests.integration.test_video import video
 
 pytestmark = pytest.mark.integration
 
@@ -74,37 +71,36 @@ def test_a_voice_note_is_transcribed_and_found(container_with_speech, tmp_path):
     assert hits and "7731" in hits[0].snippet and hits[0].citation.event_id == "home-1"
 
 
-def silent_mp4(folder: Path) -> bytes:
-    """An MP4 as a GIF travels in a chat: pictures, no sound track (OpenCV writes no sound)."""
-    path = folder / "written.mp4"
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 10, (64, 64))
-    for i in range(10):
-        writer.write(np.full((64, 64, 3), i * 20, np.uint8))
-    writer.release()
-    return path.read_bytes()
-
-
-def test_the_speech_of_a_round_video_message_is_read_and_a_silent_animation_costs_no_call(
-    container_with_speech, tmp_path
-):
-    # Telegram's video notes are MP4 with sound; the endpoint takes MP4 and reads its sound. Its
-    # GIFs are MP4 without a sound track.
-    silent = silent_mp4(tmp_path)
-    video = silent + b"\x00\x00\x00\x21hdlr" + bytes(8) + b"soun" + bytes(13)  # and a sound track's handler
-    driver = Driver(container_with_speech)
+def test_a_videos_speech_and_pictures_are_read_and_a_silent_animation_costs_no_call(container_with_speech, tmp_path):
+    # Telegram's round video messages are MP4 with sound, its GIFs MP4 without a sound track; an
+    # iPhone's video is a QuickTime .mov, which the endpoint is sent as the MP4 it is named.
+    c = container_with_speech
+    driver = Driver(c)
     files = [
-        Attachment(url=put(tmp_path, "video_note.mp4", video), kind="video", mime_type="video/mp4"),
-        Attachment(url=put(tmp_path, "animation.mp4", silent), kind="video", mime_type="video/mp4"),
+        Attachment(url=put(tmp_path, "video_note.mp4", video("phone.mp4")), kind="video", mime_type="video/mp4"),
+        Attachment(url=put(tmp_path, "animation.mp4", video("animation.mp4")), kind="video", mime_type="video/mp4"),
+        Attachment(url=put(tmp_path, "IMG_0042.MOV", video("turned.mov")), kind="video", mime_type="video/quicktime"),
     ]
     driver.publish([message("home", "alice", 1, "", files)])
     driver.advance("home")
-    assert sorted(driver.run_attachments()) == ["done", "failed"]
-    [request] = FakeOpenAI.requests
-    assert b'filename="recording.mp4"' in request["form"] and video in request["form"]
-    with container_with_speech.pool.connection() as conn:
-        artifacts = conn.execute("SELECT kind, status, reason FROM artifacts ORDER BY status").fetchall()
-    assert artifacts == [("video", "done", None), ("video", "failed", "the video has no sound track (an animation)")]
-    assert "7731" in scalar(container_with_speech, "SELECT text FROM artifact_text WHERE kind = 'transcript'")
+    assert driver.run_attachments() == ["done"] * 3
+    forms = sorted((r["form"] for r in FakeOpenAI.requests), key=len)
+    assert len(forms) == 2  # the animation has no sound track: no call
+    assert all(b'filename="recording.mp4"' in f and b"Content-Type: video/mp4" in f for f in forms)
+    assert video("turned.mov") in forms[0] and video("phone.mp4") in forms[1]
+    with c.pool.connection() as conn:
+        rows = conn.execute(
+            "SELECT a.mime_type, a.meta ->> 'speech', string_agg(t.text, ' | ' ORDER BY t.kind, t.ord)"
+            " FROM artifacts a JOIN artifact_text t USING (sha256) GROUP BY a.mime_type, a.meta ORDER BY a.mime_type, 2"
+        ).fetchall()
+    assert [(mime, speech, text.upper()) for mime, speech, text in rows] == [
+        ("video/mp4", "no sound track", "HAPPY BIRTHDAY\nMARTA"),
+        ("video/mp4", None, f"GATE B12\nBOARDING 18:40\nSEAT 14C\nLISBON | {WORDS.upper()}"),
+        ("video/quicktime", None, f"ROOM 305\nCHECKOUT 11 | {WORDS.upper()}"),
+    ]
+    assert "[file#" in message_text(c, "home-1") and "video 0:02, 480×270 with the text" in message_text(c, "home-1")
+    hits = c.recall("alice", "which gate do we board at?", scope=Scope.ARTIFACTS).hits
+    assert hits and "B12" in hits[0].snippet.upper() and hits[0].citation.event_id == "home-1"
 
 
 def test_an_endpoint_that_is_down_is_retried_then_the_recording_fails_saying_so(container_with_speech, tmp_path):

@@ -25,6 +25,7 @@ from chatmem.memory.attachments.filetypes import (
 from chatmem.memory.attachments.job import AttachmentJob
 from chatmem.memory.attachments.ports import Analysis, Extraction, ImageInfo
 from chatmem.memory.attachments.queries import about_attachment
+from chatmem.memory.attachments.surrogates import clock
 from chatmem.memory.episodes import message_text
 from chatmem.memory.ports import TransientError
 from chatmem.memory.prompts import FileSummary
@@ -36,6 +37,7 @@ from tests.fakes import (
     FakeImageReader,
     FakeOcr,
     FakeTranscriber,
+    FakeVideoReader,
     FakeVision,
 )
 
@@ -296,9 +298,6 @@ def test_a_recording_is_read_only_by_a_transcriber_and_never_by_the_readers():
         with_speech(FakeTranscriber(" \n "))(b"OggS voice", voice, None)
     with pytest.raises(TransientError):
         with_speech(FakeTranscriber(fail=TransientError("down")))(b"OggS voice", voice, None)
-    video = b"ftypmp42\x00\x00\x00\x21hdlr" + bytes(8) + b"soun"  # with a sound track
-    seen = with_speech(FakeTranscriber("Hello from the beach."))(video, Sniffed("video/mp4", "video"), None)
-    assert seen.description == 'recording: "Hello from the beach."'
 
 
 def test_audio_is_sniffed_from_its_magic_number_and_may_be_declared_as_audio():
@@ -315,8 +314,11 @@ def test_audio_is_sniffed_from_its_magic_number_and_may_be_declared_as_audio():
     assert video == Sniffed("video/mp4", "video")
     assert declared_mismatch("video", "video/mp4", video) is None
     assert declared_mismatch("video", None, image) == "declared as video; the bytes are image/png"
-    with pytest.raises(BadFile, match="video/quicktime are not understood"):
-        sniff(b"\x00\x00\x00\x14ftypqt  ", None, lambda _: "video/quicktime")
+    # An iPhone's QuickTime .mov, and the other containers FFmpeg reads, are videos too.
+    for mime in ("video/quicktime", "video/x-m4v", "video/x-matroska", "video/3gpp", "video/x-msvideo"):
+        assert sniff(b"\x00\x00\x00\x14ftypqt  ", None, lambda _, m=mime: m) == Sniffed(mime, "video")
+    with pytest.raises(BadFile, match="video/x-flv are not understood"):
+        sniff(b"FLV\x01", None, lambda _: "video/x-flv")
 
 
 def iso_file(brand: bytes, *compatible: bytes) -> bytes:
@@ -338,17 +340,102 @@ def test_other_iso_media_files_are_not_taken_for_heic():
         sniff(iso_file(b"hevc", b"mif1"), None, guess_binary)  # an image sequence (a burst): not read
 
 
+HANDLER = b"\x00\x00\x00\x21hdlr" + bytes(8)
+SOUND = b"ftypmp42" + HANDLER + b"vide" + HANDLER + b"soun"  # an MP4 with a sound track
+MP4 = Sniffed("video/mp4", "video")
+
+
 def test_a_video_without_a_sound_track_is_not_sent_to_the_speech_model():
-    handler = b"\x00\x00\x00\x21hdlr" + bytes(8)
-    assert has_sound(b"ftypmp42" + handler + b"vide" + handler + b"soun", "video/mp4")
-    assert not has_sound(b"ftypmp42" + handler + b"vide", "video/mp4")  # a GIF as Telegram sends it
+    assert has_sound(SOUND, "video/mp4")
+    assert not has_sound(b"ftypmp42" + HANDLER + b"vide", "video/mp4")  # a GIF as Telegram sends it
+    assert has_sound(b"ftypqt  " + HANDLER + b"soun", "video/quicktime")  # QuickTime: mhlr, then soun
     assert has_sound(b"\x1aE\xdf\xa3 webm A_OPUS", "video/webm") and not has_sound(b"V_VP9", "video/webm")
     assert has_sound(b"OggS", "audio/ogg")  # audio is sound
     speech = FakeTranscriber("never asked")
-    readers = (FakeImageReader(), FakeOcr(), FakeDocumentReader())
-    with pytest.raises(BadFile, match="no sound track"):
-        Analyzer(*readers, Llm(), words, 8, transcriber=speech)(handler + b"vide", Sniffed("video/mp4", "video"), None)
-    assert speech.calls == []
+    seen = video_analyzer(FakeOcr([("HAPPY BIRTHDAY", 0.9)]), speech)(b"ftypmp42" + HANDLER + b"vide", MP4, None)
+    assert speech.calls == [] and seen.meta["speech"] == "no sound track"
+    assert seen.description == 'video 0:42, 1280×720 with the text "HAPPY BIRTHDAY"'
+
+
+def video_analyzer(ocr=None, transcriber=None, videos=None, vision=None) -> Analyzer:
+    readers = (FakeImageReader(), ocr or FakeOcr(), FakeDocumentReader())
+    videos = videos or FakeVideoReader()
+    return Analyzer(*readers, Llm(), words, 8, vision=vision, transcriber=transcriber, videos=videos)
+
+
+def test_a_video_is_read_for_the_text_in_its_pictures_each_line_once_and_for_its_speech():
+    ocr = FakeOcr(
+        by_image={
+            b"p0": [("GATE B12", 0.95), ("BOARDING 18:40", 0.9)],
+            b"p1": [("Gate  b12", 0.9), ("blur", 0.1)],  # the same line again, and one OCR is unsure of
+            b"p2": [("SEAT 14C", 0.9)],
+        }
+    )
+    speech = FakeTranscriber("  We land at nine.\n")
+    videos = FakeVideoReader([b"p0", b"p1", b"p2"])
+    seen = video_analyzer(ocr, speech, videos)(SOUND, MP4, "clip.mp4")
+    assert videos.limits == [8] and ocr.calls == 3
+    assert [(t.kind, t.text) for t in seen.texts] == [
+        ("ocr", "GATE B12\nBOARDING 18:40\nSEAT 14C"),
+        ("transcript", "We land at nine."),
+    ]
+    assert speech.calls == [(SOUND, "video/mp4")]
+    assert seen.description == 'video 0:42, 1280×720: "We land at nine."'  # what is said says most
+    assert seen.meta == {
+        "pictures_read": 3,
+        "width": 1280,
+        "height": 720,
+        "codec": "h264",
+        "seconds": 42.0,
+        "transcription_model": "fake-whisper",
+    }
+
+
+def test_a_vision_model_is_shown_a_sheet_of_the_pictures_once():
+    vision = FakeVision("a boarding gate at an airport")
+    seen = video_analyzer(FakeOcr([("GATE B12", 0.9)]), vision=vision)(SOUND, MP4, None)
+    assert vision.calls == [("image/jpeg", True)]
+    assert seen.description == "a boarding gate at an airport" and seen.meta["vision_model"] == "fake-vision"
+    assert [t.kind for t in seen.texts] == ["ocr", "vision_short", "vision_detail"]
+    with pytest.raises(TransientError):  # an outage is retried, as for an image
+        video_analyzer(vision=FakeVision(fail=TransientError("down")))(SOUND, MP4, None)
+
+
+def test_why_a_videos_speech_was_not_heard_is_kept_and_its_pictures_stay_read():
+    lines = FakeOcr([("ROOM 305", 0.9)])
+    unheard = video_analyzer(lines)(SOUND, MP4, None)  # no speech-to-text model is set
+    assert "CHATMEM_TRANSCRIPTION_MODEL" in unheard.meta["speech"] and [t.kind for t in unheard.texts] == ["ocr"]
+    refused = FakeTranscriber(fail=BadFile("the speech-to-text endpoint refused the recording: HTTP 400"))
+    assert video_analyzer(lines, refused)(SOUND, MP4, None).meta["speech"].endswith("HTTP 400")
+    silent = video_analyzer(lines, FakeTranscriber(" "))(SOUND, MP4, None)
+    assert silent.meta["speech"] == "none heard" and silent.meta["transcription_model"] == "fake-whisper"
+    with pytest.raises(TransientError):  # an outage is retried
+        video_analyzer(lines, FakeTranscriber(fail=TransientError("down")))(SOUND, MP4, None)
+    # A container the endpoints do not take costs no call.
+    speech = FakeTranscriber("never asked")
+    mkv = video_analyzer(lines, speech)(b"\x1aE\xdf\xa3 matroska", Sniffed("video/x-matroska", "video"), None)
+    assert (
+        speech.calls == [] and mkv.meta["speech"] == "not read: speech-to-text endpoints do not take video/x-matroska"
+    )
+
+
+def test_a_video_fails_only_when_neither_its_pictures_nor_its_speech_can_be_read():
+    broken = FakeVideoReader(fail="not a video FFmpeg can read")
+    heard = video_analyzer(transcriber=FakeTranscriber("Hello from the beach."), videos=broken)(SOUND, MP4, None)
+    assert heard.description == 'video: "Hello from the beach."' and [t.kind for t in heard.texts] == ["transcript"]
+    assert heard.meta["pictures"] == "not read: not a video FFmpeg can read"
+    with pytest.raises(BadFile, match="not a video FFmpeg can read"):
+        video_analyzer(videos=broken)(SOUND, MP4, None)
+    # Pictures without text and no speech: the video is still known by its length and size.
+    bare = video_analyzer(FakeOcr())(b"ftypmp42" + HANDLER + b"vide", MP4, None)
+    assert [(t.kind, t.text) for t in bare.texts] == [("vision_short", "video 0:42, 1280×720")]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"), [(0.5, "0:00"), (7.4, "0:07"), (59.6, "1:00"), (750, "12:30"), (3725, "1:02:05")]
+)
+def test_a_videos_length_reads_as_a_player_shows_it(seconds, expected):
+    assert clock(seconds) == expected
 
 
 def test_documents_get_chunks_and_a_summary():
