@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from chatmem.adapters.sql import scalar
-from chatmem.memory.attachments import TEXTS_DIGEST, Analysis, Reference, RefState, Sniffed, attachment_lines
+from chatmem.memory.attachments import TEXTS_DIGEST, Analysis, Heard, Reference, RefState, Sniffed, attachment_lines
 
 # An attachment reference as sent; rows projected before migration 0008 read it from their event
 # (logged in clear then).
@@ -229,6 +229,17 @@ class PostgresAttachmentStore:
                 )
             meta = {**analysis.meta, TEXTS_DIGEST: analysis.digest()}
             self._settle(conn, sha256, "done", None, analysis.description, meta)
+
+    def heard(self, sha256: str) -> Heard:
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                """SELECT meta ->> 'transcription_model', meta ->> 'speech',
+                          (SELECT string_agg(t.text, ' ' ORDER BY t.ord) FROM artifact_text t
+                           WHERE t.sha256 = ar.sha256 AND t.kind = 'transcript')
+                   FROM artifacts ar WHERE ar.sha256 = %s""",
+                (sha256,),
+            ).fetchone()
+        return Heard(row[2] or "", row[0], row[1]) if row else Heard("", None, None)
 
     def fail_artifact(self, sha256: str, reason: str) -> None:
         with self.pool.connection() as conn, conn.transaction():

@@ -53,13 +53,14 @@ def attachments_retry(thread: str = typer.Option(None, help="only this thread"))
 @attachments_app.command("reanalyse")
 def attachments_reanalyse(
     recordings: bool = typer.Option(
-        False, "--recordings", help="also send every recording to the speech model again (billed)"
+        False, "--recordings", help="also send every recording and video to the speech model again (billed)"
     ),
 ) -> None:
-    """Analyse every stored image and document again with the OCR and vision settings in use now
-    (after a model change): each file's texts and its messages' surrogates are swapped at once, so
-    reads see the old analysis or the new. A file that fails now keeps its old analysis.
-    Recordings only with --recordings (after a change of speech model)."""
+    """Analyse every stored image, video and document again with the OCR and vision settings in
+    use now (after a model change): each file's texts and its messages' surrogates are swapped at
+    once, so reads see the old analysis or the new. A file that fails now keeps its old analysis.
+    A video keeps the words heard before; recordings, and videos' speech, are sent again only with
+    --recordings (after a change of speech model)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     c = cli_container(cli_settings())

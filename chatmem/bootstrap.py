@@ -996,16 +996,24 @@ class Container:
         """Analyse every stored file again with the OCR and vision settings in use now, each
         swapped in at once with its messages' surrogates. A file that fails now keeps its old
         analysis (counted as failed). Recordings only with `recordings`: their words depend on
-        the speech model alone, which bills each minute again."""
+        the speech model alone, which bills each minute again; without it a video's pictures are
+        read again and its words kept."""
+        from dataclasses import replace
+
+        from chatmem.memory.attachments import Analyzer, KeptSpeech
         from chatmem.memory.attachments.errors import BadFile
         from chatmem.memory.ports import TransientError
 
         job = self.attachment_job()
-        todo = [f for f in self.attachment_store.analysed() if recordings or f[2] not in ("audio", "video")]
+        assert isinstance(job.analyze, Analyzer)
+        todo = [f for f in self.attachment_store.analysed() if recordings or f[2] != "audio"]
         done = failed = 0
         for i, (sha, mime, kind, filename) in enumerate(todo, start=1):
+            kept = None
+            if kind == "video" and not recordings:
+                kept = replace(job.analyze, transcriber=KeptSpeech(self.attachment_store.heard(sha)))
             try:
-                job.reanalyse(sha, mime, kind, filename)
+                job.reanalyse(sha, mime, kind, filename, analyze=kept)
                 done += 1
             except (BadFile, TransientError, FileNotFoundError) as error:
                 log.warning("re-analysis of %s failed, its old analysis stays: %s", sha[:12], error)

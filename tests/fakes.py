@@ -23,6 +23,7 @@ from chatmem.memory.attachments import (
     BadFile,
     Block,
     Extraction,
+    Heard,
     ImageInfo,
     Reference,
     RefState,
@@ -409,7 +410,9 @@ class FakeAttachmentStore:
 
     def finish(self, sha256: str, analysis: Analysis, vectors: np.ndarray, model: str | None = None) -> None:
         assert len(vectors) == len(analysis.texts)
-        self.artifacts[sha256].update(status="done", description=analysis.description, texts=analysis.texts)
+        self.artifacts[sha256].update(
+            status="done", description=analysis.description, texts=analysis.texts, meta=analysis.meta
+        )
 
     def fail_artifact(self, sha256: str, reason: str) -> None:
         self.artifacts[sha256].update(status="failed", reason=reason)
@@ -423,6 +426,12 @@ class FakeAttachmentStore:
 
     def replace_analysis(self, sha256: str, analysis: Analysis, vectors: np.ndarray, model: str | None = None) -> None:
         self.finish(sha256, analysis, vectors, model)
+
+    def heard(self, sha256: str) -> Heard:
+        art = self.artifacts[sha256]
+        meta = art.get("meta", {})
+        words = " ".join(t.text for t in art.get("texts", []) if t.kind == "transcript")
+        return Heard(words, meta.get("transcription_model"), meta.get("speech"))
 
     def stale_references(self, older_than_s: int) -> list[tuple[str, int]]:
         """The sweeper's LostAttachments port: references still pending, or linked to an artifact

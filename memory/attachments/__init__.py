@@ -17,7 +17,7 @@ file?), `analysis` (the Reader and the Analyzer) and `job` (the AttachmentJob). 
 re-exports their public names for callers outside memory/.
 """
 
-from chatmem.memory.attachments.analysis import OCR_MIN_SCORE, SCANNED_PAGES_MAX, Analyzer, Reader
+from chatmem.memory.attachments.analysis import OCR_MIN_SCORE, SCANNED_PAGES_MAX, Analyzer, KeptSpeech, Reader
 from chatmem.memory.attachments.chunks import TEXT_KINDS, Block, DerivedText, chunk_blocks, ocr_texts
 from chatmem.memory.attachments.errors import BadFile
 from chatmem.memory.attachments.filetypes import DOCUMENT_MIMES, IMAGE_MIMES, Sniffed, declared_mismatch, sniff
@@ -31,6 +31,7 @@ from chatmem.memory.attachments.ports import (
     DocumentReader,
     Extraction,
     Fetcher,
+    Heard,
     ImageInfo,
     ImageReader,
     OcrEngine,
@@ -76,8 +77,10 @@ __all__ = [
     "DocumentReader",
     "Extraction",
     "Fetcher",
+    "Heard",
     "ImageInfo",
     "ImageReader",
+    "KeptSpeech",
     "OcrEngine",
     "Read",
     "Reader",

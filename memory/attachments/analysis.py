@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from chatmem.memory.attachments.chunks import Block, DerivedText, chunk_blocks, ocr_texts, transcript_texts
 from chatmem.memory.attachments.errors import BadFile
@@ -20,6 +20,7 @@ from chatmem.memory.attachments.ports import (
     Analysis,
     DocumentReader,
     Extraction,
+    Heard,
     ImageReader,
     OcrEngine,
     Read,
@@ -40,6 +41,7 @@ SCANNED_PAGES_MAX = 50  # page images OCR'd from a PDF without a text layer
 PICTURES_MAX = 20
 PICTURE_MIN_PIXELS = 200 * 150
 VIDEO_PICTURES_MAX = 8  # of a video: one a SECONDS_A_PICTURE (adapters/video.py), at most this many
+NOT_READ = "not read: "  # how `meta.speech` begins when a video's speech could not be read
 NO_TRANSCRIBER = "a recording is read by a speech-to-text model; none is set (CHATMEM_TRANSCRIPTION_MODEL)"
 
 
@@ -125,6 +127,25 @@ class Reader:
                 continue
             blocks += [Block(t, page=page) for t in self._lines(image)]
         return blocks
+
+
+@dataclass
+class KeptSpeech:
+    """The Transcriber port answered from what an earlier analysis heard: a reanalysis reads a
+    video's pictures again (a new OCR or vision model) without sending its speech again, which
+    would bill every minute again for the same words."""
+
+    heard: Heard
+    model: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.model = self.heard.model or ""
+
+    def transcribe(self, data: bytes, mime: str) -> str:
+        reason = self.heard.reason or ""
+        if not self.heard.words and reason.startswith(NOT_READ):
+            raise BadFile(reason.removeprefix(NOT_READ))  # not heard then, for the same reason now
+        return self.heard.words
 
 
 def _after_their_pages(blocks: list[Block], pictures: list[list[Block]]) -> list[Block]:
@@ -233,14 +254,14 @@ class Analyzer:
         if not has_sound(data, sniffed.mime):
             meta["speech"] = "no sound track"
         elif sniffed.mime not in RECORDING_EXTENSIONS:
-            meta["speech"] = f"not read: speech-to-text endpoints do not take {sniffed.mime}"
+            meta["speech"] = f"{NOT_READ}speech-to-text endpoints do not take {sniffed.mime}"
         elif self.transcriber is None:
-            meta["speech"] = f"not read: {NO_TRANSCRIBER}"
+            meta["speech"] = f"{NOT_READ}{NO_TRANSCRIBER}"
         else:
             try:
                 words = " ".join(self.transcriber.transcribe(data, sniffed.mime).split())  # TransientError: retried
             except BadFile as error:
-                meta["speech"] = f"not read: {error}"
+                meta["speech"] = f"{NOT_READ}{error}"
                 return ""
             meta["transcription_model"] = self.transcriber.model
             if words:

@@ -54,10 +54,13 @@ class AttachmentJob:
                 self.store.fail_reference(event_id, position, f"gave up after retries: {error}")
             return "failed"
 
-    def reanalyse(self, sha256: str, mime: str, kind: str, filename: str | None) -> None:
+    def reanalyse(
+        self, sha256: str, mime: str, kind: str, filename: str | None, analyze: Analyze | None = None
+    ) -> None:
         """Analyse stored bytes again (a new vision or OCR model) and swap the result in at once:
-        a read sees the old texts or the new, never a mix. A file that fails now keeps the old."""
-        analysis = self.analyze(self.blobs.get(sha256), Sniffed(mime, kind), filename)
+        a read sees the old texts or the new, never a mix. A file that fails now keeps the old.
+        `analyze` stands in for the job's own (a video's, with the speech it heard before)."""
+        analysis = (analyze or self.analyze)(self.blobs.get(sha256), Sniffed(mime, kind), filename)
         embedder = concrete(self.embedder)
         vectors = embedder.embed([t.text for t in analysis.texts]) if analysis.texts else np.zeros((0, embedder.dim))
         self.store.replace_analysis(sha256, analysis, vectors, model=embedder.model)

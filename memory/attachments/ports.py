@@ -47,6 +47,16 @@ class VideoFrames:
 
 
 @dataclass(frozen=True)
+class Heard:
+    """What an analysis heard of a video: its words, by which model, or why nothing was heard
+    (its `meta.speech`)."""
+
+    words: str
+    model: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
 class Analysis:
     """What the bytes of an artifact yield: a short description and the texts to embed."""
 
@@ -199,6 +209,10 @@ class AttachmentStore(Protocol):
 
     def replace_analysis(self, sha256: str, analysis: Analysis, vectors: np.ndarray, model: str | None = None) -> None:
         """Swap an artifact's derived texts for a new analysis, and its surrogates, at once."""
+        ...
+
+    def heard(self, sha256: str) -> Heard:
+        """What the stored analysis of a video heard (its transcript, joined in order)."""
         ...
 
 

@@ -152,13 +152,33 @@ def test_without_a_model_a_recording_fails_saying_so_and_a_retry_reads_it_once_o
 
 def test_a_reanalysis_sends_recordings_again_only_when_asked(container_with_speech, tmp_path):
     # Their words depend on the speech model alone; after a change of OCR or vision settings,
-    # sending them again would bill every minute again for the same words.
+    # sending them again would bill every minute again for the same words. A video's pictures are
+    # read again, with the words it was heard to say.
     c = container_with_speech
-    assert send_voice_note(c, tmp_path).run_attachments() == ["done"]
-    assert c.reanalyse_attachments() == {"files": 0, "failed": 0}
-    assert len(FakeOpenAI.requests) == 1
-    FakeOpenAI.body = {"text": "The gate code changed to 8842."}
-    assert c.reanalyse_attachments(recordings=True) == {"files": 1, "failed": 0}
+    driver = send_voice_note(c, tmp_path)
+    clip = Attachment(url=put(tmp_path, "clip.mp4", video("phone.mp4")), kind="video", mime_type="video/mp4")
+    driver.publish([message("home", "alice", 2, "", [clip])])
+    driver.advance("home")
+    assert driver.run_attachments() == ["done", "done"]
     assert len(FakeOpenAI.requests) == 2
-    assert scalar(c, "SELECT text FROM artifact_text WHERE kind = 'transcript'") == "The gate code changed to 8842."
+
+    def texts() -> list[tuple[str, str, str]]:
+        with c.pool.connection() as conn:
+            return conn.execute(
+                "SELECT a.kind, t.kind, t.text FROM artifact_text t JOIN artifacts a USING (sha256)"
+                " ORDER BY a.kind, t.kind, t.ord"
+            ).fetchall()
+
+    before = texts()
+    with c.pool.connection() as conn:  # as if an older OCR had read less of the video
+        conn.execute("UPDATE artifact_text SET text = 'GATE' WHERE kind = 'ocr'")
+    assert c.reanalyse_attachments() == {"files": 1, "failed": 0}  # the video; the voice note is left
+    assert len(FakeOpenAI.requests) == 2 and texts() == before
+    assert scalar(c, "SELECT meta ->> 'transcription_model' FROM artifacts WHERE kind = 'video'") == "test-whisper"
+    FakeOpenAI.body = {"text": "The gate code changed to 8842."}
+    assert c.reanalyse_attachments(recordings=True) == {"files": 2, "failed": 0}
+    assert len(FakeOpenAI.requests) == 4
+    with c.pool.connection() as conn:
+        heard = conn.execute("SELECT text FROM artifact_text WHERE kind = 'transcript'").fetchall()
+    assert heard == [("The gate code changed to 8842.",)] * 2
     assert 'recording: "The gate code changed to 8842."' in message_text(c, "home-1")

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chatmem.adapters.images import guess_binary
-from chatmem.memory.attachments.analysis import Analyzer, Reader
+from chatmem.memory.attachments.analysis import Analyzer, KeptSpeech, Reader
 from chatmem.memory.attachments.chunks import Block, DerivedText, chunk_blocks
 from chatmem.memory.attachments.errors import BadFile
 from chatmem.memory.attachments.filetypes import (
@@ -429,6 +429,23 @@ def test_a_video_fails_only_when_neither_its_pictures_nor_its_speech_can_be_read
     # Pictures without text and no speech: the video is still known by its length and size.
     bare = video_analyzer(FakeOcr())(b"ftypmp42" + HANDLER + b"vide", MP4, None)
     assert [(t.kind, t.text) for t in bare.texts] == [("vision_short", "video 0:42, 1280×720")]
+
+
+def test_a_reanalysis_keeps_what_a_video_was_heard_to_say_or_why_it_was_not():
+    analyze = video_analyzer(FakeOcr([("GATE B12", 0.9)]), FakeTranscriber("We land at nine."))
+    first = analyze(SOUND, MP4, None)
+    store = FakeAttachmentStore()
+    store.artifacts["v"] = {}
+    store.finish("v", first, np.zeros((len(first.texts), 4)))
+    again = video_analyzer(FakeOcr([("GATE B12", 0.9)]), KeptSpeech(store.heard("v")))(SOUND, MP4, None)
+    assert again == first
+    unheard = video_analyzer(FakeOcr([("GATE B12", 0.9)]))(SOUND, MP4, None)  # no model then
+    store.finish("v", unheard, np.zeros((1, 4)))
+    kept = KeptSpeech(store.heard("v"))
+    assert video_analyzer(transcriber=kept)(SOUND, MP4, None).meta["speech"] == unheard.meta["speech"]
+    silent = video_analyzer(transcriber=FakeTranscriber(""))(SOUND, MP4, None)
+    store.finish("v", silent, np.zeros((len(silent.texts), 4)))
+    assert video_analyzer(transcriber=KeptSpeech(store.heard("v")))(SOUND, MP4, None).meta == silent.meta
 
 
 @pytest.mark.parametrize(
