@@ -797,6 +797,40 @@ def test_a_presentation_is_read_slide_by_slide_with_its_notes(make, mime, broken
         DocumentReader(max_pages=5, max_chars=10_000).read(make()[:5000], mime)
 
 
+def test_a_slides_native_chart_is_read_as_the_numbers_it_draws():
+    from pptx.chart.data import CategoryChartData, XyChartData
+    from pptx.enum.chart import XL_CHART_TYPE
+
+    deck = pptx.Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])  # a title only
+    slide.shapes.title.text = "Sales"
+    columns = CategoryChartData()
+    columns.categories = ["North", "South"]
+    columns.add_series("2025", (12, 9.25))
+    columns.add_series("2026", (15.5, None))  # a value not given is left out
+    chart = slide.shapes.add_chart(XL_CHART_TYPE.COLUMN_CLUSTERED, 0, 0, Inches(6), Inches(4), columns).chart
+    chart.has_title = True
+    chart.chart_title.text_frame.text = "Revenue by region (M EUR)"
+    scatter = XyChartData()
+    latency = scatter.add_series("Latency ms")
+    latency.add_data_point(1.5, 20)
+    latency.add_data_point(4, 35)
+    group = slide.shapes.add_group_shape()  # a chart in a group is read too
+    group.shapes.add_chart(XL_CHART_TYPE.XY_SCATTER, 0, 0, Inches(4), Inches(2), scatter)
+    out = io.BytesIO()
+    deck.save(out)
+    blocks, _ = DocumentReader(max_pages=5, max_chars=10_000).read(out.getvalue(), PPTX_MIME)
+    assert [b.text for b in blocks] == [
+        "Sales",
+        "Chart: Revenue by region (M EUR)",
+        "North | 2025: 12 | 2026: 15.5",
+        "South | 2025: 9.25",
+        "Chart",
+        "1.5 | Latency ms: 20",  # each point's x, which python-pptx does not expose
+        "4 | Latency ms: 35",
+    ]
+
+
 def old_word_document() -> bytes:
     """A Word 97-2003 document (tests/office97.py writes it to the format's specification)."""
     return office97.word_document(
