@@ -1,7 +1,8 @@
 """Office 97-2003 files are compound files (OLE2): a small file system whose streams name what
 the file is. This module tells them apart by those streams (`compound_type`), and reads the text
 of a Word 97-2003 document (`word_paragraphs`) and of a PowerPoint 97-2003 presentation
-(`powerpoint_slides`), which no maintained library does in pure Python: olefile opens the
+(`powerpoint_slides`) and the pictures on its slides (`powerpoint_pictures`), which no
+maintained library does in pure Python: olefile opens the
 container, and the text is found as [MS-DOC] and [MS-PPT] lay it out (a Word document's piece
 table; a presentation's persist directory, slide list and text atoms)."""
 
@@ -295,24 +296,45 @@ class SlideText:
     notes: list[str]
 
 
+@dataclass(frozen=True)
+class _Deck:
+    """A presentation as its last save left it: the PowerPoint Document stream, where each persist
+    object is, the document record, and the document's slide lists by instance."""
+
+    stream: bytes
+    persist: dict[int, int]
+    document: Span
+    lists: dict[int, Span]
+    pictures: bytes  # the Pictures stream, where the pictures' bytes are (b"" without one)
+
+
+def _deck(data: bytes) -> _Deck:
+    """Found as PowerPoint does: the Current User stream names the last save, whose persist
+    directory gives where each record is."""
+    import olefile
+
+    with olefile.OleFileIO(data) as container:
+        stream = container.openstream("PowerPoint Document").read()
+        current = container.openstream("Current User").read()
+        pictures = container.openstream("Pictures").read() if container.exists("Pictures") else b""
+    token, edit = struct.unpack_from("<II", current, 12)
+    if token == _ENCRYPTED_TOKEN:
+        raise BadFile("the presentation is encrypted (password protected)")
+    persist, document_ref = _persist_directory(stream, edit)
+    document = _record_at(stream, persist.get(document_ref), _DOCUMENT)
+    lists = {inst: body for kind, inst, body in _children(stream, *document) if kind == _SLIDE_LIST}
+    return _Deck(stream, persist, document, lists, pictures)
+
+
 def powerpoint_slides(data: bytes, max_slides: int, max_chars: int) -> tuple[list[SlideText], int]:
     """The first `max_slides` slides of a PowerPoint 97-2003 presentation (of a file with more,
     while their text stays within about `max_chars`) and how many it has. Slides are found as
     PowerPoint does: the last save's persist directory gives where each record is, and the
     document's slide list gives their order. A slide's text is the text its list holds (placeholders,
     as PowerPoint 97-2003 saved them) and the text of its shapes."""
-    import olefile
-
     try:
-        with olefile.OleFileIO(data) as container:
-            stream = container.openstream("PowerPoint Document").read()
-            current = container.openstream("Current User").read()
-        token, edit = struct.unpack_from("<II", current, 12)
-        if token == _ENCRYPTED_TOKEN:
-            raise BadFile("the presentation is encrypted (password protected)")
-        persist, document_ref = _persist_directory(stream, edit)
-        document = _record_at(stream, persist.get(document_ref), _DOCUMENT)
-        lists = {inst: body for kind, inst, body in _children(stream, *document) if kind == _SLIDE_LIST}
+        deck = _deck(data)
+        stream, persist, lists = deck.stream, deck.persist, deck.lists
         slides = _slide_list(stream, lists.get(_SLIDES))
         notes_by_id = {slide_id: ref for ref, slide_id, _ in _slide_list(stream, lists.get(_NOTES_PAGES))}
         out: list[SlideText] = []
@@ -336,6 +358,80 @@ def powerpoint_slides(data: bytes, max_slides: int, max_chars: int) -> tuple[lis
 
 
 Span = tuple[int, int]  # a record's data: (start, end) in the stream
+
+
+def powerpoint_pictures(data: bytes, max_slides: int, limit: int) -> list[tuple[int, bytes]]:
+    """(slide number, image bytes) of the pictures on the first `max_slides` slides of a
+    PowerPoint 97-2003 presentation, in order, at most `limit`. A picture shape names a picture
+    of the drawing group's store (its `pib` property), whose entry says where its bytes are in the
+    Pictures stream. Pictures on masters and layouts (a logo on every slide) are no slide's.
+    Metafiles (EMF, WMF, PICT) are left out: Pillow reads them only on Windows."""
+    try:
+        deck = _deck(data)
+        if not deck.pictures:
+            return []
+        stream = deck.stream
+        store = [at for kind, at, _ in _records(stream, *deck.document) if kind == _FBSE]
+        found: list[tuple[int, bytes]] = []
+        for number, (ref, _id, _listed) in enumerate(
+            _slide_list(stream, deck.lists.get(_SLIDES))[:max_slides], start=1
+        ):
+            body = _record_at(stream, deck.persist.get(ref), _SLIDE)
+            for pib in dict.fromkeys(_picture_ids(stream, body)):
+                if 0 < pib <= len(store) and (image := _blip(deck.pictures, _delay_offset(stream, store[pib - 1]))):
+                    found.append((number, image))
+                    if len(found) >= limit:
+                        return found
+        return found
+    except BadFile:
+        raise
+    except (OSError, ValueError, IndexError, KeyError, struct.error, RecursionError) as error:
+        raise BadFile(f"broken presentation: {error}") from None
+
+
+_FBSE, _FOPT, _PIB = 0xF007, 0xF00B, 0x0104  # a picture store entry; a shape's properties; which picture
+# Picture records in the Pictures stream: JPEG, PNG, DIB, TIFF, CMYK JPEG; an odd instance has a
+# second 16-byte id before the one-byte tag.
+_BITMAPS = {0xF01D, 0xF01E, 0xF01F, 0xF029, 0xF02A}
+
+
+def _records(stream: bytes, start: int, end: int, depth: int = 0) -> Iterator[tuple[int, int, Span]]:
+    """(type, data start, data span) of every record inside a container, nested ones too, in order."""
+    for kind, _, (at, stop) in _children(stream, start, end):
+        yield kind, at, (at, stop)
+        if struct.unpack_from("<H", stream, at - 8)[0] & 0xF == 0xF and depth < 32:
+            yield from _records(stream, at, stop, depth + 1)
+
+
+def _picture_ids(stream: bytes, slide: Span) -> Iterator[int]:
+    """The store index (1-based) each picture shape of a slide names, in the slide's order."""
+    for kind, at, (_, stop) in _records(stream, *slide):
+        if kind != _FOPT:
+            continue
+        count = struct.unpack_from("<H", stream, at - 8)[0] >> 4
+        for n in range(count):
+            if at + 6 * (n + 1) > stop:
+                break
+            opid, value = struct.unpack_from("<HI", stream, at + 6 * n)
+            if opid & 0x3FFF == _PIB and opid & 0x4000:  # fBid: the value is a store index
+                yield value
+
+
+def _delay_offset(stream: bytes, entry: int) -> int:
+    """Where a store entry's picture is in the Pictures stream (its foDelay)."""
+    return int(struct.unpack_from("<I", stream, entry + 28)[0])
+
+
+def _blip(pictures: bytes, offset: int) -> bytes | None:
+    """The image bytes of the picture record at `offset`; None for a metafile or a bad offset."""
+    if offset + 8 > len(pictures):
+        return None
+    head, kind, length = struct.unpack_from("<HHI", pictures, offset)
+    if kind not in _BITMAPS:
+        return None
+    skip = 16 + (16 if (head >> 4) & 1 else 0) + 1  # one or two ids, then the tag
+    start = offset + 8 + skip
+    return pictures[start : min(offset + 8 + length, len(pictures))] or None
 
 
 def _persist_directory(stream: bytes, edit: int) -> tuple[dict[int, int], int]:

@@ -183,23 +183,66 @@ def _text(kind: int, text: str, one_byte: bool) -> bytes:
     return record(TEXT_HEADER, struct.pack("<I", kind)) + atom
 
 
-def _drawn(texts: bytes) -> bytes:
-    for kind in reversed(DRAWING):
+def _drawn(texts: bytes, shapes: bytes = b"") -> bytes:
+    """A slide's drawing: one shape holding `texts`, then `shapes` (picture shapes) beside it."""
+    for kind in reversed(DRAWING[3:]):
+        texts = record(kind, texts, container=True)
+    texts += shapes
+    for kind in reversed(DRAWING[:3]):
         texts = record(kind, texts, container=True)
     return texts
+
+
+# Pictures: the document's drawing group holds a store of entries (OfficeArtFBSE), each saying
+# where a picture's record is in the Pictures stream; a picture shape names its entry (pib).
+DRAWING_GROUP, DGG, BSTORE, FBSE, FOPT, SP = 0x040B, 0xF000, 0xF001, 0xF007, 0xF00B, 0xF004
+BLIPS = {"png": (0xF01E, 0x6E0, 6), "jpeg": (0xF01D, 0x46A, 5), "dib": (0xF01F, 0x7A8, 7), "emf": (0xF01A, 0x3D4, 2)}
+
+
+def _picture_store(pictures: list[tuple[str, bytes]]) -> tuple[bytes, bytes]:
+    """The drawing group record and the Pictures stream for `pictures` ((kind, bytes), in store
+    order). A metafile's record has no tag byte, and holds its own header first."""
+    stream, entries = b"", b""
+    for kind, image in pictures:
+        rec_type, instance, bt = BLIPS[kind]
+        body = bytes(16) + (bytes(34) if kind == "emf" else b"\xff") + image
+        entries += record(
+            FBSE,
+            struct.pack("<BB16sHIII4B", bt, bt, bytes(16), 0xFF, len(body) + 8, 1, len(stream), 0, 0, 0, 0),
+            instance=bt,
+        )
+        stream += record(rec_type, body, instance=instance)
+    group = record(
+        DRAWING_GROUP,
+        record(DGG, record(BSTORE, entries, instance=len(pictures), container=True), container=True),
+        container=True,
+    )
+    return group, stream
+
+
+def picture_shape(pib: int) -> bytes:
+    return record(SP, record(FOPT, struct.pack("<HI", 0x4000 | 0x0104, pib), instance=1), container=True)
 
 
 Slide = tuple[str, list[str], str | None]  # title, paragraphs of the body, notes
 
 
 def powerpoint_document(
-    slides: list[Slide], *, listed: int = 0, encrypted: bool = False, draft: str | None = None
+    slides: list[Slide],
+    *,
+    listed: int = 0,
+    encrypted: bool = False,
+    draft: str | None = None,
+    pictures: list[tuple[str, bytes]] | None = None,
+    shown: dict[int, list[int]] | None = None,
 ) -> bytes:
     """A presentation of `slides`. The first `listed` slides keep their text in the document's
     slide list, as PowerPoint 97-2003 saved placeholders; the others in their shapes, as later
     versions save. Slide records are written in the stream in reverse order, so only the slide
     list gives the order. With `draft`, the first slide's title was `draft` in an earlier save,
-    whose record stays in the stream: the last save's persist directory must win."""
+    whose record stays in the stream: the last save's persist directory must win. `pictures`
+    ((kind, bytes)) are the store; `shown` gives each slide's picture shapes (1-based store
+    indexes, by slide index)."""
     ids = {"document": 1, **{f"slide{n}": 2 + n for n in range(len(slides))}}
     notes = [n for n, (_, _, note) in enumerate(slides) if note]
     ids.update({f"notes{n}": 2 + len(slides) + i for i, n in enumerate(notes)})
@@ -210,9 +253,11 @@ def powerpoint_document(
             slide_list += _text(TITLE, title, True) + _text(BODY, "\r".join(body), False)
     for n in notes:
         notes_list += record(SLIDE_PERSIST, struct.pack("<IIiII", ids[f"notes{n}"], 0, 1, 512 + n, 0))
+    group, picture_stream = _picture_store(pictures) if pictures else (b"", b"")
     document = record(
         DOCUMENT,
-        record(SLIDE_LIST, slide_list, instance=0, container=True)
+        group
+        + record(SLIDE_LIST, slide_list, instance=0, container=True)
         + record(SLIDE_LIST, notes_list, instance=2, container=True),
         container=True,
     )
@@ -220,7 +265,8 @@ def powerpoint_document(
     def slide_record(n: int, title: str, body: list[str]) -> bytes:
         atom = record(SLIDE_ATOM, struct.pack("<I8sIIHH", 0, bytes(8), 0, 512 + n if n in notes else 0, 0, 0))
         drawn = b"" if n < listed else _text(TITLE, title, False) + _text(BODY, "\r".join(body), True)
-        return record(SLIDE, atom + _drawn(drawn), container=True)
+        shapes = b"".join(picture_shape(pib) for pib in (shown or {}).get(n, []))
+        return record(SLIDE, atom + _drawn(drawn, shapes), container=True)
 
     stream = document
     offsets = {"document": 0}
@@ -248,4 +294,5 @@ def powerpoint_document(
     stream += record(USER_EDIT, struct.pack("<IHBBIIIIHH", 256, 0, 0, 3, earlier_edit, directory, 1, 99, 1, 0))
     token = 0xF3D1C4DF if encrypted else 0xE391C05F
     current = record(CURRENT_USER, struct.pack("<IIIHHBBH", 20, token, edit, 0, 0x03F4, 3, 0, 0))
-    return compound_file({"Current User": current, "PowerPoint Document": stream})
+    streams = {"Pictures": picture_stream} if pictures else {}
+    return compound_file({**streams, "Current User": current, "PowerPoint Document": stream})

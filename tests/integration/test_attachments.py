@@ -867,6 +867,12 @@ def deck_with_a_picture(kind: str) -> bytes:
         out = io.BytesIO()
         deck.save(out)
         return out.getvalue()
+    if kind == "ppt":  # the store: the logo, the screenshot (a DIB, as PowerPoint 97 keeps a BMP), a chart's EMF
+        bmp = io.BytesIO()
+        Image.open(io.BytesIO(shot)).save(bmp, "BMP")
+        store = [("png", ICON), ("dib", bmp.getvalue()[14:]), ("emf", b"EMF data"), ("png", b"a master's logo")]
+        slides = [("Q3 review", [], None), ("", [], None)]
+        return office97.powerpoint_document(slides, pictures=store, shown={0: [1], 1: [1, 2, 3]})
     document = odfdo.Document("presentation")
     document.body.clear()
     icon, picture = (document.add_file(io.BytesIO(data)) for data in (ICON, shot))
@@ -889,7 +895,7 @@ def deck_with_a_picture(kind: str) -> bytes:
     return out.getvalue()
 
 
-@pytest.mark.parametrize(("kind", "mime"), [("pptx", PPTX_MIME), ("odp", ODP)])
+@pytest.mark.parametrize(("kind", "mime"), [("pptx", PPTX_MIME), ("odp", ODP), ("ppt", PPT_MIME)])
 def test_a_slide_that_is_a_picture_is_read_by_ocr(driver, container, tmp_path, kind, mime):
     reader = DocumentReader(max_pages=5, max_chars=10_000)
     found = reader.pictures(deck_with_a_picture(kind), mime, 20)

@@ -169,3 +169,20 @@ def test_a_powerpoint_97_presentation_that_cannot_be_read_says_why():
     ]:
         with pytest.raises(BadFile, match=reason):
             slides_of(deck)
+
+
+def test_the_pictures_on_a_powerpoint_97_slide_are_found_through_its_store():
+    store = [("png", b"PNG one"), ("jpeg", b"JPEG two"), ("emf", b"EMF three"), ("dib", b"DIB four")]
+    shown = {0: [2, 1, 2], 1: [3], 2: [4, 9]}  # slide 1 names the JPEG twice; 9 is no entry
+    deck = powerpoint_document(DECK, pictures=store, shown=shown)
+    reader = DocumentReader(max_pages=5, max_chars=10_000)
+    assert reader.pictures(deck, PPT_MIME, 20) == [(1, b"JPEG two"), (1, b"PNG one"), (3, b"DIB four")]
+    assert reader.pictures(deck, PPT_MIME, 2) == [(1, b"JPEG two"), (1, b"PNG one")]
+    assert DocumentReader(max_pages=1, max_chars=10_000).pictures(deck, PPT_MIME, 20)[-1] == (1, b"PNG one")
+    assert reader.pictures(powerpoint_document(DECK), PPT_MIME, 20) == []  # no Pictures stream
+    # Store entries that point past the pictures' records (into the zeros the writer pads the
+    # stream with, or past its end) are skipped, not read from elsewhere.
+    with olefile.OleFileIO(deck) as container:
+        streams = {n: container.openstream(n).read() for n in ("Pictures", "Current User", "PowerPoint Document")}
+    cut = compound_file({**streams, "Pictures": streams["Pictures"][:32]})  # the first record alone
+    assert reader.pictures(cut, PPT_MIME, 20) == [(1, b"PNG one")]
