@@ -515,7 +515,7 @@ _WORD_HEADING = re.compile(r"(?:heading|заголовок) ([1-9])", re.IGNOREC
 def _docx_blocks(document: WordDocument, max_chars: int) -> list[Block]:
     """Paragraphs and table rows in document order, up to about `max_chars`. A paragraph styled
     Title or Heading N is a heading; a table row is one block, its cells joined by " | " (a merged
-    cell once)."""
+    cell once); a chart, after its paragraph's text, as the numbers it draws."""
     from docx.table import Table
 
     # Style names by id, read once: `Paragraph.style` scans every style for each paragraph that
@@ -532,6 +532,7 @@ def _docx_blocks(document: WordDocument, max_chars: int) -> list[Block]:
             style = names.get(item._p.style or "", "")
             level = 1 if style.lower() == "title" else int(m[1]) if (m := _WORD_HEADING.fullmatch(style)) else 0
             found = [Block(text, heading=bool(level), level=level)] if text else []
+            found += [Block(line) for rid in item._p.xpath(".//c:chart/@r:id") for line in _word_chart(document, rid)]
         blocks += found
         chars += sum(len(b.text) for b in found)
         if chars > max_chars:
@@ -582,6 +583,23 @@ def _shape_texts(shapes: Iterable[BaseShape], skip: set[int]) -> Iterator[str]:
                     yield " | ".join(cells)
         elif isinstance(shape, GraphicFrame) and shape.has_chart:
             yield from _chart_lines(shape.chart)
+
+
+def _word_chart(document: WordDocument, rid: str) -> Iterator[str]:
+    """A chart in a Word document, read as a slide's is: python-docx knows no charts, but the part
+    holds the same DrawingML chart as a .pptx's, which python-pptx reads."""
+    from pptx.chart.chart import Chart
+    from pptx.oxml import parse_xml
+
+    part = document.part.related_parts.get(rid)
+    blob = getattr(part, "blob", None)
+    if not isinstance(blob, bytes):
+        return
+    try:
+        chart = Chart(parse_xml(blob), None)
+    except (SyntaxError, ValueError):  # lxml's XMLSyntaxError is a SyntaxError: the text stays read
+        return
+    yield from _chart_lines(chart)
 
 
 CHART_ROWS = 200  # of one chart: a chart of thousands of points is a picture of a table, not a table

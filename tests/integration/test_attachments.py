@@ -831,6 +831,61 @@ def test_a_slides_native_chart_is_read_as_the_numbers_it_draws():
     ]
 
 
+def word_document_with_a_chart() -> bytes:
+    """A Word document with a chart, as Word saves one: a DrawingML chart part (made here by
+    python-pptx, since python-docx writes none) that an inline drawing names."""
+    from docx.opc.constants import RELATIONSHIP_TYPE
+    from docx.opc.packuri import PackURI
+    from docx.opc.part import Part
+    from docx.oxml import parse_xml
+    from pptx.chart.data import CategoryChartData
+    from pptx.enum.chart import XL_CHART_TYPE
+
+    data = CategoryChartData()
+    data.categories = ["Desks", "Chairs"]
+    data.add_series("Cost EUR", (4200, 950.5))
+    deck = pptx.Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[6])
+    chart = slide.shapes.add_chart(XL_CHART_TYPE.PIE, 0, 0, Inches(4), Inches(3), data).chart
+    chart.has_title = True
+    chart.chart_title.text_frame.text = "Office costs"
+    doc = docx.Document()
+    doc.add_paragraph("The budget, by item:")
+    part = Part(
+        PackURI("/word/charts/chart1.xml"),
+        "application/vnd.openxmlformats-officedocument.drawingml.chart+xml",
+        chart.part.blob,
+        doc.part.package,
+    )
+    rid = doc.part.relate_to(part, RELATIONSHIP_TYPE.CHART)
+    drawing = (
+        '<w:drawing xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+        ' xmlns:wp="http://schemas.openxmlformats.org/drawingml/2006/wordprocessingDrawing"'
+        ' xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main"'
+        ' xmlns:c="http://schemas.openxmlformats.org/drawingml/2006/chart"'
+        ' xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships">'
+        '<wp:inline><wp:extent cx="3657600" cy="2743200"/><wp:docPr id="1" name="Chart 1"/><a:graphic>'
+        '<a:graphicData uri="http://schemas.openxmlformats.org/drawingml/2006/chart">'
+        f'<c:chart r:id="{rid}"/></a:graphicData></a:graphic></wp:inline></w:drawing>'
+    )
+    doc.add_paragraph().add_run()._r.append(parse_xml(drawing))
+    doc.add_paragraph("Approved on Friday.")
+    out = io.BytesIO()
+    doc.save(out)
+    return out.getvalue()
+
+
+def test_a_chart_in_a_word_document_is_read_in_its_place():
+    blocks, _ = DocumentReader(max_pages=5, max_chars=10_000).read(word_document_with_a_chart(), DOCX_MIME)
+    assert [b.text for b in blocks] == [
+        "The budget, by item:",
+        "Chart: Office costs",
+        "Desks | Cost EUR: 4200",
+        "Chairs | Cost EUR: 950.5",
+        "Approved on Friday.",
+    ]
+
+
 def old_word_document() -> bytes:
     """A Word 97-2003 document (tests/office97.py writes it to the format's specification)."""
     return office97.word_document(
