@@ -262,13 +262,17 @@ class DocumentReader:
 
     def pictures(self, data: bytes, mime: str, limit: int) -> list[tuple[int | None, bytes]]:
         """The pictures stored in a file, in order, at most `limit`, each with its slide's number
-        (a .pptx's, .ppt's or .odp's first `max_pages` slides) or None (a .docx or .odt, whose
-        pages are not known); none for other files. A picture linked from outside the file is not
+        (a .pptx's, .ppt's or .odp's first `max_pages` slides) or None (a .docx, .doc or .odt,
+        whose pages are not known); none for other files. A picture linked from outside the file is not
         fetched."""
         if mime == PPT_MIME:  # a compound file: its Pictures stream says whether it has any
             from chatmem.adapters.ole import powerpoint_pictures
 
             return [(slide, image) for slide, image in powerpoint_pictures(data, self.max_pages, limit)]
+        if mime == DOC_MIME:  # and its Data stream
+            from chatmem.adapters.ole import word_pictures
+
+            return [(None, image) for image in word_pictures(data, limit)]
         if mime not in (PPTX_MIME, DOCX_MIME, ODP_MIME, ODT_MIME) or not _stores_pictures(data):
             return []  # most files have none: not parsed a second time for nothing
         if mime == PPTX_MIME:

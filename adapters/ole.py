@@ -1,8 +1,8 @@
 """Office 97-2003 files are compound files (OLE2): a small file system whose streams name what
 the file is. This module tells them apart by those streams (`compound_type`), and reads the text
 of a Word 97-2003 document (`word_paragraphs`) and of a PowerPoint 97-2003 presentation
-(`powerpoint_slides`) and the pictures on its slides (`powerpoint_pictures`), which no
-maintained library does in pure Python: olefile opens the
+(`powerpoint_slides`), and the pictures of both (`word_pictures`, `powerpoint_pictures`), which
+no maintained library does in pure Python: olefile opens the
 container, and the text is found as [MS-DOC] and [MS-PPT] lay it out (a Word document's piece
 table; a presentation's persist directory, slide list and text atoms)."""
 
@@ -89,6 +89,40 @@ def word_paragraphs(data: bytes, max_chars: int) -> list[tuple[str, int]]:
     except (OSError, ValueError, IndexError, KeyError, struct.error, RecursionError) as error:
         raise BadFile(f"broken Word document: {error}") from None
     return list(_paragraphs(*_without_fields(text, offsets), marks))
+
+
+_PICF_HEADER, _NAMED_PICTURE = 0x44, 0x66  # a picture's header size; a picture that carries its file's name
+
+
+def word_pictures(data: bytes, limit: int) -> list[bytes]:
+    """The pictures of a Word 97-2003 document, at most `limit`, as its Data stream holds them:
+    one structure a picture (PICFAndOfficeArtData: a header of 68 bytes that gives the
+    structure's size, the picture's shape, then the store entry that holds the picture itself),
+    walked by their sizes; the walk ends at anything else. Metafiles are left out, as a slide's."""
+    import olefile
+
+    try:
+        with olefile.OleFileIO(data) as container:
+            if not container.exists("Data"):
+                return []
+            stream = container.openstream("Data").read()
+    except OSError as error:
+        raise BadFile(f"broken Word document: {error}") from None
+    found: list[bytes] = []
+    at = 0
+    while at + 8 <= len(stream) and len(found) < limit:
+        size, header, mode = struct.unpack_from("<IHH", stream, at)
+        if header != _PICF_HEADER or size < header:
+            break
+        start, end = at + header, min(at + size, len(stream))
+        if mode == _NAMED_PICTURE and start < end:
+            start += 1 + stream[start]  # the name's length, then the name
+        for kind, _, (entry, stop) in _children(stream, start, end):
+            if kind == _FBSE and entry + 36 <= stop:
+                if image := _blip(stream, entry + 36 + stream[entry + 33], stop):
+                    found.append(image)
+        at += size
+    return found[:limit]
 
 
 def _main_text(document: bytes, table: bytes, max_chars: int) -> tuple[str, list[int]]:
@@ -422,16 +456,18 @@ def _delay_offset(stream: bytes, entry: int) -> int:
     return int(struct.unpack_from("<I", stream, entry + 28)[0])
 
 
-def _blip(pictures: bytes, offset: int) -> bytes | None:
-    """The image bytes of the picture record at `offset`; None for a metafile or a bad offset."""
-    if offset + 8 > len(pictures):
+def _blip(pictures: bytes, offset: int, end: int | None = None) -> bytes | None:
+    """The image bytes of the picture record at `offset` (ending by `end` at the latest); None for
+    a metafile or a bad offset."""
+    end = len(pictures) if end is None else min(end, len(pictures))
+    if offset + 8 > end:
         return None
     head, kind, length = struct.unpack_from("<HHI", pictures, offset)
     if kind not in _BITMAPS:
         return None
     skip = 16 + (16 if (head >> 4) & 1 else 0) + 1  # one or two ids, then the tag
     start = offset + 8 + skip
-    return pictures[start : min(offset + 8 + length, len(pictures))] or None
+    return pictures[start : min(offset + 8 + length, end)] or None
 
 
 def _persist_directory(stream: bytes, edit: int) -> tuple[dict[int, int], int]:

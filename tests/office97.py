@@ -79,13 +79,16 @@ def word_document(
     encrypted: bool = False,
     n_fib: int = 0x00C1,
     modifier_size: int = 2,
+    pictures: list[tuple[str, bytes]] | None = None,
 ) -> bytes:
     """A Word 97-2003 document whose main text is `pieces`, each (text, compressed): a compressed
     piece is stored one byte a character (Windows-1252), the others in UTF-16. Its text uses Word's
     marks: "\\r" ends a paragraph, "\\x07" a table cell and ROW_END a row, "\\x13", "\\x14" and
     "\\x15" open a field, separate its code from its result and close it. `styles` gives the
     paragraphs (counted by their marks, from 0) their style index in STYLES; with `properties`
-    off the file has no style sheet and no paragraph properties."""
+    off the file has no style sheet and no paragraph properties. `pictures` ((kind, bytes); kind
+    "form" for a form field's data, which is no picture) go to the Data stream as Word keeps
+    inline pictures."""
     text = b""
     cps, descriptors = [0], []
     marks: list[tuple[int, int, bool]] = []  # (offset after the mark, style, ends a row)
@@ -130,7 +133,30 @@ def word_document(
     struct.pack_into("<H", fib, 0x98, 93)  # cbRgFcLcb: FibRgFcLcb97's 93 pairs
     for n, (fc, lcb) in pairs.items():
         struct.pack_into("<II", fib, 0x9A + n * 8, fc, lcb)
-    return compound_file({"1Table": table, "WordDocument": bytes(fib) + document[FIB_SIZE:]})
+    streams = {"Data": word_picture_data(pictures)} if pictures else {}
+    return compound_file({**streams, "1Table": table, "WordDocument": bytes(fib) + document[FIB_SIZE:]})
+
+
+def word_picture_data(pictures: list[tuple[str, bytes]]) -> bytes:
+    """A Word document's Data stream: each picture a PICFAndOfficeArtData ([MS-DOC] 2.9.192): a
+    68-byte header (its size, the header's size, the mapping mode: a shape, or a named picture
+    whose name follows), the picture's shape, then a store entry with the picture's record in it."""
+    data = b""
+    for n, (kind, image) in enumerate(pictures):
+        named = n % 2 == 1  # every other picture carries its file's name, as a pasted file does
+        if kind == "form":  # a form field's data: the same header, then no records
+            body = image
+            mode = 0x64
+        else:
+            rec_type, instance, bt = BLIPS[kind]
+            blip = record(rec_type, bytes(16) + (bytes(34) if kind == "emf" else b"\xff") + image, instance=instance)
+            entry = struct.pack("<BB16sHIII4B", bt, bt, bytes(16), 0xFF, len(blip), 1, 0, 0, 0, 0, 0)
+            shape = record(SP, record(0xF00A, struct.pack("<II", 1025 + n, 0xA00)), container=True)
+            body = (b"\x08picture." if named else b"") + shape + record(FBSE, entry + blip, instance=bt)
+            mode = 0x66 if named else 0x64
+        size = 0x44 + len(body)
+        data += (struct.pack("<IHHHHH", size, 0x44, mode, 0, 0, 0)).ljust(0x44, b"\0") + body
+    return data
 
 
 def _style_sheet() -> bytes:

@@ -186,3 +186,27 @@ def test_the_pictures_on_a_powerpoint_97_slide_are_found_through_its_store():
         streams = {n: container.openstream(n).read() for n in ("Pictures", "Current User", "PowerPoint Document")}
     cut = compound_file({**streams, "Pictures": streams["Pictures"][:32]})  # the first record alone
     assert reader.pictures(cut, PPT_MIME, 20) == [(1, b"PNG one")]
+
+
+def test_the_pictures_of_a_word_97_document_are_read_from_its_data_stream():
+    pictures = [
+        ("png", b"PNG one"),
+        ("jpeg", b"JPEG two"),  # carries its file's name
+        ("emf", b"EMF three"),  # a metafile: left out
+        ("form", b"a form field's data, no records"),
+        ("dib", b"DIB four"),
+    ]
+    document = word_document(PLAN, pictures=pictures)
+    reader = DocumentReader(max_pages=5, max_chars=10_000)
+    assert reader.pictures(document, DOC_MIME, 20) == [(None, b"PNG one"), (None, b"JPEG two"), (None, b"DIB four")]
+    assert reader.pictures(document, DOC_MIME, 1) == [(None, b"PNG one")]
+    assert reader.pictures(word_document(PLAN), DOC_MIME, 20) == []  # no Data stream
+    assert [text for text, _ in word_paragraphs(document, 10_000)] == [
+        text for text, _ in word_paragraphs(word_document(PLAN), 10_000)
+    ]  # the text is the same
+    # The walk ends at anything that is not a picture's header; what came before it stays found.
+    with olefile.OleFileIO(document) as container:
+        streams = {n: container.openstream(n).read() for n in ("Data", "1Table", "WordDocument")}
+    first = struct.unpack_from("<I", streams["Data"], 0)[0]
+    broken = compound_file({**streams, "Data": streams["Data"][:first] + b"\xff" * 80})
+    assert reader.pictures(broken, DOC_MIME, 20) == [(None, b"PNG one")]
