@@ -10,6 +10,7 @@ import io
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -209,12 +210,12 @@ class DocumentReader:
                 meta["sheets"] = len(tables)
             elif kind == "presentation":
                 pages = body.get_draw_pages()
-                blocks = odp_blocks(pages, self.max_pages, self.max_chars)
+                blocks = odp_blocks(pages, self.max_pages, self.max_chars, partial(odf_part, document))
                 meta["slides"] = len(pages)
                 if len(pages) > self.max_pages:
                     meta["slides_read"] = self.max_pages
             else:
-                blocks = until(odf_blocks(body), self.max_chars)
+                blocks = until(odf_blocks(body, parts=partial(odf_part, document)), self.max_chars)
             title = document.meta.get_title()
         if title and title.strip():
             meta["doc_title"] = title.strip()[:200]

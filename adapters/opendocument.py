@@ -4,7 +4,7 @@ passes). No odfdo import at module level: it loads on first use."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from chatmem.adapters.blocks import cell_text, whole
@@ -34,24 +34,34 @@ _SKIPPED = {
 _REPEAT_CAP = 1_000
 
 
-def odf_blocks(element: OdfElement, *, skip_title: bool = False) -> Iterator[Block]:
+Parts = Callable[[str], "bytes | None"]  # a part of the file by its path (None: not in the file)
+
+
+def odf_blocks(element: OdfElement, *, skip_title: bool = False, parts: Parts | None = None) -> Iterator[Block]:
     """Paragraphs and headings (a heading's level is its outline level) and table rows, in
-    document order. A paragraph is read whole, its footnotes and frames with it."""
+    document order. A paragraph is read whole, its footnotes and frames with it. With `parts`, a
+    chart (an embedded object) in its place, as the numbers it draws."""
     for child in element.children:
         tag = child.tag
         if tag in _SKIPPED or (skip_title and child.get_attribute("presentation:class") == "title"):
+            continue
+        if tag == "draw:object" and parts is not None:
+            yield from odf_blocks_of_object(child, parts)
             continue
         if tag in ("text:p", "text:h"):
             text = " ".join(child.text_recursive.split())
             level = max(1, min(9, whole(child.get_attribute("text:outline-level"), 1))) if tag == "text:h" else 0
             if text:
                 yield Block(text, heading=bool(level), level=level)
+            if parts is not None:  # a chart anchored in the paragraph follows its text
+                for chart in child.get_elements("descendant::draw:object"):
+                    yield from odf_blocks_of_object(chart, parts)
         elif tag == "table:table":
             for row in odf_rows(child):
                 if cells := [text for value in row if (text := cell_text(value))]:
                     yield Block(" | ".join(dict.fromkeys(cells)))
         else:
-            yield from odf_blocks(child, skip_title=skip_title)
+            yield from odf_blocks(child, skip_title=skip_title, parts=parts)
 
 
 def odf_rows(table: OdfElement) -> Iterator[list[Any]]:
@@ -79,9 +89,9 @@ def _cell_value(cell: Any) -> Any:
     return " ".join(str(cell.text_content or "").split()) or cell.value
 
 
-def odp_blocks(pages: Sequence[OdfElement], max_slides: int, max_chars: int) -> list[Block]:
+def odp_blocks(pages: Sequence[OdfElement], max_slides: int, max_chars: int, parts: Parts | None = None) -> list[Block]:
     """Per slide (its number as the page): its title frame's text, or "Slide N", as a heading;
-    then its other text in order; then its speaker notes."""
+    then its other text (its charts too, with `parts`) in order; then its speaker notes."""
     blocks: list[Block] = []
     chars = 0
     for number, page in enumerate(pages[:max_slides], start=1):
@@ -95,13 +105,74 @@ def odp_blocks(pages: Sequence[OdfElement], max_slides: int, max_chars: int) -> 
         )
         found = [Block(title or f"Slide {number}", heading=True, level=1, page=number)]
         notes = page.get_elements("presentation:notes")
-        for part in (odf_blocks(page, skip_title=True), *(odf_blocks(n) for n in notes)):
+        for part in (odf_blocks(page, skip_title=True, parts=parts), *(odf_blocks(n) for n in notes)):
             found += [Block(b.text, page=number) for b in part]
         blocks += found
         chars += sum(len(b.text) for b in found)
         if chars > max_chars:
             break
     return blocks
+
+
+def odf_blocks_of_object(frame_object: OdfElement, parts: Parts) -> Iterator[Block]:
+    """An embedded object (`draw:object`), read when it is a chart."""
+    href = str(frame_object.get_attribute("xlink:href") or "").removeprefix("./").rstrip("/")
+    content = parts(f"{href}/content.xml") if href else None
+    yield from (Block(line) for line in odf_chart_lines(content or b""))
+
+
+_ODF = {
+    "chart": "urn:oasis:names:tc:opendocument:xmlns:chart:1.0",
+    "table": "urn:oasis:names:tc:opendocument:xmlns:table:1.0",
+    "text": "urn:oasis:names:tc:opendocument:xmlns:text:1.0",
+    "office": "urn:oasis:names:tc:opendocument:xmlns:office:1.0",
+}
+_NUMBERS = {"float", "percentage", "currency"}
+
+
+def odf_chart_lines(content: bytes) -> Iterator[str]:
+    """An embedded chart as the numbers it draws, as a slide's chart in a .pptx is read: `Chart:
+    <title>`, then a row per category with each series' value named, from the table the chart
+    keeps of its data (the first row names the series, the first column the categories). Another
+    kind of object (a formula, a drawing), or one that cannot be parsed, gives nothing."""
+    from lxml import etree
+
+    if not content:
+        return
+    try:
+        parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
+        root = etree.fromstring(content, parser)
+    except etree.XMLSyntaxError:
+        return
+    chart = root.find(".//chart:chart", _ODF)
+    if chart is None:
+        return
+    title = " ".join(" ".join(chart.xpath("./chart:title//text()", namespaces=_ODF)).split())
+    yield f"Chart: {title}" if title else "Chart"
+    rows = [
+        [_chart_cell(c) for c in row.iterfind("table:table-cell", _ODF)]
+        for row in chart.iterfind(".//table:table-row", _ODF)
+    ]
+    if not rows:
+        return
+    names = rows[0][1:]
+    for number, row in enumerate(rows[1 : 1 + _CHART_ROWS], start=1):
+        named = [f"{name}: {value}" if name else value for name, value in zip(names, row[1:], strict=False) if value]
+        if named:
+            yield " | ".join([row[0] or str(number), *named])
+
+
+_CHART_ROWS = 200  # as a .pptx chart's
+
+
+def _chart_cell(cell: Any) -> str:
+    if cell.get(f"{{{_ODF['office']}}}value-type") in _NUMBERS and (value := cell.get(f"{{{_ODF['office']}}}value")):
+        try:
+            number = float(value)
+        except ValueError:
+            return value.strip()
+        return str(int(number)) if number.is_integer() else f"{number:.6g}"
+    return " ".join(" ".join(cell.xpath(".//text:p//text()", namespaces=_ODF)).split())
 
 
 def odf_errors() -> tuple[type[Exception], ...]:
@@ -114,13 +185,16 @@ def odf_errors() -> tuple[type[Exception], ...]:
 
 
 def odf_part(document: Any, href: Any) -> bytes | None:
-    """A picture stored in the file, by the path a frame names; None for one linked from outside
-    it or missing (odfdo then looks for the file on disk, and there is none)."""
+    """A part stored in the file (a picture, an embedded object's content), by the path a frame
+    names; None for one linked from outside it or missing (odfdo then looks for the file on disk,
+    and there is none)."""
     path = str(href or "").removeprefix("./")
     if not path or "://" in path or path.startswith("/") or ".." in path.split("/"):
         return None
     try:
         part = document.get_part(path)
+        if part is not None and not isinstance(part, bytes):  # an XML part, parsed: its bytes as stored
+            part = document.container.get_part(path)
     except (ValueError, KeyError):
         return None
     return part if isinstance(part, bytes) and part else None

@@ -886,6 +886,69 @@ def test_a_chart_in_a_word_document_is_read_in_its_place():
     ]
 
 
+ODF_CHART = "\n".join(
+    [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        '<office:document-content xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0"',
+        ' xmlns:chart="urn:oasis:names:tc:opendocument:xmlns:chart:1.0"',
+        ' xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0"',
+        ' xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" office:version="1.3">',
+        '<office:body><office:chart><chart:chart chart:class="chart:bar">',
+        "<chart:title><text:p>Revenue by region</text:p></chart:title>",
+        '<chart:plot-area><chart:series chart:values-cell-range-address="local-table.B2:B3"/></chart:plot-area>',
+        '<table:table table:name="local-table">',
+        "<table:table-header-columns><table:table-column/></table:table-header-columns>",
+        '<table:table-columns><table:table-column table:number-columns-repeated="2"/></table:table-columns>',
+        "<table:table-header-rows><table:table-row><table:table-cell><text:p/></table:table-cell>",
+        '<table:table-cell office:value-type="string"><text:p>2025</text:p></table:table-cell>',
+        '<table:table-cell office:value-type="string"><text:p>2026</text:p></table:table-cell>',
+        "</table:table-row></table:table-header-rows>",
+        "<table:table-rows><table:table-row>",
+        '<table:table-cell office:value-type="string"><text:p>North</text:p></table:table-cell>',
+        '<table:table-cell office:value-type="float" office:value="12"><text:p>12</text:p></table:table-cell>',
+        '<table:table-cell office:value-type="float" office:value="15.5"><text:p>15,5</text:p></table:table-cell>',
+        "</table:table-row><table:table-row>",
+        '<table:table-cell office:value-type="string"><text:p>South</text:p></table:table-cell>',
+        '<table:table-cell office:value-type="float" office:value="9.25"><text:p>9,25</text:p></table:table-cell>',
+        "<table:table-cell/></table:table-row></table:table-rows></table:table>",
+        "</chart:chart></office:chart></office:body></office:document-content>",
+    ]
+)
+
+
+def open_document_with_a_chart(kind: str) -> bytes:
+    """A LibreOffice presentation or text with a chart: an embedded object (its own content.xml,
+    keeping the chart's data in a table of its own) that a frame names."""
+    document = odfdo.Document(kind)
+    document.body.clear()
+    document.set_part("Object 1/content.xml", ODF_CHART.encode())
+    document.manifest.add_full_path("Object 1/", "application/vnd.oasis.opendocument.chart")
+    document.manifest.add_full_path("Object 1/content.xml", "text/xml")
+    frame = '<draw:frame><draw:object xlink:href="./Object 1"/></draw:frame>'
+    if kind == "presentation":
+        title = (
+            '<draw:frame presentation:class="title"><draw:text-box><text:p>Sales</text:p></draw:text-box></draw:frame>'
+        )
+        page = f'<draw:page draw:name="page1">{title}{frame}</draw:page>'
+        document.body.append(odfdo.Element.from_tag(page))
+    else:
+        document.body.append(odfdo.Paragraph("Sales by region:"))
+        document.body.append(odfdo.Element.from_tag(f"<text:p>{frame}</text:p>"))
+        document.body.append(odfdo.Paragraph("Approved."))
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("kind", "mime", "around"), [("presentation", ODP, ["Sales"]), ("text", ODT, ["Sales by region:", "Approved."])]
+)
+def test_a_chart_in_an_open_document_is_read_in_its_place(kind, mime, around):
+    blocks, _ = DocumentReader(max_pages=5, max_chars=10_000).read(open_document_with_a_chart(kind), mime)
+    chart = ["Chart: Revenue by region", "North | 2025: 12 | 2026: 15.5", "South | 2025: 9.25"]
+    assert [b.text for b in blocks] == [around[0], *chart, *around[1:]]
+
+
 def old_word_document() -> bytes:
     """A Word 97-2003 document (tests/office97.py writes it to the format's specification)."""
     return office97.word_document(
