@@ -9,17 +9,19 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from chatmem.adapters.blocks import sheet_blocks, until
-from chatmem.adapters.opendocument import odf_blocks, odf_errors, odf_part, odf_rows, odp_blocks
+from chatmem.adapters.opendocument import odf_blocks, odf_errors, odf_part, odf_picture, odf_rows, odp_blocks
 from chatmem.memory.attachments import BadFile, Block
 from chatmem.memory.attachments.filetypes import (
     DOC_MIME,
     DOCX_MIME,
+    FLAT_ODF_MIMES,
+    HEAD_BYTES,
     ODF_MIMES,
     ODP_MIME,
     ODT_MIME,
@@ -37,6 +39,7 @@ if TYPE_CHECKING:  # pypdf, python-docx and python-pptx load on first use
     from pypdf import PdfReader
 
 _BLANK = re.compile(r"\n\s*\n")
+_DTD = re.compile(r"<!(?:DOCTYPE|ENTITY)", re.I)
 _HEADING_LIKE = re.compile(r"^[A-ZА-ЯЁ0-9][^.!?,;:]{0,78}$")
 
 
@@ -69,6 +72,8 @@ class DocumentReader:
             return self._ppt(data)
         if mime in ODF_MIMES:
             return self._odf(data)
+        if mime in FLAT_ODF_MIMES:
+            return self._odf(data, flat=True)
         text = decode_text(data)[: self.max_chars]
         if mime == "text/html":
             return self._html(text)
@@ -193,13 +198,13 @@ class DocumentReader:
             meta["doc_title"] = title.strip()[:200]
         return blocks, meta
 
-    def _odf(self, data: bytes) -> tuple[list[Block], dict]:
+    def _odf(self, data: bytes, *, flat: bool = False) -> tuple[list[Block], dict]:
         """An OpenDocument file, read as its Office kin is: a text's paragraphs, headings (by
         outline level), lists and table rows in order; a spreadsheet sheet by sheet; a
-        presentation's first `max_pages` slides."""
+        presentation's first `max_pages` slides. `flat`: saved as one XML file."""
         from odfdo import Document
 
-        with self._office_file(data, "OpenDocument file", *odf_errors()):
+        with self._odf_file(data, flat):
             document = Document(io.BytesIO(data))  # bytes as a str would name a file or a template
             kind, body = document.get_type(), document.body
             meta: dict = {}
@@ -226,6 +231,23 @@ class DocumentReader:
         """What an Office file (a ZIP of XML parts) passes before its library unpacks it, and
         that library's failures as `broken <what>`."""
         import zipfile
+
+        with self._library_errors(what, *library_errors):
+            # The libraries unpack every part into memory: the sizes the ZIP declares bound that
+            # (a part is never read past its declared size).
+            with zipfile.ZipFile(io.BytesIO(data)) as package:
+                unpacked = sum(part.file_size for part in package.infolist())
+            if unpacked > self.max_decoded_bytes:
+                raise BadFile(
+                    f"the {what} unpacks to {unpacked:,} bytes, above the limit of "
+                    f"{self.max_decoded_bytes:,} (a decompression bomb?)"
+                )
+            yield
+
+    @contextmanager
+    def _library_errors(self, what: str, *library_errors: type[Exception]) -> Iterator[None]:
+        """A library's failures on a file it cannot read, as `broken <what>`."""
+        import zipfile
         import zlib
 
         # The ZIP's errors (a compression method it does not know: NotImplementedError; a part
@@ -246,15 +268,6 @@ class DocumentReader:
             TypeError,
         )
         try:
-            # The libraries unpack every part into memory: the sizes the ZIP declares bound that
-            # (a part is never read past its declared size).
-            with zipfile.ZipFile(io.BytesIO(data)) as package:
-                unpacked = sum(part.file_size for part in package.infolist())
-            if unpacked > self.max_decoded_bytes:
-                raise BadFile(
-                    f"the {what} unpacks to {unpacked:,} bytes, above the limit of "
-                    f"{self.max_decoded_bytes:,} (a decompression bomb?)"
-                )
             yield
         except BadFile:
             raise
@@ -274,6 +287,8 @@ class DocumentReader:
             from chatmem.adapters.ole import word_pictures
 
             return [(None, image) for image in word_pictures(data, limit)]
+        if mime in (f"{ODP_MIME}-flat-xml", f"{ODT_MIME}-flat-xml"):  # pictures inline, in base64
+            return list(islice(self._odf_pictures(data, slides=mime.startswith(ODP_MIME), flat=True), limit))
         if mime not in (PPTX_MIME, DOCX_MIME, ODP_MIME, ODT_MIME) or not _stores_pictures(data):
             return []  # most files have none: not parsed a second time for nothing
         if mime == PPTX_MIME:
@@ -307,16 +322,30 @@ class DocumentReader:
                 if isinstance(blob, bytes) and blob:
                     yield None, blob
 
-    def _odf_pictures(self, data: bytes, *, slides: bool) -> Iterator[tuple[int | None, bytes]]:
+    def _odf_pictures(self, data: bytes, *, slides: bool, flat: bool = False) -> Iterator[tuple[int | None, bytes]]:
         from odfdo import Document
 
-        with self._office_file(data, "OpenDocument file", *odf_errors()):
+        with self._odf_file(data, flat):
             document = Document(io.BytesIO(data))
             pages = document.body.get_draw_pages()[: self.max_pages] if slides else [document.body]
             for number, place in enumerate(pages, start=1):
                 for image in place.get_elements("descendant::draw:image"):
-                    if isinstance(blob := odf_part(document, image.get_attribute("xlink:href")), bytes):
+                    if isinstance(blob := odf_picture(document, image), bytes):
                         yield (number if slides else None), blob
+
+    def _odf_file(self, data: bytes, flat: bool) -> AbstractContextManager[None]:
+        """A packaged OpenDocument file passes the checks of any Office file; a flat one is
+        XML whose size is its whole cost, and which may declare no DTD: a flat file saved by
+        LibreOffice has none, and one holds the entities of an XML bomb."""
+        if not flat:
+            return self._office_file(data, "OpenDocument file", *odf_errors())
+        if len(data) > self.max_decoded_bytes:
+            raise BadFile(
+                f"the OpenDocument file is {len(data):,} bytes of XML, above the limit of {self.max_decoded_bytes:,}"
+            )
+        if _DTD.search(decode_text(data[:HEAD_BYTES])):
+            raise BadFile("the OpenDocument file declares a DTD (entities): refused")
+        return self._library_errors("OpenDocument file", *odf_errors())
 
     def page_images(self, data: bytes, limit: int) -> list[tuple[int, bytes]]:
         """The images on the pages of a PDF (page number, encoded bytes), for OCR of scans."""

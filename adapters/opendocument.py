@@ -117,7 +117,12 @@ def odp_blocks(pages: Sequence[OdfElement], max_slides: int, max_chars: int, par
 def odf_blocks_of_object(frame_object: OdfElement, parts: Parts) -> Iterator[Block]:
     """An embedded object (`draw:object`), read when it is a chart."""
     href = str(frame_object.get_attribute("xlink:href") or "").removeprefix("./").rstrip("/")
-    content = parts(f"{href}/content.xml") if href else None
+    if href:
+        content = parts(f"{href}/content.xml")
+    elif (inline := frame_object.get_element("office:document")) is not None:  # a flat file's
+        content = inline.serialize().encode()
+    else:
+        content = None
     yield from (Block(line) for line in odf_chart_lines(content or b""))
 
 
@@ -182,6 +187,19 @@ def odf_errors() -> tuple[type[Exception], ...]:
     from odfdo.security import SecurityError
 
     return (SecurityError, ArithmeticError, IndexError, RecursionError)
+
+
+def odf_picture(document: Any, image: OdfElement) -> bytes | None:
+    """A `draw:image`'s bytes: the part it names, or (in a flat file) its own base64 data."""
+    import base64
+    import binascii
+
+    if (inline := image.get_element("office:binary-data")) is not None:
+        try:
+            return base64.b64decode("".join(str(inline.text or "").split()), validate=True) or None
+        except (binascii.Error, ValueError):
+            return None
+    return odf_part(document, image.get_attribute("xlink:href"))
 
 
 def odf_part(document: Any, href: Any) -> bytes | None:

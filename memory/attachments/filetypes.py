@@ -54,11 +54,19 @@ ENCRYPTED_OFFICE_MIME = "application/x-encrypted-office"
 ODT_MIME = "application/vnd.oasis.opendocument.text"
 ODP_MIME = "application/vnd.oasis.opendocument.presentation"
 ODF_MIMES = {ODT_MIME, "application/vnd.oasis.opendocument.spreadsheet", ODP_MIME}
+# The same documents saved as one XML file (LibreOffice's "Flat XML": .fodt, .fods, .fodp), told
+# by the type their root element names.
+FLAT_ODF_MIMES = {f"{mime}-flat-xml" for mime in ODF_MIMES}
+_FLAT_ODF = re.compile(
+    r"^\s*(?:<\?xml[^>]*\?>\s*)?<office:document\b[^>]*?\boffice:mimetype=[\"'](application/vnd\.oasis\.opendocument\."
+    r"(?:text|spreadsheet|presentation))[\"']",
+    re.S,
+)
 # Documents told by their magic number (a Word, Excel or PowerPoint file is a ZIP whose parts
 # name it, an OpenDocument file a ZIP whose first part names its type; an older Word or Excel
 # file, a compound file whose streams name it); the text kinds are told apart by their shape.
 BINARY_DOCUMENT_MIMES = {"application/pdf", DOCX_MIME, XLSX_MIME, PPTX_MIME, XLS_MIME, DOC_MIME, PPT_MIME, *ODF_MIMES}
-DOCUMENT_MIMES = {*BINARY_DOCUMENT_MIMES, "text/plain", "text/markdown", "text/html"}
+DOCUMENT_MIMES = {*BINARY_DOCUMENT_MIMES, *FLAT_ODF_MIMES, "text/plain", "text/markdown", "text/html"}
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,8 @@ def sniff(data: bytes, filename: str | None, guess_binary: Callable[[bytes], str
     if encoding is None:
         raise BadFile("binary file of an unknown type (not text in UTF-8, UTF-16 or a known code page)")
     head = data[:HEAD_BYTES].decode(encoding, "ignore")
+    if flat := _FLAT_ODF.match(head):
+        return Sniffed(f"{flat[1]}-flat-xml", "document")
     if _HTML.match(head):
         return Sniffed("text/html", "document")
     if (filename and _MARKDOWN_NAME.search(filename)) or len(_MARKDOWN_SHAPE.findall(head)) >= 2:

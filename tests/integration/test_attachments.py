@@ -949,6 +949,61 @@ def test_a_chart_in_an_open_document_is_read_in_its_place(kind, mime, around):
     assert [b.text for b in blocks] == [around[0], *chart, *around[1:]]
 
 
+def flat(document: bytes) -> bytes:
+    """An OpenDocument file saved as one XML file, as LibreOffice's "Flat XML" formats save it."""
+    out = io.BytesIO()
+    odfdo.Document(io.BytesIO(document)).save(out, packaging="xml")
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("make", "mime"),
+    [(open_text, ODT), (open_spreadsheet, ODS), (open_presentation, ODP)],
+    ids=["fodt", "fods", "fodp"],
+)
+def test_a_flat_open_document_is_read_as_the_packaged_one(make, mime):
+    # Until 2026-12-01 a flat file was read as plain text: its XML, styles and all, became memory.
+    packaged, one_file = make(), flat(make())
+    assert sniff(one_file, None, guess_binary) == Sniffed(f"{mime}-flat-xml", "document")
+    reader = DocumentReader(max_pages=5, max_chars=10_000)
+    assert reader.read(one_file, f"{mime}-flat-xml") == reader.read(packaged, mime)
+
+
+def test_a_flat_open_document_keeps_its_pictures_and_charts_inside_and_no_dtd():
+    document = odfdo.Document("text")
+    document.body.clear()
+    href = document.add_file(io.BytesIO(ICON))
+    document.body.append(
+        odfdo.Element.from_tag(f'<text:p><draw:frame><draw:image xlink:href="{href}"/></draw:frame></text:p>')
+    )
+    one_file = flat(odfdo_bytes(document))
+    assert b"office:binary-data" in one_file  # the picture, in base64
+    reader = DocumentReader(max_pages=5, max_chars=10_000)
+    assert reader.pictures(one_file, f"{ODT}-flat-xml", 20) == [(None, ICON)]
+    # A chart is an embedded document inside its frame.
+    chart = ODF_CHART.split("?>", 1)[1].replace("office:document-content", "office:document")
+    chart = chart.replace(
+        "<office:document ", '<office:document office:mimetype="application/vnd.oasis.opendocument.chart" ', 1
+    )
+    text = flat(odfdo_bytes(odfdo.Document("text"))).decode()
+    with_chart = text.replace(
+        "<office:text>",
+        f"<office:text><text:p>Sales</text:p><text:p><draw:frame><draw:object>{chart}</draw:object></draw:frame></text:p>",
+        1,
+    )
+    blocks, _ = reader.read(with_chart.encode(), f"{ODT}-flat-xml")
+    assert [b.text for b in blocks][:3] == ["Sales", "Chart: Revenue by region", "North | 2025: 12 | 2026: 15.5"]
+    bomb = '<?xml version="1.0"?><!DOCTYPE d [<!ENTITY a "aaaa">]>' + text.split("?>", 1)[1]
+    with pytest.raises(BadFile, match="declares a DTD"):
+        reader.read(bomb.encode(), f"{ODT}-flat-xml")
+
+
+def odfdo_bytes(document: odfdo.Document) -> bytes:
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
 def old_word_document() -> bytes:
     """A Word 97-2003 document (tests/office97.py writes it to the format's specification)."""
     return office97.word_document(
