@@ -66,7 +66,15 @@ _FLAT_ODF = re.compile(
 # name it, an OpenDocument file a ZIP whose first part names its type; an older Word or Excel
 # file, a compound file whose streams name it); the text kinds are told apart by their shape.
 BINARY_DOCUMENT_MIMES = {"application/pdf", DOCX_MIME, XLSX_MIME, PPTX_MIME, XLS_MIME, DOC_MIME, PPT_MIME, *ODF_MIMES}
-DOCUMENT_MIMES = {*BINARY_DOCUMENT_MIMES, *FLAT_ODF_MIMES, "text/plain", "text/markdown", "text/html"}
+# XML is text: a flat OpenDocument file is often declared as such.
+DOCUMENT_MIMES = {
+    *BINARY_DOCUMENT_MIMES,
+    *FLAT_ODF_MIMES,
+    "text/plain",
+    "text/markdown",
+    "text/html",
+    "application/xml",
+}
 
 
 @dataclass(frozen=True)

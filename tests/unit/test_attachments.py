@@ -552,3 +552,18 @@ def test_a_read_that_fails_or_times_out_fails_the_artifact_and_the_next_job_runs
     assert store.artifacts[sha]["reason"] == "analysis took longer than 120 s; it was stopped"
     assert store.message_text("e1").endswith("(not readable)")
     assert job("e2", 0) == "done"
+
+
+def test_a_flat_open_document_is_told_by_the_type_its_root_names():
+    root = '<office:document xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" office:version="1.3"'
+    for kind in ("text", "spreadsheet", "presentation"):
+        for quote in "\"'":
+            named = f"office:mimetype={quote}application/vnd.oasis.opendocument.{kind}{quote}"
+            data = f'<?xml version="1.0" encoding="UTF-8"?>\n{root} {named}>'
+            mime = f"application/vnd.oasis.opendocument.{kind}-flat-xml"
+            assert sniff(data.encode(), None, lambda _: None) == Sniffed(mime, "document")
+    drawing = f'{root} office:mimetype="application/vnd.oasis.opendocument.graphics">'.encode()
+    assert sniff(drawing, None, lambda _: None) == Sniffed("text/plain", "document")  # not read as one
+    flat = Sniffed("application/vnd.oasis.opendocument.text-flat-xml", "document")
+    for declared in ("application/vnd.oasis.opendocument.text-flat-xml", "application/xml", "text/xml", None):
+        assert declared_mismatch("document", declared, flat) is None
