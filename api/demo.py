@@ -60,7 +60,9 @@ def _print_episodes(c: Container, console: Console, thread_ids: list[str]) -> No
 
 DEMO_QUESTION = "Which flights should I book, and is there anything about food I told you?"
 IMAGE_QUESTION = "Which gate and seat are on the boarding pass photo I sent?"
+VIDEO_QUESTION = "What room is the hotel in the video I sent?"
 BOARDING_PASS = ["BOARDING PASS", "ALICE MARTIN", "Flight TP 1357 Porto to Lisbon", "Gate B17   Seat 14C"]
+HOTEL_SIGNS = [["HOTEL LISBOA", "Welcome Alice"], ["ROOM 305", "Check-out 11:00"]]  # a scene each, 3 s
 
 
 @contextmanager
@@ -72,16 +74,28 @@ def demo_photo() -> Iterator[MessageEvent]:
         yield _image_event(Path(folder))
 
 
+@contextmanager
+def demo_video() -> Iterator[MessageEvent]:
+    """A message with a short video of two signs, made now, sent as the photo is."""
+    with tempfile.TemporaryDirectory(prefix="chatmem-demo-") as folder:
+        yield _video_event(Path(folder))
+
+
+def _card(lines: list[str], size: tuple[int, int]):  # noqa: ANN202 - a PIL image
+    from PIL import Image, ImageDraw, ImageFont
+
+    img = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(img)
+    font = ImageFont.load_default(size=32)
+    for i, line in enumerate(lines):
+        draw.text((30, 25 + i * 65), line, fill="black", font=font)
+    return img
+
+
 def _image_event(folder: Path) -> MessageEvent:
     import io
 
-    from PIL import Image, ImageDraw, ImageFont
-
-    img = Image.new("RGB", (900, 300), "white")
-    draw = ImageDraw.Draw(img)
-    font = ImageFont.load_default(size=32)
-    for i, line in enumerate(BOARDING_PASS):
-        draw.text((30, 25 + i * 65), line, fill="black", font=font)
+    img = _card(BOARDING_PASS, (900, 300))
     path = folder / "boarding-pass.png"
     buf = io.BytesIO()
     img.save(buf, "PNG")
@@ -100,8 +114,32 @@ def _image_event(folder: Path) -> MessageEvent:
     )
 
 
+def _video_event(folder: Path) -> MessageEvent:
+    """MPEG-4 Part 2 in MP4: the encoder OpenCV's wheel carries (a phone's H.264 is read alike)."""
+    import cv2
+    import numpy as np
+
+    path = folder / "hotel.mp4"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*"mp4v"), 10, (640, 200))
+    for sign in HOTEL_SIGNS:
+        picture = cv2.cvtColor(np.asarray(_card(sign, (640, 200))), cv2.COLOR_RGB2BGR)
+        for _ in range(30):
+            writer.write(picture)
+    writer.release()
+    return MessageEvent(
+        event_id="demo-alice-video-1",
+        thread_id="demo-alice",
+        user_id="alice",
+        platform="demo",
+        text="We made it to the hotel!",
+        platform_message_id="demo-alice-m-video",
+        occurred_at=datetime(2026, 3, 2, 19, 5, tzinfo=UTC),
+        attachments=[Attachment(url=path.resolve().as_uri(), kind="video", mime_type="video/mp4")],
+    )
+
+
 def _print_attachments(c: Container, console: Console, event_ids: list[str]) -> int:
-    """The attachments' table; returns how many were not read (the demo's photo must be)."""
+    """The attachments' table; returns how many were not read (the demo's photo and video must be)."""
     table = Table(title="attachments (the message's history text gets a surrogate; derived texts are searchable)")
     for col in ("message text", "status", "derived texts"):
         table.add_column(col, overflow="fold")
@@ -178,12 +216,15 @@ def run_demo(settings: Settings, console: Console, timeout: float) -> int:
         try:
             supervisor.start()
             events = [parse_event(line) for line in SAMPLE.read_bytes().splitlines() if line.strip()]
-            photo = stack.enter_context(demo_photo())
+            files = [stack.enter_context(demo_photo()), stack.enter_context(demo_video())]
             with Publisher.from_settings(settings, urls.redis_url) as pub:
                 result = publish_jsonl(pub, SAMPLE, settings)
-                pub.publish(photo)
-            events.append(photo)
-            console.print(f"published {result.accepted} events from {SAMPLE.name} and a photo with text in it")
+                pub.publish_many(files)
+            events += files
+            sent = [e.event_id for e in files]
+            console.print(
+                f"published {result.accepted} events from {SAMPLE.name}, a photo and a video with text in them"
+            )
             thread_ids = sorted({e.thread_id for e in events})
             if not _wait_processed(c, [e.event_id for e in events], thread_ids, timeout):
                 console.print(f"[red]not processed within {timeout:.0f}s[/red]; failed: {supervisor.failed()}")
@@ -194,7 +235,7 @@ def run_demo(settings: Settings, console: Console, timeout: float) -> int:
             while (
                 c.progress.closed_without_final(thread_ids)
                 + c.progress.fact_work_waiting(thread_ids)
-                + c.progress.attachments_waiting([photo.event_id])
+                + c.progress.attachments_waiting(sent)
             ):
                 if time.monotonic() > deadline:
                     console.print("[yellow]summaries or facts still pending; showing what is there[/yellow]")
@@ -203,14 +244,15 @@ def run_demo(settings: Settings, console: Console, timeout: float) -> int:
             _print_memory(c, console, thread_ids)
             _print_episodes(c, console, thread_ids)
             _print_facts(c, console, sorted({e.user_id for e in events}))
-            unread = _print_attachments(c, console, [photo.event_id])
+            unread = _print_attachments(c, console, sent)
             _answer(c, console, "demo-alice", "alice", DEMO_QUESTION)
             _answer(c, console, "demo-alice", "alice", IMAGE_QUESTION)
+            _answer(c, console, "demo-alice", "alice", VIDEO_QUESTION)
             rep = report(c)
             console.print(f"status: {rep.counts} · queues {rep.queues} · largest lag {rep.lag.max_events}")
             code = _print_models(console, rep.models)
             if unread:
-                console.print("[red]the photo was not read (its row above says why)[/red]")
+                console.print("[red]the photo or the video was not read (its row above says why)[/red]")
             return code or int(bool(unread))
         finally:
             supervisor.stop()
