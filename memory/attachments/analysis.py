@@ -232,8 +232,10 @@ class Analyzer:
         words = self._speech(data, sniffed, meta)
         texts = ocr_texts(extraction.lines, self.chunk_tokens, self.count)
         texts += transcript_texts(words, self.chunk_tokens, self.count) if words else []
-        if info is None and not words:
-            raise BadFile(str(meta.get("pictures") or "nothing could be read of the video"))
+        if info is None and not words:  # both reasons: a sound track alone may want a model set
+            raise BadFile(
+                f"pictures {meta.get('pictures', NOT_READ.strip())}; speech {meta.get('speech', 'none heard')}"
+            )
         ocr_text = " ".join(extraction.lines)
         if self.vision is not None and extraction.sheet is not None:
             desc = self.vision.describe(

@@ -424,8 +424,12 @@ def test_a_video_fails_only_when_neither_its_pictures_nor_its_speech_can_be_read
     heard = video_analyzer(transcriber=FakeTranscriber("Hello from the beach."), videos=broken)(SOUND, MP4, None)
     assert heard.description == 'video: "Hello from the beach."' and [t.kind for t in heard.texts] == ["transcript"]
     assert heard.meta["pictures"] == "not read: not a video FFmpeg can read"
-    with pytest.raises(BadFile, match="not a video FFmpeg can read"):
+    with pytest.raises(BadFile) as refused:
         video_analyzer(videos=broken)(SOUND, MP4, None)
+    assert str(refused.value) == (
+        "pictures not read: not a video FFmpeg can read; speech not read: a recording is read by a "
+        "speech-to-text model; none is set (CHATMEM_TRANSCRIPTION_MODEL)"
+    )
     # Pictures without text and no speech: the video is still known by its length and size.
     bare = video_analyzer(FakeOcr())(b"ftypmp42" + HANDLER + b"vide", MP4, None)
     assert [(t.kind, t.text) for t in bare.texts] == [("vision_short", "video 0:42, 1280×720")]
