@@ -36,10 +36,23 @@ DECODING_BUDGET_S = 30.0
 class OpenCvVideoReader:
     def __init__(self, max_pixels: int):
         self.max_pixels = max_pixels
+        self._quiet = False
+
+    def _silence(self) -> None:
+        """FFmpeg and OpenCV write what they meet in a damaged file ("moov atom not found") to
+        stderr, which the worker's log shares: in a JSON log, stray lines. The reason reaches the
+        file's record as a BadFile instead. FFmpeg's level is read when its first video opens."""
+        import cv2
+
+        if not self._quiet:
+            os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # AV_LOG_QUIET
+            cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
+            self._quiet = True
 
     def frames(self, data: bytes, limit: int) -> VideoFrames:
         import cv2
 
+        self._silence()
         # From a file: OpenCV's reading from a Python stream crashed the process (SIGSEGV) on damaged
         # videos that the same bytes in a file only fail to decode.
         fd, name = tempfile.mkstemp(prefix="chatmem-video-")
@@ -66,14 +79,14 @@ class OpenCvVideoReader:
             fps = cap.get(cv2.CAP_PROP_FPS)
             count = cap.get(cv2.CAP_PROP_FRAME_COUNT)
             seconds = count / fps if fps > 0 and count > 0 else None
-            codec = int(cap.get(cv2.CAP_PROP_FOURCC)).to_bytes(4, "little").decode("latin-1").strip("\x00 ")
+            codec = _fourcc(cap.get(cv2.CAP_PROP_FOURCC))
             if seconds is not None:
                 found = _at_moments(cap, moments(seconds, limit))
             else:  # a stream with no length in its header (a browser's recording): read it from the start
                 found, seconds = _in_order(cap, limit, fps)
         finally:
             cap.release()
-            with contextlib.suppress(FileNotFoundError, OSError):
+            with contextlib.suppress(OSError):
                 os.unlink(name)
         if not found:
             raise BadFile("no picture of the video could be decoded")
@@ -173,6 +186,14 @@ def _sheet(frames: list[np.ndarray]) -> bytes | None:
     rows = [np.hstack([r, np.full((r.shape[0], width - r.shape[1], 3), 255, np.uint8)]) for r in rows]
     ok, encoded = cv2.imencode(".jpg", np.vstack(rows), [cv2.IMWRITE_JPEG_QUALITY, 85])
     return encoded.tobytes() if ok else None
+
+
+def _fourcc(value: float) -> str:
+    """The codec's four letters (h264, hevc, VP90); what a damaged header gives is no number."""
+    if not math.isfinite(value):
+        return ""
+    letters = (int(value) & 0xFFFFFFFF).to_bytes(4, "little").decode("latin-1").strip("\x00 ")
+    return letters if letters.isascii() and letters.isprintable() else ""
 
 
 def _first_line(error: Exception) -> str:

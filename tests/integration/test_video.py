@@ -158,3 +158,19 @@ def test_videos_decode_to_the_same_pictures_on_cpus_without_avx512_or_avx2(cpu):
         ["qemu-x86_64", "-cpu", cpu, *command], capture_output=True, text=True, check=True, timeout=300
     ).stdout
     assert native.count("VideoInfo") == len(paths) and emulated == native
+
+
+def test_what_ffmpeg_meets_in_a_damaged_video_stays_out_of_the_workers_log():
+    # The reading helper shares the worker's stderr: in a JSON log, FFmpeg's "moov atom not found"
+    # and OpenCV's warnings would be stray lines. The reason is the BadFile's.
+    script = (
+        "from chatmem.adapters.video import OpenCvVideoReader\n"
+        "from chatmem.memory.attachments import BadFile\n"
+        "for data in (bytes(24) + bytes(300), b'\\x00\\x00\\x00\\x18ftypmp42' + bytes(300)):\n"
+        "    try:\n"
+        "        OpenCvVideoReader(40_000_000).frames(data, 8)\n"
+        "    except BadFile as error:\n"
+        "        print(error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.splitlines() == ["not a video FFmpeg can read"] * 2 and done.stderr == ""

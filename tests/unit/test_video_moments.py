@@ -4,7 +4,7 @@ grab, retrieve, set, read); the real decoder is in tests/integration/test_video.
 import numpy as np
 
 from chatmem.adapters import video
-from chatmem.adapters.video import _at_moments, _in_order
+from chatmem.adapters.video import _at_moments, _fourcc, _in_order
 
 
 class Capture:
@@ -58,3 +58,8 @@ def test_the_decoding_budget_stops_a_long_read_after_the_first_picture(monkeypat
     found, seconds = _in_order(Capture(2000, 10.0), 8, 10.0)
     assert [t for t, _ in found] == [0.0] and seconds is None
     assert [t for t, _ in _at_moments(Capture(100, 10.0), [1.0, 5.0, 9.0])] == [1.0]
+
+
+def test_a_codec_is_named_by_its_four_letters_and_a_damaged_header_by_none():
+    assert _fourcc(float(int.from_bytes(b"h264", "little"))) == "h264"
+    assert [_fourcc(v) for v in (-1.0, float("nan"), float("inf"), 1e30, 0.0)] == [""] * 5
