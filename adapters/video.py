@@ -26,6 +26,10 @@ SAME_SCENE = 1.0
 THUMB = (64, 36)
 SHEET_TILES = 4  # the pictures a vision model is shown, tiled 2×2
 SHEET_TILE = (512, 512)  # the box each is scaled into
+# Pictures are kept at most this large (a 1080p phone video's): reading eight of a 4K video took
+# the helper 280 MB at full size, 204 MB so (docs/benchmarks.md), and OCR finds text at 960 by
+# default.
+PICTURE_MAX_SIDE = 1920
 SEQUENTIAL_MAX_S = 3600.0  # a video of unknown length is read from its start, this far at most
 # Reaching a moment decodes every picture from the keyframe before it: a minute of 1080p H.264
 # takes 1.4 s for eight (docs/benchmarks.md), but a long recording with rare keyframes may take
@@ -110,7 +114,7 @@ def _at_moments(cap, times: list[float]) -> list[tuple[float, np.ndarray]]:  # n
         cap.set(cv2.CAP_PROP_POS_MSEC, t * 1000.0)
         ok, frame = cap.read()
         if ok and frame is not None:
-            found.append((t, frame))
+            found.append((t, _shrunk(frame)))
         if found and time.monotonic() > deadline:
             break
     return found
@@ -131,13 +135,23 @@ def _in_order(cap, limit: int, fps: float) -> tuple[list[tuple[float, np.ndarray
         if n % step == 0:
             ok, frame = cap.retrieve()
             if ok and frame is not None:
-                found.append((n / fps if fps > 0 else float(len(found)), frame))
+                found.append((n / fps if fps > 0 else float(len(found)), _shrunk(frame)))
                 if len(found) > limit:
                     found, step = found[::2], step * 2
         n += 1
         if found and time.monotonic() > deadline:
             break
     return found, None  # stopped before the end: its length is not known
+
+
+def _shrunk(frame: np.ndarray) -> np.ndarray:
+    import cv2
+
+    h, w = frame.shape[:2]
+    scale = PICTURE_MAX_SIDE / max(h, w)
+    if scale >= 1:
+        return frame
+    return cv2.resize(frame, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA)
 
 
 def _distinct(found: list[tuple[float, np.ndarray]]) -> list[tuple[float, np.ndarray]]:

@@ -4,7 +4,7 @@ grab, retrieve, set, read); the real decoder is in tests/integration/test_video.
 import numpy as np
 
 from chatmem.adapters import video
-from chatmem.adapters.video import _at_moments, _fourcc, _in_order
+from chatmem.adapters.video import PICTURE_MAX_SIDE, _at_moments, _fourcc, _in_order, _shrunk
 
 
 class Capture:
@@ -63,3 +63,10 @@ def test_the_decoding_budget_stops_a_long_read_after_the_first_picture(monkeypat
 def test_a_codec_is_named_by_its_four_letters_and_a_damaged_header_by_none():
     assert _fourcc(float(int.from_bytes(b"h264", "little"))) == "h264"
     assert [_fourcc(v) for v in (-1.0, float("nan"), float("inf"), 1e30, 0.0)] == [""] * 5
+
+
+def test_a_picture_larger_than_1080p_is_kept_at_1080p():
+    assert _shrunk(np.zeros((2160, 3840, 3), np.uint8)).shape == (1080, 1920, 3)
+    assert _shrunk(np.zeros((3840, 2160, 3), np.uint8)).shape == (1920, 1080, 3)  # upright, as shown
+    small = np.zeros((720, 1280, 3), np.uint8)
+    assert _shrunk(small) is small and PICTURE_MAX_SIDE == 1920
