@@ -91,6 +91,8 @@ class PillowImageReader:
     def inspect(self, data: bytes) -> ImageInfo:
         img = self.open(data)
         meta: dict[str, str] = {}
+        if (count := getattr(img, "n_frames", 1)) > 1:  # an animation: a GIF, a WebP, an APNG
+            meta["frames"] = str(count)
         try:
             exif = img.getexif()
             for tag, name in _EXIF_TAGS.items():
@@ -102,14 +104,58 @@ class PillowImageReader:
         return ImageInfo(img.format or "image", img.width, img.height, meta)
 
     def rgb(self, data: bytes) -> np.ndarray:
-        from PIL import Image
+        return np.asarray(_on_white(eight_bit(self.open(data))))
 
-        img = eight_bit(self.open(data))
-        if img.mode in ("RGBA", "LA", "P"):
-            img = img.convert("RGBA")
-            background = Image.new("RGBA", img.size, "white")
-            img = Image.alpha_composite(background, img)
-        return np.asarray(img.convert("RGB"))
+    def frames(self, data: bytes, limit: int) -> list[bytes]:
+        """An animation's other pictures (a GIF's, a WebP's, an APNG's), evenly spaced, at most
+        `limit`, each unlike the first and those kept before it, as PNG; none for a still image.
+        Every picture has the size the header declared, which `open` held to the limit."""
+        img = self.open(data)
+        count = min(getattr(img, "n_frames", 1), ANIMATION_FRAMES_SEEN)
+        if count <= 1 or limit <= 0:
+            return []
+        picks = (
+            range(1, count)
+            if count - 1 <= limit
+            else [round(1 + i * (count - 2) / (limit - 1 or 1)) for i in range(limit)]
+        )
+        thumbs = [_thumb(_on_white(img))]
+        found: list[bytes] = []
+        for index in dict.fromkeys(picks):
+            try:
+                img.seek(index)
+                picture = _on_white(img)
+            except (EOFError, OSError, ValueError, SyntaxError):  # a frame cut short: the rest are gone too
+                break
+            thumb = _thumb(picture)
+            if any(float(np.abs(thumb - seen).mean()) < SAME_PICTURE for seen in thumbs):
+                continue
+            thumbs.append(thumb)
+            out = io.BytesIO()
+            picture.save(out, "PNG", compress_level=1)
+            found.append(out.getvalue())
+        return found
+
+
+# An animation is read at up to this many of its pictures' positions, and no further than this
+# many pictures in (Pillow reads a GIF's pictures one after another to reach one).
+ANIMATION_FRAMES_SEEN = 2_000
+SAME_PICTURE = 1.0  # mean difference of small grey thumbnails (of 255) below which two are one
+
+
+def _on_white(img):  # noqa: ANN001, ANN202 - PIL images
+    """The picture as RGB, a transparent one laid on white (as a chat shows it)."""
+    from PIL import Image
+
+    if img.mode in ("RGBA", "LA", "P", "PA"):
+        img = img.convert("RGBA")
+        background = Image.new("RGBA", img.size, "white")
+        img = Image.alpha_composite(background, img)
+    return img.convert("RGB")
+
+
+def _thumb(img) -> np.ndarray:  # noqa: ANN001 - a PIL image
+    return np.asarray(img.convert("L").resize((64, 36)), dtype=float)
 
 
 def eight_bit(img):  # noqa: ANN001, ANN202 - PIL images

@@ -1079,6 +1079,9 @@ class FakeImageReader:
             raise BadFile("corrupt image: cannot be decoded")
         return self.others.get(data, self.info)
 
+    def frames(self, data: bytes, limit: int) -> list[bytes]:
+        return []  # stills only
+
 
 class FakeOcr:
     """The OcrEngine port: the same (line, confidence) list for any image, except those `by_image`

@@ -10,7 +10,7 @@ calls stay with the job and its retries."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from chatmem.memory.attachments.chunks import Block, DerivedText, chunk_blocks, ocr_texts, transcript_texts
@@ -40,6 +40,7 @@ SCANNED_PAGES_MAX = 50  # page images OCR'd from a PDF without a text layer
 # slide, is not worth a second of OCR).
 PICTURES_MAX = 20
 PICTURE_MIN_PIXELS = 200 * 150
+ANIMATION_PICTURES_MAX = 8  # of an animated GIF, WebP or PNG, the first included
 VIDEO_PICTURES_MAX = 8  # of a video: one a SECONDS_A_PICTURE (adapters/video.py), at most this many
 NOT_READ = "not read: "  # how `meta.speech` begins when a video's speech could not be read
 NO_TRANSCRIBER = "a recording is read by a speech-to-text model; none is set (CHATMEM_TRANSCRIPTION_MODEL)"
@@ -59,7 +60,10 @@ class Reader:
     def __call__(self, data: bytes, sniffed: Sniffed) -> Extraction:
         if sniffed.kind == "image":
             info = self.images.inspect(data)
-            return Extraction(info=info, lines=self._lines(data))
+            lines = self._lines(data)
+            if "frames" in info.meta:  # an animation's other pictures may show other words
+                lines = _once([lines, *(self._lines(p) for p in self.images.frames(data, ANIMATION_PICTURES_MAX - 1))])
+            return Extraction(info=info, lines=lines)
         if sniffed.kind == "video":
             return self._video(data)
         blocks, meta = self.documents.read(data, sniffed.mime)
@@ -87,13 +91,7 @@ class Reader:
             seen = self.videos.frames(data, VIDEO_PICTURES_MAX)
         except BadFile as error:
             return Extraction(meta={"pictures": f"not read: {error}"})
-        lines: list[str] = []
-        known: set[str] = set()
-        for _, picture in seen.pictures:
-            for line in self._lines(picture):
-                if (key := " ".join(line.split()).casefold()) not in known:
-                    known.add(key)
-                    lines.append(line)
+        lines = _once(self._lines(picture) for _, picture in seen.pictures)
         return Extraction(lines=lines, video=seen.info, sheet=seen.sheet, meta={"pictures_read": len(seen.pictures)})
 
     def _lines(self, image: bytes) -> list[str]:
@@ -127,6 +125,19 @@ class Reader:
                 continue
             blocks += [Block(t, page=page) for t in self._lines(image)]
         return blocks
+
+
+def _once(pictures: Iterable[list[str]]) -> list[str]:
+    """The OCR lines of several pictures of one thing, each line once (a caption or a slide stays
+    on screen for many pictures), compared without case and spacing."""
+    lines: list[str] = []
+    known: set[str] = set()
+    for found in pictures:
+        for line in found:
+            if (key := " ".join(line.split()).casefold()) not in known:
+                known.add(key)
+                lines.append(line)
+    return lines
 
 
 @dataclass

@@ -17,6 +17,7 @@ IMAGE_MIMES = {
     "image/png",
     "image/jpeg",
     "image/gif",
+    "image/apng",  # an animated PNG, which `filetype` names apart (refused until 2026-12-01)
     "image/webp",
     "image/bmp",
     "image/tiff",

@@ -98,7 +98,13 @@ class Reference:
 
 class ImageReader(Protocol):
     def inspect(self, data: bytes) -> ImageInfo:
-        """Header and metadata, within the pixel limit; BadFile if the image cannot be decoded."""
+        """Header and metadata (`frames`: an animation's count), within the pixel limit; BadFile
+        if the image cannot be decoded."""
+        ...
+
+    def frames(self, data: bytes, limit: int) -> list[bytes]:
+        """An animation's other distinct pictures, evenly spaced, at most `limit`; none for a
+        still image."""
         ...
 
 

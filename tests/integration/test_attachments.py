@@ -22,7 +22,7 @@ from pypdf import PdfReader, PdfWriter
 
 from chatmem.adapters.documents import DocumentReader
 from chatmem.adapters.images import PillowImageReader, RapidOcr, guess_binary
-from chatmem.memory.attachments import Analysis, BadFile, DerivedText
+from chatmem.memory.attachments import Analysis, BadFile, DerivedText, Reader
 from chatmem.memory.attachments.filetypes import (
     DOC_MIME,
     DOCX_MIME,
@@ -1002,6 +1002,34 @@ def odfdo_bytes(document: odfdo.Document) -> bytes:
     out = io.BytesIO()
     document.save(out)
     return out.getvalue()
+
+
+def animation(fmt: str) -> bytes:
+    """A short animation, as a chat's GIFs and stickers are: two cards, then the second with one
+    pixel changed (a writer merges pictures that are the same), then the first again."""
+    sale, today = (
+        Image.open(io.BytesIO(text_image([words], size=(600, 160)))).convert("RGB")
+        for words in ("SALE 50 PERCENT", "TODAY ONLY")
+    )
+    speck = today.copy()
+    speck.putpixel((599, 159), (0, 0, 0))
+    out = io.BytesIO()
+    sale.save(out, fmt, save_all=True, append_images=[today, speck, sale.copy()], duration=500, loop=0)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["GIF", "WEBP", "PNG"])
+def test_each_picture_of_an_animation_is_read_once(fmt):
+    # Until 2026-12-01 only the first picture was read: a GIF's punchline came later.
+    images = PillowImageReader(max_pixels=10_000_000)
+    data = animation(fmt)
+    info = images.inspect(data)
+    assert info.meta["frames"] == "4"
+    assert len(images.frames(data, 7)) == 1  # the third is the second, the fourth the first
+    reader = Reader(images, RapidOcr(images, max_side=960), DocumentReader(max_pages=5, max_chars=10_000))
+    found = reader(data, sniff(data, None, guess_binary))
+    assert [line.upper() for line in found.lines] == ["SALE 50 PERCENT", "TODAY ONLY"]
+    assert images.frames(text_image(["a still"]), 7) == []
 
 
 def old_word_document() -> bytes:
