@@ -100,18 +100,8 @@ def _image_event(folder: Path) -> MessageEvent:
     buf = io.BytesIO()
     img.save(buf, "PNG")
     path.write_bytes(buf.getvalue())
-    return MessageEvent(
-        event_id="demo-alice-photo-1",
-        thread_id="demo-alice",
-        user_id="alice",
-        platform="demo",
-        text="Here is my boarding pass for the trip.",
-        platform_message_id="demo-alice-m-photo",
-        occurred_at=datetime(2026, 3, 2, 9, 50, tzinfo=UTC),
-        attachments=[
-            Attachment(url=path.resolve().as_uri(), kind="image", mime_type="image/png", caption="boarding pass")
-        ],
-    )
+    photo = Attachment(url=path.resolve().as_uri(), kind="image", mime_type="image/png", caption="boarding pass")
+    return _alice_sends("photo", "Here is my boarding pass for the trip.", datetime(2026, 3, 2, 9, 50), photo)
 
 
 def _video_event(folder: Path) -> MessageEvent:
@@ -126,15 +116,20 @@ def _video_event(folder: Path) -> MessageEvent:
         for _ in range(30):
             writer.write(picture)
     writer.release()
+    clip = Attachment(url=path.resolve().as_uri(), kind="video", mime_type="video/mp4")
+    return _alice_sends("video", "We made it to the hotel!", datetime(2026, 3, 2, 19, 5), clip)
+
+
+def _alice_sends(what: str, text: str, at: datetime, attachment: Attachment) -> MessageEvent:
     return MessageEvent(
-        event_id="demo-alice-video-1",
+        event_id=f"demo-alice-{what}-1",
         thread_id="demo-alice",
         user_id="alice",
         platform="demo",
-        text="We made it to the hotel!",
-        platform_message_id="demo-alice-m-video",
-        occurred_at=datetime(2026, 3, 2, 19, 5, tzinfo=UTC),
-        attachments=[Attachment(url=path.resolve().as_uri(), kind="video", mime_type="video/mp4")],
+        text=text,
+        platform_message_id=f"demo-alice-m-{what}",
+        occurred_at=at.replace(tzinfo=UTC),
+        attachments=[attachment],
     )
 
 
