@@ -1,7 +1,8 @@
 """The ports of attachment processing and the records that cross them: readers and models for
-the bytes (ImageReader, OcrEngine, VisionModel, DocumentReader), and where references, artifacts
-and bytes live or come from (AttachmentStore, BlobStore, Fetcher). Adapters raise BadFile for a
-permanent problem with the file and TransientError when a later try may succeed."""
+the bytes (ImageReader, VideoReader, OcrEngine, VisionModel, Transcriber, DocumentReader), and
+where references, artifacts and bytes live or come from (AttachmentStore, BlobStore, Fetcher).
+Adapters raise BadFile for a permanent problem with the file and TransientError when a later try
+may succeed."""
 
 from __future__ import annotations
 
