@@ -52,3 +52,36 @@ def cell_text(value: Any) -> str:
     if isinstance(value, datetime) and value.time() == time():
         return value.date().isoformat()
     return str(value).strip()
+
+
+CHART_ROWS = 200  # of one chart: a chart of thousands of points is a picture of a table, not a table
+
+
+def chart_lines(title: str, categories: Sequence[str], series: Sequence[tuple[str, Sequence[Any]]]) -> list[str]:
+    """A chart as the numbers it draws, whoever stored it (a .pptx or .docx's DrawingML part, an
+    OpenDocument chart object): `Chart: <title>`, then a row per category (its number when it
+    has none) with each series' value named, `North | 2025: 12 | 2026: 15.5`; a value not given
+    is left out, as is a row with none."""
+    lines = [" ".join(f"Chart: {title}".split()) if title.strip() else "Chart"]
+    rows = max((len(values) for _, values in series), default=0)
+    for i in range(min(rows, CHART_ROWS)):
+        named = [
+            f"{name}: {chart_number(values[i])}" if name else chart_number(values[i])
+            for name, values in series
+            if i < len(values) and values[i] not in (None, "")
+        ]
+        if named:
+            label = categories[i] if i < len(categories) and categories[i] else str(i + 1)
+            lines.append(" | ".join([label, *named]))
+    return lines
+
+
+def chart_number(value: Any) -> str:
+    """A chart's value as a person writes it: 12, 15.5, 0.125 (not 12.0); words as they are."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return " ".join(str(value).split())
+    if number.is_integer() and abs(number) < 1e15:
+        return str(int(number))
+    return f"{number:.6g}"

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from chatmem.adapters.blocks import sheet_blocks, until
+from chatmem.adapters.blocks import chart_lines, chart_number, sheet_blocks, until
 from chatmem.adapters.opendocument import odf_blocks, odf_errors, odf_part, odf_picture, odf_rows, odp_blocks
 from chatmem.memory.attachments import BadFile, Block
 from chatmem.memory.attachments.filetypes import (
@@ -636,47 +636,31 @@ def _word_chart(document: WordDocument, rid: str) -> Iterator[str]:
     yield from _chart_lines(chart)
 
 
-CHART_ROWS = 200  # of one chart: a chart of thousands of points is a picture of a table, not a table
-
-
 def _chart_lines(chart) -> Iterator[str]:  # noqa: ANN001 - a python-pptx Chart
-    """A native chart as the numbers it draws: `Chart: <title>`, then a row per category, each
-    series' value named (`North | 2025: 12 | 2026: 15.5`), as the data sheet behind it holds
-    them. A chart whose XML python-pptx cannot read keeps the rest of the slide."""
+    """A native chart as the numbers it draws (`chart_lines`), as the data sheet behind it holds
+    them; a combined chart's plots share its categories. A chart whose XML python-pptx cannot
+    read keeps the rest of the slide."""
     try:
-        title = chart.chart_title.text_frame.text.strip() if chart.has_title else ""
-        yield " ".join(f"Chart: {title}".split()) if title else "Chart"
+        title = chart.chart_title.text_frame.text if chart.has_title else ""
+        categories: list[str] = []
+        series: list[tuple[str, Sequence[Any]]] = []
         for plot in chart.plots:
-            series = list(plot.series)
-            categories = [str(c).strip() for c in plot.categories]
-            if not categories and series:  # an XY or bubble chart: each point's x
-                categories = _x_values(series[0])
+            found = list(plot.series)
+            if not categories:  # an XY or bubble chart has none: each point's x
+                categories = [str(c).strip() for c in plot.categories] or (_x_values(found[0]) if found else [])
             # Each `values` is read from the XML anew: once a series (45 ms a chart otherwise).
-            columns = [(s.name, s.values) for s in series]
-            rows = max((len(values) for _, values in columns), default=0)
-            for i in range(min(rows, CHART_ROWS)):
-                label = categories[i] if i < len(categories) else str(i + 1)
-                named = [
-                    f"{name}: {_number(values[i])}" if name else _number(values[i])
-                    for name, values in columns
-                    if i < len(values) and values[i] is not None
-                ]
-                if named:
-                    yield " | ".join([label, *named])
+            series += [(s.name, s.values) for s in found]
+        lines = chart_lines(title, categories, series)
     except (AttributeError, KeyError, IndexError, TypeError, ValueError, SyntaxError):
         return
+    yield from lines
 
 
 def _x_values(series) -> list[str]:  # noqa: ANN001 - a python-pptx XySeries
     """An XY series' x values, which python-pptx does not expose, from the series' XML."""
     points = {int(pt.get("idx")): pt.xpath("./c:v") for pt in series._element.xpath("./c:xVal//c:pt")}
     top = max(points, default=-1)
-    return [_number(float(points[i][0].text)) if points.get(i) else "" for i in range(top + 1)]
-
-
-def _number(value: float) -> str:
-    """A chart's value as a person writes it: 12, 15.5, 0.125 (not 12.0)."""
-    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
+    return [chart_number(points[i][0].text) if points.get(i) else "" for i in range(top + 1)]
 
 
 # Where Office and OpenDocument packages keep their pictures (word/media/image1.png, Pictures/…,

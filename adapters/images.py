@@ -91,7 +91,7 @@ class PillowImageReader:
     def inspect(self, data: bytes) -> ImageInfo:
         img = self.open(data)
         meta: dict[str, str] = {}
-        if (count := getattr(img, "n_frames", 1)) > 1:  # an animation: a GIF, a WebP, an APNG
+        if (count := _pictures_in(img)) > 1:
             meta["frames"] = str(count)
         try:
             exif = img.getexif()
@@ -107,11 +107,11 @@ class PillowImageReader:
         return np.asarray(_on_white(eight_bit(self.open(data))))
 
     def frames(self, data: bytes, limit: int) -> list[bytes]:
-        """An animation's other pictures (a GIF's, a WebP's, an APNG's), evenly spaced, at most
+        """An animation's other pictures (a GIF's, a WebP's, an APNG's; a TIFF's other pages), evenly spaced, at most
         `limit`, each unlike the first and those kept before it, as PNG; none for a still image.
         Every picture has the size the header declared, which `open` held to the limit."""
         img = self.open(data)
-        count = min(getattr(img, "n_frames", 1), ANIMATION_FRAMES_SEEN)
+        count = min(_pictures_in(img), ANIMATION_FRAMES_SEEN)
         if count <= 1 or limit <= 0:
             return []
         picks = (
@@ -127,10 +127,8 @@ class PillowImageReader:
                 picture = _on_white(img)
             except (EOFError, OSError, ValueError, SyntaxError):  # a frame cut short: the rest are gone too
                 break
-            thumb = _thumb(picture)
-            if any(float(np.abs(thumb - seen).mean()) < SAME_PICTURE for seen in thumbs):
+            if seen_before(_thumb(picture), thumbs):
                 continue
-            thumbs.append(thumb)
             out = io.BytesIO()
             picture.save(out, "PNG", compress_level=1)
             found.append(out.getvalue())
@@ -140,7 +138,26 @@ class PillowImageReader:
 # An animation is read at up to this many of its pictures' positions, and no further than this
 # many pictures in (Pillow reads a GIF's pictures one after another to reach one).
 ANIMATION_FRAMES_SEEN = 2_000
-SAME_PICTURE = 1.0  # mean difference of small grey thumbnails (of 255) below which two are one
+# Two pictures whose small grey thumbnails differ by less than this (mean, of 255) are one still
+# picture (a GIF's loop, a slide held in a video): the second is not worth its OCR. Two cards of
+# different text on white differ by 3; a camera's noise alone may pass the bar, which only costs
+# an OCR. Shared with adapters/video.py.
+SAME_PICTURE = 1.0
+THUMB = (64, 36)
+
+
+def _pictures_in(img) -> int:  # noqa: ANN001 - a PIL image
+    """How many pictures an animation (GIF, WebP, APNG) or a TIFF holds; 1 for anything else: a
+    camera's JPEG may carry its preview as a second picture (MPO), which is the same photo."""
+    return int(getattr(img, "n_frames", 1)) if img.format in ("GIF", "WEBP", "PNG", "TIFF") else 1
+
+
+def seen_before(thumb: np.ndarray, thumbs: list[np.ndarray]) -> bool:
+    """Whether a picture's thumbnail (grey, THUMB) is one of `thumbs` again; if not, it joins them."""
+    if any(float(np.abs(thumb - seen).mean()) < SAME_PICTURE for seen in thumbs):
+        return True
+    thumbs.append(thumb)
+    return False
 
 
 def _on_white(img):  # noqa: ANN001, ANN202 - PIL images
@@ -155,7 +172,7 @@ def _on_white(img):  # noqa: ANN001, ANN202 - PIL images
 
 
 def _thumb(img) -> np.ndarray:  # noqa: ANN001 - a PIL image
-    return np.asarray(img.convert("L").resize((64, 36)), dtype=float)
+    return np.asarray(img.convert("L").resize(THUMB), dtype=float)
 
 
 def eight_bit(img):  # noqa: ANN001, ANN202 - PIL images

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from chatmem.adapters.blocks import cell_text, whole
+from chatmem.adapters.blocks import cell_text, chart_lines, whole
 from chatmem.memory.attachments import Block
 
 if TYPE_CHECKING:
@@ -152,31 +152,21 @@ def odf_chart_lines(content: bytes) -> Iterator[str]:
     chart = root.find(".//chart:chart", _ODF)
     if chart is None:
         return
-    title = " ".join(" ".join(chart.xpath("./chart:title//text()", namespaces=_ODF)).split())
-    yield f"Chart: {title}" if title else "Chart"
+    title = " ".join(chart.xpath("./chart:title//text()", namespaces=_ODF))
     rows = [
         [_chart_cell(c) for c in row.iterfind("table:table-cell", _ODF)]
         for row in chart.iterfind(".//table:table-row", _ODF)
     ]
-    if not rows:
-        return
-    names = rows[0][1:]
-    for number, row in enumerate(rows[1 : 1 + _CHART_ROWS], start=1):
-        named = [f"{name}: {value}" if name else value for name, value in zip(names, row[1:], strict=False) if value]
-        if named:
-            yield " | ".join([row[0] or str(number), *named])
-
-
-_CHART_ROWS = 200  # as a .pptx chart's
+    names, body = (rows[0][1:], rows[1:]) if rows else ([], [])
+    categories = [row[0] if row else "" for row in body]
+    series = [(name, [row[k + 1] if k + 1 < len(row) else None for row in body]) for k, name in enumerate(names)]
+    yield from chart_lines(title, categories, series)
 
 
 def _chart_cell(cell: Any) -> str:
+    """A number as the chart stores it (`office:value`), else the words the cell shows."""
     if cell.get(f"{{{_ODF['office']}}}value-type") in _NUMBERS and (value := cell.get(f"{{{_ODF['office']}}}value")):
-        try:
-            number = float(value)
-        except ValueError:
-            return value.strip()
-        return str(int(number)) if number.is_integer() else f"{number:.6g}"
+        return value.strip()
     return " ".join(" ".join(cell.xpath(".//text:p//text()", namespaces=_ODF)).split())
 
 

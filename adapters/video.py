@@ -12,18 +12,13 @@ import time
 
 import numpy as np
 
+from chatmem.adapters.images import THUMB, seen_before
 from chatmem.memory.attachments import BadFile, VideoFrames, VideoInfo
 
 # One picture per this many seconds of video, at least MIN_PICTURES (a clip of a few seconds may
 # cut between scenes), at most the caller's limit (a long video is seen from start to end).
 SECONDS_A_PICTURE = 5.0
 MIN_PICTURES = 3
-# Two pictures whose small grey thumbnails differ by less than this (mean, of 255) are the same
-# still picture (a GIF's loop, a slide held): the second is not worth its OCR. Two cards of
-# different text on white differ by 3; a camera's noise alone may pass the bar, which only costs
-# an OCR.
-SAME_SCENE = 1.0
-THUMB = (64, 36)
 SHEET_TILES = 4  # the pictures a vision model is shown, tiled 2×2
 SHEET_TILE = (512, 512)  # the box each is scaled into
 # Pictures are kept at most this large (a 1080p phone video's): reading eight of a 4K video took
@@ -157,15 +152,15 @@ def _shrunk(frame: np.ndarray) -> np.ndarray:
 def _distinct(found: list[tuple[float, np.ndarray]]) -> list[tuple[float, np.ndarray]]:
     import cv2
 
-    kept: list[tuple[float, np.ndarray]] = []
     thumbs: list[np.ndarray] = []
-    for t, frame in found:
-        thumb = cv2.resize(cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY), THUMB, interpolation=cv2.INTER_AREA).astype(float)
-        if any(np.abs(thumb - seen).mean() < SAME_SCENE for seen in thumbs):
-            continue
-        thumbs.append(thumb)
-        kept.append((t, frame))
-    return kept
+    return [
+        (t, frame)
+        for t, frame in found
+        if not seen_before(
+            cv2.resize(cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY), THUMB, interpolation=cv2.INTER_AREA).astype(float),
+            thumbs,
+        )
+    ]
 
 
 def _png(frame: np.ndarray) -> bytes:

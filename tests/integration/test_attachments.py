@@ -7,6 +7,7 @@ import re
 import zipfile
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import docx
 import numpy as np
@@ -52,6 +53,13 @@ def text_image(lines: list[str], size=(900, 420)) -> bytes:
         draw.text((30, 30 + i * 60), line, fill="black", font=font)
     out = io.BytesIO()
     img.save(out, "PNG")
+    return out.getvalue()
+
+
+def saved(document: Any) -> bytes:
+    """A document made by python-docx, python-pptx or odfdo, as the file it saves."""
+    out = io.BytesIO()
+    document.save(out)
     return out.getvalue()
 
 
@@ -870,9 +878,7 @@ def word_document_with_a_chart() -> bytes:
     )
     doc.add_paragraph().add_run()._r.append(parse_xml(drawing))
     doc.add_paragraph("Approved on Friday.")
-    out = io.BytesIO()
-    doc.save(out)
-    return out.getvalue()
+    return saved(doc)
 
 
 def test_a_chart_in_a_word_document_is_read_in_its_place():
@@ -935,9 +941,7 @@ def open_document_with_a_chart(kind: str) -> bytes:
         document.body.append(odfdo.Paragraph("Sales by region:"))
         document.body.append(odfdo.Element.from_tag(f"<text:p>{frame}</text:p>"))
         document.body.append(odfdo.Paragraph("Approved."))
-    out = io.BytesIO()
-    document.save(out)
-    return out.getvalue()
+    return saved(document)
 
 
 @pytest.mark.parametrize(
@@ -976,7 +980,7 @@ def test_a_flat_open_document_keeps_its_pictures_and_charts_inside_and_no_dtd():
     document.body.append(
         odfdo.Element.from_tag(f'<text:p><draw:frame><draw:image xlink:href="{href}"/></draw:frame></text:p>')
     )
-    one_file = flat(odfdo_bytes(document))
+    one_file = flat(saved(document))
     assert b"office:binary-data" in one_file  # the picture, in base64
     reader = DocumentReader(max_pages=5, max_chars=10_000)
     assert reader.pictures(one_file, f"{ODT}-flat-xml", 20) == [(None, ICON)]
@@ -985,7 +989,7 @@ def test_a_flat_open_document_keeps_its_pictures_and_charts_inside_and_no_dtd():
     chart = chart.replace(
         "<office:document ", '<office:document office:mimetype="application/vnd.oasis.opendocument.chart" ', 1
     )
-    text = flat(odfdo_bytes(odfdo.Document("text"))).decode()
+    text = flat(saved(odfdo.Document("text"))).decode()
     with_chart = text.replace(
         "<office:text>",
         f"<office:text><text:p>Sales</text:p><text:p><draw:frame><draw:object>{chart}</draw:object></draw:frame></text:p>",
@@ -996,12 +1000,6 @@ def test_a_flat_open_document_keeps_its_pictures_and_charts_inside_and_no_dtd():
     bomb = '<?xml version="1.0"?><!DOCTYPE d [<!ENTITY a "aaaa">]>' + text.split("?>", 1)[1]
     with pytest.raises(BadFile, match="declares a DTD"):
         reader.read(bomb.encode(), f"{ODT}-flat-xml")
-
-
-def odfdo_bytes(document: odfdo.Document) -> bytes:
-    out = io.BytesIO()
-    document.save(out)
-    return out.getvalue()
 
 
 def animation(fmt: str) -> bytes:
@@ -1018,7 +1016,7 @@ def animation(fmt: str) -> bytes:
     return out.getvalue()
 
 
-@pytest.mark.parametrize("fmt", ["GIF", "WEBP", "PNG"])
+@pytest.mark.parametrize("fmt", ["GIF", "WEBP", "PNG", "TIFF"])  # TIFF: a scanner's pages
 def test_each_picture_of_an_animation_is_read_once(fmt):
     # Until 2026-12-01 only the first picture was read: a GIF's punchline came later.
     images = PillowImageReader(max_pixels=10_000_000)
@@ -1030,6 +1028,15 @@ def test_each_picture_of_an_animation_is_read_once(fmt):
     found = reader(data, sniff(data, None, guess_binary))
     assert [line.upper() for line in found.lines] == ["SALE 50 PERCENT", "TODAY ONLY"]
     assert images.frames(text_image(["a still"]), 7) == []
+
+
+def test_a_cameras_jpeg_with_its_preview_inside_is_one_picture():
+    # An MPO (a JPEG that carries a smaller copy of itself) is not an animation: no second OCR.
+    photo = Image.open(io.BytesIO(text_image(["RECEIPT 12.50"]))).convert("RGB")
+    out = io.BytesIO()
+    photo.save(out, "MPO", save_all=True, append_images=[photo.resize((450, 210))])
+    images = PillowImageReader(max_pixels=10_000_000)
+    assert "frames" not in images.inspect(out.getvalue()).meta and images.frames(out.getvalue(), 7) == []
 
 
 def old_word_document() -> bytes:
