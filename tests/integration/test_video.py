@@ -3,9 +3,7 @@ the helper process the worker uses. The files (tests/fixtures/videos/README.md) 
 browsers and chat apps write them: H.264 and HEVC in MP4 and QuickTime, VP8 and VP9 in WebM,
 one stored on its side, one with no length in its header."""
 
-import platform
 import random
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +15,7 @@ from chatmem.adapters.images import PillowImageReader, RapidOcr, guess_binary
 from chatmem.adapters.video import OpenCvVideoReader, moments
 from chatmem.memory.attachments import BadFile, Reader, sniff
 from chatmem.memory.attachments.analysis import VIDEO_PICTURES_MAX
+from tests import emulator
 from tests.fakes import FakeDocumentReader
 
 pytestmark = pytest.mark.integration
@@ -143,11 +142,7 @@ for path in sys.argv[1:]:
 """
 
 
-@pytest.mark.skipif(
-    shutil.which("qemu-x86_64") is None or platform.machine().lower() not in ("x86_64", "amd64"),
-    reason="needs Debian's qemu-user on an x86-64 machine",
-)
-@pytest.mark.parametrize("cpu", ["Haswell", "Nehalem"])
+@pytest.mark.parametrize("cpu", [emulator.HASWELL, emulator.NEHALEM])
 def test_videos_decode_to_the_same_pictures_on_cpus_without_avx512_or_avx2(cpu):
     # FFmpeg picks its AVX-512 and AVX2 code with cpuid at run time; this machine may have both.
     # Under an emulated Haswell (AVX2, no AVX-512) and Nehalem (neither) the same pictures come out.
@@ -155,7 +150,7 @@ def test_videos_decode_to_the_same_pictures_on_cpus_without_avx512_or_avx2(cpu):
     command = [sys.executable, "-c", DIGESTS, *paths]
     native = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120).stdout
     emulated = subprocess.run(
-        ["qemu-x86_64", "-cpu", cpu, *command], capture_output=True, text=True, check=True, timeout=300
+        emulator.emulated(cpu, command), capture_output=True, text=True, check=True, timeout=300
     ).stdout
     assert native.count("VideoInfo") == len(paths) and emulated == native
 
