@@ -5,6 +5,7 @@ an external server that is too old, and a buffer cache sized to the machine."""
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -14,14 +15,16 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import psycopg
 import pytest
 import redis
 
-from chatmem.adapters import cgroups, migrate, pgcheck, pgmemory, services
+from chatmem.adapters import cgroups, migrate, pgcheck, pgmemory, pgpassage, services
 from chatmem.adapters.services import EmbeddedPostgres, ServiceUrls
 from chatmem.bootstrap import Container
 from chatmem.schemas.settings import Settings
+from tests import emulator
 from tests.conftest import ROOT, scalar, settings_env, status_json, wait_for
 from tests.scripted import script_events
 
@@ -323,3 +326,88 @@ def test_status_shows_the_buffer_cache_next_to_the_messages_graph(embedded, sett
     )
     assert f"shared_buffers {pg['shared_buffers'] >> 20} MB" in shown.stdout
     assert "messages' graph 0 MB" in shown.stdout and "larger than the buffers" not in shown.stdout
+
+
+# Every distance pgvector computes with SIMD code it picks at run time, and an HNSW build and
+# probe. Exact scans (no index) give answers that must not depend on the CPU.
+_DISTANCES = {
+    "cosine": "v <=> q.v",
+    "l2": "v <-> q.v",
+    "inner": "v <#> q.v",
+    "l1": "v <+> q.v",
+    "half_l2": "h <-> q.h",
+    "half_cosine": "h <=> q.h",
+    "hamming": "b <~> q.b",
+    "jaccard": "b <%> q.b",
+}
+
+
+def _vector_answers(url: str) -> dict[str, list]:
+    rng = np.random.default_rng(7)
+    rows = rng.standard_normal((400, 384)).astype(np.float32)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        conn.execute("DROP TABLE IF EXISTS simd")
+        conn.execute("CREATE TABLE simd (id int, v vector(384), h halfvec(384), b bit(384))")
+        with conn.cursor().copy("COPY simd (id, v) FROM STDIN") as copy:
+            for i, row in enumerate(rows):
+                copy.write_row((i, "[" + ",".join(f"{x:.6f}" for x in row) + "]"))
+        conn.execute("UPDATE simd SET h = v::halfvec, b = binary_quantize(v)")
+        conn.execute("SET enable_indexscan = off")
+        answers = {}
+        for name, distance in _DISTANCES.items():
+            found = conn.execute(
+                f"SELECT q.id, (SELECT array_agg(id ORDER BY d, id) FROM (SELECT id, {distance} AS d FROM simd "
+                f"ORDER BY d, id LIMIT 5) s), (SELECT round(sum({distance})::numeric, 2) FROM simd) "
+                "FROM simd q WHERE q.id IN (3, 141, 399) ORDER BY q.id"
+            ).fetchall()
+            answers[name] = [(i, ids, float(total)) for i, ids, total in found]
+        conn.execute("RESET enable_indexscan")
+        conn.execute("CREATE INDEX ON simd USING hnsw (v vector_cosine_ops)")
+        conn.execute("CREATE INDEX ON simd USING hnsw (h halfvec_l2_ops)")
+        conn.execute("SET enable_seqscan = off")
+        answers["hnsw"] = [
+            conn.execute(f"SELECT id FROM simd ORDER BY {column} LIMIT 1", (probe,)).fetchone()[0]
+            for probe in (3, 141, 399)
+            for column in ("v <=> (SELECT v FROM simd WHERE id = %s)", "h <-> (SELECT h FROM simd WHERE id = %s)")
+        ]
+    return answers
+
+
+def test_pgvector_answers_alike_on_a_cpu_without_avx512(tmp_path):
+    """The crash of an earlier release, asked for directly. Its pgvector ran AVX-512 code
+    unconditionally, and the first vector query killed the backend on CPUs without it; this
+    machine's CPU may have AVX-512, which hid it. The shipped server runs here under an emulated
+    AMD Zen 1 (AVX2, no AVX-512), and every distance must come out as it does natively. On
+    2026-12-01 the earlier package's server, run the same way, died with signal 4 (docs/platforms.md)."""
+    qemu = emulator.qemu()
+    pg = _own_server(tmp_path / "data")
+    try:
+        native = _vector_answers(pg.url())
+    finally:
+        pg.stop()
+    assert native["hnsw"] == [3, 3, 141, 141, 399, 399]
+    # The server under the emulator, started the way the package starts it: as its own user when
+    # root runs the suite, from folders that user may pass (the data folder's).
+    runs_as = pgpassage.as_user() if os.geteuid() == 0 else {}
+    sockets = tmp_path / "sockets"
+    sockets.mkdir()
+    if runs_as:
+        os.chown(sockets, pwd.getpwnam(runs_as["user"]).pw_uid, runs_as["group"])
+    emulator_copy = shutil.copy(qemu, tmp_path / "qemu-x86_64")
+    postgres = services._bin_paths()[pg.major_version()] / "postgres"
+    server = subprocess.Popen(
+        [emulator_copy, "-cpu", emulator.ZEN1, str(postgres), "-D", str(pg.pgdata), "-k", str(sockets),
+         "-p", "5432", "-c", "listen_addresses="],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **runs_as,
+    )  # fmt: skip
+    url = f"postgresql://postgres@/chatmem?host={sockets}&port=5432"
+    try:
+        assert pgcheck.wait_until_ready(url, timeout=120), "the emulated server did not start"
+        pgcheck.self_check(url)
+        emulated = _vector_answers(url)
+    finally:
+        server.terminate()
+        log = server.communicate(timeout=120)[0].decode(errors="replace")
+    assert "terminated by signal" not in log, log[-2000:]
+    assert emulated == native
