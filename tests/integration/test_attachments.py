@@ -4,6 +4,8 @@ the real embedder. Files are made here (Pillow, fpdf2) and sent as file:// or da
 import base64
 import io
 import re
+import subprocess
+import sys
 import zipfile
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -37,7 +39,7 @@ from chatmem.memory.attachments.filetypes import (
 from chatmem.memory.ports import TransientError
 from chatmem.schemas.events import Attachment, MessageEvent
 from chatmem.schemas.read import Scope
-from tests import office97
+from tests import emulator, office97
 from tests.conftest import scalar
 from tests.integration.test_episodes import Driver
 
@@ -560,6 +562,30 @@ def test_a_broken_heic_photo_fails_with_its_reason(tmp_path):
             reader.inspect(broken)
     with pytest.raises(BadFile, match="above the limit of 100,000"):
         PillowImageReader(max_pixels=100_000).inspect(whole)  # 900×420, told by the header
+
+
+PIXEL_DIGESTS = """
+import hashlib, sys
+from pathlib import Path
+from chatmem.adapters.images import PillowImageReader
+for path in sys.argv[1:]:
+    print(Path(path).name, hashlib.sha256(PillowImageReader(10_000_000).rgb(Path(path).read_bytes())).hexdigest())
+"""
+
+
+@pytest.mark.parametrize("cpu", [emulator.HASWELL, emulator.NEHALEM])
+def test_heic_and_avif_photos_decode_to_the_same_pixels_on_cpus_without_avx512_or_avx2(tmp_path, cpu):
+    # libde265 (HEIC) and dav1d (AVIF) pick their AVX-512 and AVX2 code with cpuid at run time;
+    # under an emulated Haswell (AVX2, no AVX-512) and Nehalem (neither) the same pixels come out.
+    avif = tmp_path / "ticket.avif"
+    Image.open(io.BytesIO(text_image(TICKET))).convert("RGB").save(avif, "AVIF", quality=90)
+    photos = [IMAGES / "ticket.heic", IMAGES / "ticket_turned.heic", avif]
+    command = [sys.executable, "-c", PIXEL_DIGESTS, *map(str, photos)]
+    native = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120).stdout
+    emulated = subprocess.run(
+        emulator.emulated(cpu, command), capture_output=True, text=True, check=True, timeout=300
+    ).stdout
+    assert len(native.splitlines()) == 3 and emulated == native
 
 
 def spreadsheet() -> bytes:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import onnxruntime
@@ -23,6 +25,7 @@ from chatmem.adapters.model_check import (
     check_models,
     write_reference,
 )
+from tests import emulator
 from tests.conftest import status_json
 
 pytestmark = pytest.mark.integration
@@ -37,6 +40,26 @@ def test_every_shipped_model_answers_here_as_recorded():
     assert [c.model for c in checks] == [ONNX_FILE.name, QUERY_ONNX_FILE.name, PAIR_ONNX_FILE.name] == list(MODELS)
     assert [c.problem for c in checks] == [None, None, None]
     assert all(c.deviation is not None and c.deviation <= TOLERANCES.get(c.model, TOLERANCE) for c in checks)
+
+
+CHECK = (
+    "import json\n"
+    "from chatmem.adapters.model_check import check_models\n"
+    "print(json.dumps([[c.model, c.deviation, c.problem] for c in check_models()]))\n"
+)
+
+
+@pytest.mark.parametrize("cpu", [emulator.HASWELL, emulator.NEHALEM])
+def test_every_shipped_model_answers_as_recorded_on_cpus_without_avx512_or_avx2(cpu):
+    # ONNX Runtime picks its kernels (AVX-512 VNNI, AVX2, SSE) by cpuid; this machine may run only
+    # the first. The check itself, under an emulated Haswell (AVX2) and Nehalem (SSE4.2).
+    done = subprocess.run(
+        emulator.emulated(cpu, [sys.executable, "-c", CHECK]), capture_output=True, text=True, timeout=600, check=True
+    )
+    checks = json.loads(done.stdout.splitlines()[-1])
+    assert [model for model, _, _ in checks] == list(MODELS)
+    assert [problem for _, _, problem in checks] == [None, None, None], checks
+    assert all(deviation <= TOLERANCES.get(model, TOLERANCE) for model, deviation, _ in checks)
 
 
 def test_a_model_that_answers_otherwise_is_named_with_how_far_off_it_is(tmp_path):
