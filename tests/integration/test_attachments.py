@@ -574,18 +574,21 @@ for path in sys.argv[1:]:
 
 
 @pytest.mark.parametrize("cpu", [emulator.HASWELL, emulator.NEHALEM])
-def test_heic_and_avif_photos_decode_to_the_same_pixels_on_cpus_without_avx512_or_avx2(tmp_path, cpu):
-    # libde265 (HEIC) and dav1d (AVIF) pick their AVX-512 and AVX2 code with cpuid at run time;
-    # under an emulated Haswell (AVX2, no AVX-512) and Nehalem (neither) the same pixels come out.
-    avif = tmp_path / "ticket.avif"
-    Image.open(io.BytesIO(text_image(TICKET))).convert("RGB").save(avif, "AVIF", quality=90)
-    photos = [IMAGES / "ticket.heic", IMAGES / "ticket_turned.heic", avif]
+def test_photos_decode_to_the_same_pixels_on_cpus_without_avx512_or_avx2(tmp_path, cpu):
+    # libde265 (HEIC), dav1d (AVIF), libjpeg-turbo and libwebp pick their AVX-512, AVX2 or SSE code
+    # with cpuid at run time; under an emulated Haswell (AVX2, no AVX-512) and Nehalem (neither)
+    # the same pixels come out.
+    photos = [IMAGES / "ticket.heic", IMAGES / "ticket_turned.heic"]
+    ticket = Image.open(io.BytesIO(text_image(TICKET))).convert("RGB")
+    for kind, options in (("AVIF", {"quality": 90}), ("JPEG", {"quality": 85}), ("WEBP", {"quality": 80})):
+        photos.append(tmp_path / f"ticket.{kind.lower()}")
+        ticket.save(photos[-1], kind, **options)
     command = [sys.executable, "-c", PIXEL_DIGESTS, *map(str, photos)]
     native = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120).stdout
     emulated = subprocess.run(
         emulator.emulated(cpu, command), capture_output=True, text=True, check=True, timeout=300
     ).stdout
-    assert len(native.splitlines()) == 3 and emulated == native
+    assert len(native.splitlines()) == len(photos) and emulated == native
 
 
 def spreadsheet() -> bytes:
