@@ -392,12 +392,12 @@ def test_pgvector_answers_alike_on_a_cpu_without_avx512(tmp_path):
     runs_as = pgpassage.as_user() if os.geteuid() == 0 else {}
     sockets = tmp_path / "sockets"
     sockets.mkdir()
-    if runs_as:
+    if runs_as:  # that user may not pass the checkout's folders to reach the emulator: a copy
         os.chown(sockets, pwd.getpwnam(runs_as["user"]).pw_uid, runs_as["group"])
-    emulator_copy = shutil.copy(qemu, tmp_path / "qemu-x86_64")
+        qemu = Path(shutil.copy(qemu, tmp_path / "qemu-x86_64"))
     postgres = services._bin_paths()[pg.major_version()] / "postgres"
     server = subprocess.Popen(
-        [emulator_copy, "-cpu", emulator.ZEN1, str(postgres), "-D", str(pg.pgdata), "-k", str(sockets),
+        [str(qemu), "-cpu", emulator.ZEN1, str(postgres), "-D", str(pg.pgdata), "-k", str(sockets),
          "-p", "5432", "-c", "listen_addresses="],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **runs_as,
     )  # fmt: skip
