@@ -33,8 +33,9 @@ run: install
 # failing fails the target. Its temporary folders are its own: pytest removes all but the newest
 # three runs' folders from its shared one, so another run started meanwhile (a second checkout, a
 # quick pytest) deleted this one's embedded Postgres under it. They are kept when a part fails.
-# First, the emulator for the older-CPU checks (tests/emulator.py: Debian's qemu-user, fetched
-# once into .chatmem/tools, no root); CI sets CHATMEM_TEST_EMULATION=required so they cannot skip.
+# First, what the checks on other CPUs need (tests/emulator.py: Debian's qemu-user and arm64 Python,
+# aarch64 wheels; fetched once into .chatmem/tools, no root); CI sets CHATMEM_TEST_EMULATION=required
+# so those checks cannot skip.
 test: install
 	@$(PY) -m tests.emulator
 	@log=$$(mktemp); root=$$(mktemp -d -t chatmem-test.XXXXXX); export PYTEST_DEBUG_TEMPROOT=$$root; \

@@ -1,16 +1,20 @@
-"""Older x86-64 CPUs, emulated, for the checks this machine's own CPU cannot make.
+"""Other CPUs, emulated, for the checks this machine's own CPU cannot make.
 
 The machines that run the suite may have AVX-512; many users' CPUs do not, and the embedded
 Postgres once crashed there (`SIGILL`). pgvector, FFmpeg, ONNX Runtime and libde265 pick their
 AVX-512 and AVX2 code with cpuid at run time, so only a CPU without them shows that the choice
 is right. qemu's user mode runs one program, and the processes it forks, as a chosen CPU model:
 cpuid answers for that model, and its translator has no AVX-512 at all, so an AVX-512
-instruction outside a run-time switch dies with `SIGILL` as it did on users' machines.
+instruction outside a run-time switch dies with `SIGILL` as it did on users' machines. The same
+emulator runs arm64 programs, so the shipped models are also run as Linux on ARM (NEON, SVE, SME),
+which chatmem says it runs on, with Debian 12's arm64 Python and the aarch64 wheels of the
+compiled packages they need.
 
-`make test` runs this module first: it fetches Debian's qemu-user 10 with `apt-get download` (no
-root, nothing installed: the one binary is unpacked into .chatmem/tools). Where
-neither that nor a qemu on PATH is found, the emulated tests skip, or fail when
-CHATMEM_TEST_EMULATION=required (CI), so the check cannot vanish from CI unseen."""
+`make test` runs this module first: it fetches Debian's qemu-user 10, those arm64 Debian packages
+and those wheels (`apt-get download` and `pip install --target`: no root, nothing installed
+outside .chatmem/tools). Where they cannot be had (not an x86-64 machine, not Debian or Ubuntu),
+the emulated tests skip, or fail when CHATMEM_TEST_EMULATION=required (CI), so the checks cannot
+vanish from CI unseen."""
 
 from __future__ import annotations
 
@@ -20,26 +24,43 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
+import sysconfig
 import tarfile
 import tempfile
+from importlib.metadata import version as installed
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / ".chatmem" / "tools"
-KEPT = TOOLS / "qemu-x86_64"
 # qemu 7.2 (Debian 12's own) emulates AVX2 wrongly: an AVIF photo decoded under its Haswell came
 # out with blocks of grey, and right under 10.0. Debian 12's backports carry 10.0, statically
-# linked (one file, no libraries beside it), signed like the rest of Debian.
+# linked (one file a CPU family, no libraries beside it), signed like the rest of Debian.
 MIN_VERSION = (10, 0)
-SOURCE = "deb http://deb.debian.org/debian bookworm-backports main\n"
-PACKAGE = "qemu-user/bookworm-backports"
-MEMBER = "./usr/bin/qemu-x86_64"
+BACKPORTS = "deb http://deb.debian.org/debian bookworm-backports main\n"
+QEMU_PACKAGE = "qemu-user/bookworm-backports"
+EMULATORS = ("qemu-x86_64", "qemu-aarch64")
+
+# Linux on ARM: Debian 12's arm64 Python 3.11 with the libraries it and the wheels load, and the
+# aarch64 wheels (cp311, at this venv's versions) of the compiled packages the model check imports;
+# the pure-Python rest comes from this venv. `ready` is written last: a half-fetched folder is
+# fetched again.
+ARM = TOOLS / "arm64"
+ARM_ROOT, ARM_SITE, ARM_READY = ARM / "root", ARM / "site", ARM / "ready"
+BOOKWORM_ARM64 = "deb [arch=arm64] http://deb.debian.org/debian bookworm main\n"
+ARM_DEBS = (
+    "python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib", "libc6", "libgcc-s1", "libstdc++6",
+    "libssl3", "zlib1g", "libexpat1", "libffi8", "libbz2-1.0", "liblzma5", "libcrypt1", "libuuid1", "libzstd1",
+)  # fmt: skip
+ARM_WHEELS = ("numpy", "onnxruntime", "tokenizers", "psycopg-binary", "psutil", "pydantic-core")
+AARCH64 = ("manylinux_2_28_aarch64", "manylinux_2_17_aarch64", "manylinux2014_aarch64")
 
 # The CPU models the checks run on: AMD Zen 1 (AVX2, no AVX-512, where the old pgvector crashed),
-# Intel Haswell (AVX2, no AVX-512) and Nehalem (SSE4.2: neither).
-ZEN1, HASWELL, NEHALEM = "EPYC", "Haswell", "Nehalem"
+# Intel Haswell (AVX2, no AVX-512) and Nehalem (SSE4.2: neither); and qemu's most capable ARM
+# (SVE2 and SME, whose kernels move the int8 query encoder the most).
+ZEN1, HASWELL, NEHALEM, ARM_MAX = "EPYC", "Haswell", "Nehalem", "max"
 
 
 def on_x86() -> bool:
@@ -55,77 +76,138 @@ def version(qemu: Path) -> tuple[int, ...]:
     return tuple(map(int, found.groups())) if found else ()
 
 
-def find() -> Path | None:
-    """A qemu-x86_64 recent enough: the one fetched here, or one on PATH."""
-    for candidate in (KEPT, *(Path(p) for name in ("qemu-x86_64", "qemu-x86_64-static") if (p := shutil.which(name)))):
+def find(name: str = "qemu-x86_64") -> Path | None:
+    """A qemu recent enough: the one fetched here, or one on PATH."""
+    for candidate in (TOOLS / name, *(Path(p) for n in (name, f"{name}-static") if (p := shutil.which(n)))):
         if os.access(candidate, os.X_OK) and version(candidate) >= MIN_VERSION:
             return candidate
     return None
 
 
-def fetch() -> str:
-    """Unpack Debian's qemu-x86_64 into .chatmem/tools unless one is found; says what it did. apt
-    reads the backports index into a folder of its own, checks its signature with the machine's
-    keys, and fetches the one package; nothing is installed, and no root is needed."""
-    if not on_x86():
-        return f"not an x86-64 machine ({platform.machine()}): the emulated-CPU tests skip"
-    if (found := find()) is not None:
-        return f"using {found}, qemu {'.'.join(map(str, version(found)))}"
-    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
-        return "no apt-get or dpkg-deb here (not Debian or Ubuntu): the emulated-CPU tests skip"
+def _apt_download(source: str, packages: list[str], folder: Path, arch: str | None = None) -> list[Path] | str:
+    """Debian packages downloaded into `folder`, or why not. apt reads the one index into a folder
+    of its own and checks its signature with the machine's Debian keys; nothing is installed."""
+    (folder / "sources.list").write_text(source)
+    for part in ("lists/partial", "cache/archives/partial", "debs"):
+        (folder / part).mkdir(parents=True, exist_ok=True)
+    options = [
+        f"-oDir::Etc::sourcelist={folder / 'sources.list'}",
+        "-oDir::Etc::sourceparts=-",
+        f"-oDir::State::Lists={folder / 'lists'}",
+        f"-oDir::Cache={folder / 'cache'}",
+        f"-oAPT::Sandbox::User={getpass.getuser()}",  # apt's own download user may not enter here
+    ]
+    if arch:
+        options += [f"-oAPT::Architecture={arch}", f"-oAPT::Architectures={arch}", "-oDir::State::status=/dev/null"]
+    for command in (["update"], ["download", *packages]):
+        got = subprocess.run(
+            ["apt-get", "-q", *options, *command], cwd=folder / "debs", capture_output=True, text=True, timeout=900
+        )
+        if got.returncode != 0:
+            return f"could not fetch {' '.join(packages)} ({got.stderr.strip()[-300:]})"
+    return sorted((folder / "debs").glob("*.deb"))
+
+
+def _fetch_emulators() -> str:
     with tempfile.TemporaryDirectory() as folder:
-        apt = Path(folder)
-        (apt / "sources.list").write_text(SOURCE)
-        for part in ("lists/partial", "cache/archives/partial", "download"):
-            (apt / part).mkdir(parents=True)
-        options = [
-            f"-oDir::Etc::sourcelist={apt / 'sources.list'}",
-            "-oDir::Etc::sourceparts=-",
-            f"-oDir::State::Lists={apt / 'lists'}",
-            f"-oDir::Cache={apt / 'cache'}",
-            f"-oAPT::Sandbox::User={getpass.getuser()}",  # apt's own download user may not enter here
-        ]
-        for command in (["update"], ["download", PACKAGE]):
-            got = subprocess.run(
-                ["apt-get", "-q", *options, *command], cwd=apt / "download", capture_output=True, text=True, timeout=600
-            )
-            if got.returncode != 0:
-                return f"could not fetch {PACKAGE} ({got.stderr.strip()[-300:]}): the emulated-CPU tests skip"
-        deb = next((apt / "download").glob("*.deb"))
+        debs = _apt_download(BACKPORTS, [QEMU_PACKAGE], Path(folder))
+        if isinstance(debs, str):
+            return debs
         TOOLS.mkdir(parents=True, exist_ok=True)
-        part = KEPT.with_suffix(".part")
-        unpack = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE)
+        wanted = {f"./usr/bin/{name}": TOOLS / name for name in EMULATORS}
+        unpack = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(debs[0])], stdout=subprocess.PIPE)
         try:
             with tarfile.open(fileobj=unpack.stdout, mode="r|") as archive:
                 for member in archive:
-                    if member.name == MEMBER and member.isfile():
-                        with archive.extractfile(member) as source, part.open("wb") as target:  # type: ignore[union-attr]
-                            shutil.copyfileobj(source, target)
-                        break
+                    if member.isfile() and (target := wanted.get(member.name)) is not None:
+                        part = target.with_suffix(".part")
+                        with archive.extractfile(member) as source, part.open("wb") as out:  # type: ignore[union-attr]
+                            shutil.copyfileobj(source, out)
+                        part.chmod(0o755)
+                        part.rename(target)
         finally:
             unpack.kill()
             unpack.wait()
-        if not part.exists():
-            return f"{deb.name} holds no {MEMBER}: the emulated-CPU tests skip"
-        part.chmod(0o755)
-        part.rename(KEPT)
-        return f"fetched {deb.name} into {KEPT}"
+        return f"fetched {debs[0].name}"
 
 
-def qemu() -> Path:
+def _fetch_arm() -> str:
+    shutil.rmtree(ARM, ignore_errors=True)
+    with tempfile.TemporaryDirectory() as folder:
+        debs = _apt_download(BOOKWORM_ARM64, list(ARM_DEBS), Path(folder), arch="arm64")
+        if isinstance(debs, str):
+            return debs
+        ARM_ROOT.mkdir(parents=True)
+        for deb in debs:
+            subprocess.run(["dpkg-deb", "-x", str(deb), str(ARM_ROOT)], check=True, capture_output=True)
+    platforms = [option for tag in AARCH64 for option in ("--platform", tag)]
+    wheels = [f"{name}=={installed(name)}" for name in ARM_WHEELS]
+    got = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target", str(ARM_SITE),
+         *platforms, "--python-version", "3.11", "--only-binary=:all:", "--no-deps", *wheels],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    if got.returncode != 0:
+        return f"could not fetch the aarch64 wheels ({got.stderr.strip()[-300:]})"
+    ARM_READY.touch()
+    return f"fetched Debian's arm64 Python 3.11 and {len(wheels)} aarch64 wheels"
+
+
+def fetch() -> str:
+    """Fetch into .chatmem/tools what is not there yet; says what it did."""
+    if not on_x86():
+        return f"not an x86-64 machine ({platform.machine()}): the emulated-CPU tests skip"
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        if find() is not None:
+            return f"using {find()}"
+        return "no apt-get or dpkg-deb here (not Debian or Ubuntu): the emulated-CPU tests skip"
+    done = []
+    if find() is None or find("qemu-aarch64") is None:
+        done.append(_fetch_emulators())
+    if not ARM_READY.exists():
+        done.append(_fetch_arm())
+    return "; ".join(done) or f"using what {TOOLS} holds"
+
+
+def _missing(reason: str) -> None:
+    reason += ": `make test` fetches it (tests/emulator.py)"
+    if os.environ.get("CHATMEM_TEST_EMULATION") == "required":
+        pytest.fail(reason + " (CHATMEM_TEST_EMULATION=required)")
+    pytest.skip(reason)
+
+
+def qemu(name: str = "qemu-x86_64") -> Path:
     """The emulator, or the test skips (fails where CI requires it)."""
-    found = find() if on_x86() else None
+    found = find(name) if on_x86() else None
     if found is None:
-        reason = "needs qemu-x86_64 10 or newer on an x86-64 machine: `make test` fetches Debian's"
-        if os.environ.get("CHATMEM_TEST_EMULATION") == "required":
-            pytest.fail(reason + " (CHATMEM_TEST_EMULATION=required)")
-        pytest.skip(reason)
-    return found
+        _missing(f"needs {name} 10 or newer on an x86-64 machine")
+    return found  # type: ignore[return-value]
 
 
 def emulated(cpu: str, command: list[str]) -> list[str]:
-    """`command` run as the CPU model `cpu`."""
+    """`command` run as the x86-64 CPU model `cpu`."""
     return [str(qemu()), "-cpu", cpu, *command]
+
+
+def arm_python(cpu: str, script: str) -> tuple[list[str], dict[str, str]]:
+    """A command and its environment that run `script` in Debian's arm64 Python as the ARM CPU
+    model `cpu`, with chatmem and this venv's pure-Python packages importable."""
+    arm = qemu("qemu-aarch64")
+    if not ARM_READY.exists():
+        _missing("needs Debian's arm64 Python and the aarch64 wheels")
+    venv = sysconfig.get_paths()["purelib"]
+    preamble = f"import site; site.addsitedir({venv!r})\n"  # the editable install's finder, and the rest
+    command = [
+        str(arm),
+        "-cpu",
+        cpu,
+        "-L",
+        str(ARM_ROOT),
+        str(ARM_ROOT / "usr/bin/python3.11"),
+        "-c",
+        preamble + script,
+    ]
+    return command, {**os.environ, "PYTHONPATH": str(ARM_SITE)}
 
 
 if __name__ == "__main__":
