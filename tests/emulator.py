@@ -184,9 +184,20 @@ def qemu(name: str = "qemu-x86_64") -> Path:
     return found  # type: ignore[return-value]
 
 
-def emulated(cpu: str, command: list[str]) -> list[str]:
-    """`command` run as the x86-64 CPU model `cpu`."""
-    return [str(qemu()), "-cpu", cpu, *command]
+# Settings that make a library run one CPU's code whatever cpuid answers: a machine whose
+# environment says OPENBLAS_CORETYPE=Haswell (set where OpenBLAS does not know the CPU) made numpy
+# run AVX2 under the emulated Nehalem, which no user's Nehalem would do.
+PINNING = ("OPENBLAS_CORETYPE",)
+
+
+def environment(**extra: str) -> dict[str, str]:
+    """This environment without what pins a CPU's code, for a program run as another CPU."""
+    return {**{k: v for k, v in os.environ.items() if k not in PINNING}, **extra}
+
+
+def emulated(cpu: str, command: list[str]) -> tuple[list[str], dict[str, str]]:
+    """A command and its environment that run `command` as the x86-64 CPU model `cpu`."""
+    return [str(qemu()), "-cpu", cpu, *command], environment()
 
 
 def arm_python(cpu: str, script: str) -> tuple[list[str], dict[str, str]]:
@@ -207,7 +218,7 @@ def arm_python(cpu: str, script: str) -> tuple[list[str], dict[str, str]]:
         "-c",
         preamble + script,
     ]
-    return command, {**os.environ, "PYTHONPATH": str(ARM_SITE)}
+    return command, environment(PYTHONPATH=str(ARM_SITE))
 
 
 if __name__ == "__main__":

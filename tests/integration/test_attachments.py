@@ -585,9 +585,8 @@ def test_photos_decode_to_the_same_pixels_on_cpus_without_avx512_or_avx2(tmp_pat
         ticket.save(photos[-1], kind, **options)
     command = [sys.executable, "-c", PIXEL_DIGESTS, *map(str, photos)]
     native = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120).stdout
-    emulated = subprocess.run(
-        emulator.emulated(cpu, command), capture_output=True, text=True, check=True, timeout=300
-    ).stdout
+    command, env = emulator.emulated(cpu, command)
+    emulated = subprocess.run(command, capture_output=True, text=True, check=True, timeout=300, env=env).stdout
     assert len(native.splitlines()) == len(photos) and emulated == native
 
 

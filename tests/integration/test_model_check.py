@@ -60,9 +60,8 @@ def assert_as_recorded(printed: str) -> None:
 def test_every_shipped_model_answers_as_recorded_on_cpus_without_avx512_or_avx2(cpu):
     # ONNX Runtime picks its kernels (AVX-512 VNNI, AVX2, SSE) by cpuid; this machine may run only
     # the first. The check itself, under an emulated Haswell (AVX2) and Nehalem (SSE4.2).
-    done = subprocess.run(
-        emulator.emulated(cpu, [sys.executable, "-c", CHECK]), capture_output=True, text=True, timeout=600, check=True
-    )
+    command, env = emulator.emulated(cpu, [sys.executable, "-c", CHECK])
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True, env=env)
     assert_as_recorded(done.stdout)
 
 

@@ -149,9 +149,8 @@ def test_videos_decode_to_the_same_pictures_on_cpus_without_avx512_or_avx2(cpu):
     paths = [str(p) for p in sorted(VIDEOS.glob("*")) if p.suffix != ".md"]
     command = [sys.executable, "-c", DIGESTS, *paths]
     native = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120).stdout
-    emulated = subprocess.run(
-        emulator.emulated(cpu, command), capture_output=True, text=True, check=True, timeout=300
-    ).stdout
+    command, env = emulator.emulated(cpu, command)
+    emulated = subprocess.run(command, capture_output=True, text=True, check=True, timeout=300, env=env).stdout
     assert native.count("VideoInfo") == len(paths) and emulated == native
 
 
