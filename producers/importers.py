@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -9,6 +10,7 @@ import math
 import mimetypes
 import re
 import shutil
+import stat
 import tempfile
 import time
 import unicodedata
@@ -166,6 +168,8 @@ EMPTY = "empty message"
 FILE_MISSING = "file missing from the export folder"
 FILE_OUTSIDE = "file outside the export folder"
 FILE_UNNAMEABLE = "file path this system cannot hold (a NUL character, or a name too long)"
+# What pathlib's is_file took for "no such file" up to Python 3.13.
+_ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
 HTTP_URL = "http:// URL (only https:// is accepted)"
 TOO_MANY = "more than 32 attachments on one message"
 MAX_ATTACHMENTS = 32
@@ -332,9 +336,13 @@ def local_file_url(base_dir: Path, reference: str, *, inside_only: bool) -> tupl
             path = (root / candidate).resolve()  # an absolute `candidate` replaces root
             if inside_only and not path.is_relative_to(root):
                 return None, FILE_OUTSIDE
-            if path.is_file():
+            # stat, not is_file: from Python 3.14 is_file answers False for a name too long too.
+            if stat.S_ISREG(path.stat().st_mode):
                 return path.as_uri(), ""
-        except (OSError, ValueError):  # ENAMETOOLONG and the like; ValueError: a NUL in the path
+        except OSError as error:
+            if error.errno not in _ABSENT:  # ENAMETOOLONG and the like
+                return None, FILE_UNNAMEABLE
+        except ValueError:  # a NUL in the path
             return None, FILE_UNNAMEABLE
     return None, FILE_MISSING
 
