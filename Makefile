@@ -28,23 +28,29 @@ run: install
 
 # `make test` runs everything, the whole fault matrix included; `make chaos` runs only the matrix.
 # The matrix spends most of its 7-9 minutes waiting out the outages it injects, so it runs beside
-# the rest of the suite, with its own embedded services, and its report follows the rest's (a fresh
-# clone: about 11.5 minutes on two cores, install included, instead of 15.5-17). Either part
-# failing fails the target. Its temporary folders are its own: pytest removes all but the newest
-# three runs' folders from its shared one, so another run started meanwhile (a second checkout, a
-# quick pytest) deleted this one's embedded Postgres under it. They are kept when a part fails.
+# the rest of the suite, with its own embedded services, and its report follows the rest's. Either
+# part failing fails the target. The checks on other CPUs (`-m emulated`, some 4 minutes of one core
+# under qemu) follow the matrix on its side: a whole run kept only 1.2 of the two cores busy, and
+# with them in line the rest took 18-19 minutes; beside it, 13.5 (docs/platforms.md). Each side's
+# temporary folders are its own: pytest removes all but the newest three runs' folders from its
+# shared one, so another run started meanwhile (a second checkout, a quick pytest) deleted this
+# one's embedded Postgres under it. They are kept when a part fails.
 # First, what the checks on other CPUs need (tests/emulator.py: Debian's qemu-user and arm64 Python,
 # aarch64 wheels; fetched once into .chatmem/tools, no root); CI sets CHATMEM_TEST_EMULATION=required
 # so those checks cannot skip.
 test: install
 	@$(PY) -m tests.emulator
-	@log=$$(mktemp); root=$$(mktemp -d -t chatmem-test.XXXXXX); export PYTEST_DEBUG_TEMPROOT=$$root; \
-	$(PY) -m pytest -q -p no:cacheprovider tests/chaos >$$log 2>&1 & matrix=$$!; \
-	$(PY) -m pytest -q -p no:cacheprovider --ignore=tests/chaos; rest=$$?; \
-	wait $$matrix; chaos=$$?; \
-	echo "== the fault matrix (tests/chaos), run beside the rest: exit $$chaos =="; \
+	@log=$$(mktemp); root=$$(mktemp -d -t chatmem-test.XXXXXX); mkdir $$root/rest $$root/side; \
+	( export PYTEST_DEBUG_TEMPROOT=$$root/side; \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/chaos; chaos=$$?; \
+	  echo "== the checks on other CPUs (-m emulated), run beside the rest after the matrix =="; \
+	  $(PY) -m pytest -q -p no:cacheprovider --ignore=tests/chaos -m emulated; other=$$?; \
+	  test $$chaos -eq 0 && test $$other -eq 0 ) >$$log 2>&1 & side=$$!; \
+	PYTEST_DEBUG_TEMPROOT=$$root/rest $(PY) -m pytest -q -p no:cacheprovider --ignore=tests/chaos -m "not emulated"; rest=$$?; \
+	wait $$side; side=$$?; \
+	echo "== the fault matrix (tests/chaos), then the checks on other CPUs, run beside the rest: exit $$side =="; \
 	cat $$log; rm -f $$log; \
-	if test $$rest -eq 0 && test $$chaos -eq 0; then rm -rf $$root || true; else echo "temporary folders kept in $$root"; exit 1; fi
+	if test $$rest -eq 0 && test $$side -eq 0; then rm -rf $$root || true; else echo "temporary folders kept in $$root"; exit 1; fi
 
 chaos: install
 	$(PY) -m pytest -q -p no:cacheprovider tests/chaos

@@ -573,6 +573,7 @@ for path in sys.argv[1:]:
 """
 
 
+@pytest.mark.emulated
 @pytest.mark.parametrize("cpu", [emulator.HASWELL, emulator.NEHALEM])
 def test_photos_decode_to_the_same_pixels_on_cpus_without_avx512_or_avx2(tmp_path, cpu):
     # libde265 (HEIC), dav1d (AVIF), libjpeg-turbo and libwebp pick their AVX-512, AVX2 or SSE code

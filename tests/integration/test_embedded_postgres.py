@@ -374,6 +374,7 @@ def _vector_answers(url: str) -> dict[str, list]:
     return answers
 
 
+@pytest.mark.emulated
 def test_pgvector_answers_alike_on_a_cpu_without_avx512(tmp_path):
     """The crash of an earlier release, asked for directly. Its pgvector ran AVX-512 code
     unconditionally, and the first vector query killed the backend on CPUs without it; this

@@ -56,6 +56,7 @@ def assert_as_recorded(printed: str) -> None:
     assert all(deviation <= TOLERANCES.get(model, TOLERANCE) for model, deviation, _ in checks)
 
 
+@pytest.mark.emulated
 @pytest.mark.parametrize("cpu", [emulator.HASWELL, emulator.NEHALEM])
 def test_every_shipped_model_answers_as_recorded_on_cpus_without_avx512_or_avx2(cpu):
     # ONNX Runtime picks its kernels (AVX-512 VNNI, AVX2, SSE) by cpuid; this machine may run only
@@ -65,6 +66,7 @@ def test_every_shipped_model_answers_as_recorded_on_cpus_without_avx512_or_avx2(
     assert_as_recorded(done.stdout)
 
 
+@pytest.mark.emulated
 def test_every_shipped_model_answers_as_recorded_on_linux_on_arm():
     # Linux aarch64 is a platform chatmem runs on, where ONNX Runtime runs NEON, SVE or SME
     # kernels. Under qemu's most capable ARM (SME: the int8 query encoder moves furthest there,

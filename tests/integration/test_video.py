@@ -142,6 +142,7 @@ for path in sys.argv[1:]:
 """
 
 
+@pytest.mark.emulated
 @pytest.mark.parametrize("cpu", [emulator.HASWELL, emulator.NEHALEM])
 def test_videos_decode_to_the_same_pictures_on_cpus_without_avx512_or_avx2(cpu):
     # FFmpeg picks its AVX-512 and AVX2 code with cpuid at run time; this machine may have both.
