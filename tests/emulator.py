@@ -200,9 +200,9 @@ def emulated(cpu: str, command: list[str]) -> tuple[list[str], dict[str, str]]:
     return [str(qemu()), "-cpu", cpu, *command], environment()
 
 
-def arm_python(cpu: str, script: str) -> tuple[list[str], dict[str, str]]:
-    """A command and its environment that run `script` in Debian's arm64 Python as the ARM CPU
-    model `cpu`, with chatmem and this venv's pure-Python packages importable."""
+def arm_python(cpu: str, script: str, *args: str) -> tuple[list[str], dict[str, str]]:
+    """A command and its environment that run `script` (with `args`) in Debian's arm64 Python as
+    the ARM CPU model `cpu`, with chatmem and this venv's pure-Python packages importable."""
     arm = qemu("qemu-aarch64")
     if not ARM_READY.exists():
         _missing("needs Debian's arm64 Python and the aarch64 wheels")
@@ -217,6 +217,7 @@ def arm_python(cpu: str, script: str) -> tuple[list[str], dict[str, str]]:
         str(ARM_ROOT / "usr/bin/python3.11"),
         "-c",
         preamble + script,
+        *args,
     ]
     return command, environment(PYTHONPATH=str(ARM_SITE))
 
