@@ -29,8 +29,8 @@ run: install
 # `make test` runs everything, the whole fault matrix included; `make chaos` runs only the matrix.
 # The matrix spends most of its 7-9 minutes waiting out the outages it injects, so it runs beside
 # the rest of the suite, with its own embedded services, and its report follows the rest's. Either
-# part failing fails the target. The checks on other CPUs (`-m emulated`, 4-10 minutes of CPU
-# under qemu, by the host) follow the matrix on its side: a whole run kept only 1.2 of the two cores busy, and
+# part failing fails the target. The checks on other CPUs (`-m emulated`, 3-7 minutes under qemu,
+# by the host) follow the matrix on its side: a whole run kept only 1.2 of the two cores busy, and
 # with them in line the rest took 18-19 minutes; beside it, 13.5 (docs/platforms.md). Each side's
 # temporary folders are its own: pytest removes all but the newest three runs' folders from its
 # shared one, so another run started meanwhile (a second checkout, a quick pytest) deleted this

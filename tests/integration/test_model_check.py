@@ -83,7 +83,7 @@ def short_reference(folder) -> str:
 @pytest.mark.parametrize("cpu", [emulator.HASWELL, emulator.NEHALEM])
 def test_every_shipped_model_answers_as_recorded_on_cpus_without_avx512_or_avx2(cpu, tmp_path):
     # ONNX Runtime picks its kernels (AVX-512 VNNI, AVX2, SSE) by cpuid; this machine may run only
-    # the first. The check itself, under an emulated Haswell (AVX2) and Nehalem (SSE4.2).
+    # the first. The check on its short probes, under an emulated Haswell (AVX2) and Nehalem (SSE4.2).
     script = [sys.executable, "-c", SHORT_CHECK, short_reference(tmp_path)]
     command, env = emulator.emulated(cpu, script)
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=True, env=env)
