@@ -6,9 +6,9 @@ AVX-512 and AVX2 code with cpuid at run time, so only a CPU without them shows t
 is right. qemu's user mode runs one program, and the processes it forks, as a chosen CPU model:
 cpuid answers for that model, and its translator has no AVX-512 at all, so an AVX-512
 instruction outside a run-time switch dies with `SIGILL` as it did on users' machines. The same
-emulator runs arm64 programs, so the shipped models are also run as Linux on ARM (NEON, SVE, SME),
-which chatmem says it runs on, with Debian 12's arm64 Python and the aarch64 wheels of the
-compiled packages they need.
+emulator runs arm64 programs, so the shipped models are also run, and videos decoded, as Linux on
+ARM (NEON, SVE, SME), which chatmem says it runs on, with Debian 12's arm64 Python and the aarch64
+wheels of the compiled packages they need.
 
 `make test` runs this module first: it fetches Debian's qemu-user 10, those arm64 Debian packages
 and those wheels (`apt-get download` and `pip install --target`: no root, nothing installed
@@ -44,9 +44,10 @@ QEMU_PACKAGE = "qemu-user/bookworm-backports"
 EMULATORS = ("qemu-x86_64", "qemu-aarch64")
 
 # Linux on ARM: Debian 12's arm64 Python 3.11 with the libraries it and the wheels load, and the
-# aarch64 wheels (cp311, at this venv's versions) of the compiled packages the model check imports;
-# the pure-Python rest comes from this venv. `ready` is written last: a half-fetched folder is
-# fetched again.
+# aarch64 wheels (cp311, at this venv's versions) of the compiled packages the model check and the
+# video check import; the pure-Python rest comes from this venv. `ready` is written last and names
+# the wheels: a half-fetched folder, or one fetched for another list or other versions, is fetched
+# again.
 ARM = TOOLS / "arm64"
 ARM_ROOT, ARM_SITE, ARM_READY = ARM / "root", ARM / "site", ARM / "ready"
 BOOKWORM_ARM64 = "deb [arch=arm64] http://deb.debian.org/debian bookworm main\n"
@@ -54,7 +55,9 @@ ARM_DEBS = (
     "python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib", "libc6", "libgcc-s1", "libstdc++6",
     "libssl3", "zlib1g", "libexpat1", "libffi8", "libbz2-1.0", "liblzma5", "libcrypt1", "libuuid1", "libzstd1",
 )  # fmt: skip
-ARM_WHEELS = ("numpy", "onnxruntime", "tokenizers", "psycopg-binary", "psutil", "pydantic-core")
+ARM_WHEELS = (
+    "numpy", "onnxruntime", "tokenizers", "psycopg-binary", "psutil", "pydantic-core", "opencv-python-headless",
+)  # fmt: skip
 AARCH64 = ("manylinux_2_28_aarch64", "manylinux_2_17_aarch64", "manylinux2014_aarch64")
 
 # The CPU models the checks run on: AMD Zen 1 (AVX2, no AVX-512, where the old pgvector crashed),
@@ -141,7 +144,7 @@ def _fetch_arm() -> str:
         for deb in debs:
             subprocess.run(["dpkg-deb", "-x", str(deb), str(ARM_ROOT)], check=True, capture_output=True)
     platforms = [option for tag in AARCH64 for option in ("--platform", tag)]
-    wheels = [f"{name}=={installed(name)}" for name in ARM_WHEELS]
+    wheels = arm_wheels()
     got = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target", str(ARM_SITE),
          *platforms, "--python-version", "3.11", "--only-binary=:all:", "--no-deps", *wheels],
@@ -149,8 +152,16 @@ def _fetch_arm() -> str:
     )  # fmt: skip
     if got.returncode != 0:
         return f"could not fetch the aarch64 wheels ({got.stderr.strip()[-300:]})"
-    ARM_READY.touch()
+    ARM_READY.write_text("\n".join(wheels) + "\n")
     return f"fetched Debian's arm64 Python 3.11 and {len(wheels)} aarch64 wheels"
+
+
+def arm_wheels() -> list[str]:
+    return [f"{name}=={installed(name)}" for name in ARM_WHEELS]
+
+
+def arm_ready() -> bool:
+    return ARM_READY.is_file() and ARM_READY.read_text().split() == arm_wheels()
 
 
 def fetch() -> str:
@@ -164,7 +175,7 @@ def fetch() -> str:
     done = []
     if find() is None or find("qemu-aarch64") is None:
         done.append(_fetch_emulators())
-    if not ARM_READY.exists():
+    if not arm_ready():
         done.append(_fetch_arm())
     return "; ".join(done) or f"using what {TOOLS} holds"
 
@@ -204,8 +215,8 @@ def arm_python(cpu: str, script: str, *args: str) -> tuple[list[str], dict[str, 
     """A command and its environment that run `script` (with `args`) in Debian's arm64 Python as
     the ARM CPU model `cpu`, with chatmem and this venv's pure-Python packages importable."""
     arm = qemu("qemu-aarch64")
-    if not ARM_READY.exists():
-        _missing("needs Debian's arm64 Python and the aarch64 wheels")
+    if not arm_ready():
+        _missing("needs Debian's arm64 Python and the aarch64 wheels at this venv's versions")
     venv = sysconfig.get_paths()["purelib"]
     preamble = f"import site; site.addsitedir({venv!r})\n"  # the editable install's finder, and the rest
     command = [

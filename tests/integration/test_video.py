@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from chatmem.adapters.analysis_runner import IsolatedReader, ReaderSpec
@@ -153,6 +154,41 @@ def test_videos_decode_to_the_same_pictures_on_cpus_without_avx512_or_avx2(cpu):
     command, env = emulator.emulated(cpu, command)
     emulated = subprocess.run(command, capture_output=True, text=True, check=True, timeout=300, env=env).stdout
     assert native.count("VideoInfo") == len(paths) and emulated == native
+
+
+# Each picture's pixels as a .npy file in argv[1], for a comparison that allows rounding.
+PICTURES = """
+import sys
+from pathlib import Path
+import cv2, numpy as np
+from chatmem.adapters.video import OpenCvVideoReader
+out = Path(sys.argv[1])
+for path in map(Path, sys.argv[2:]):
+    seen = OpenCvVideoReader(40_000_000).frames(path.read_bytes(), 8)
+    print(path.name, seen.info, [moment for moment, _ in seen.pictures])
+    for i, (_, png) in enumerate(seen.pictures):
+        np.save(out / f"{path.stem}-{i}.npy", cv2.imdecode(np.frombuffer(png, np.uint8), cv2.IMREAD_COLOR))
+"""
+
+
+@pytest.mark.emulated
+def test_videos_decode_on_arm_to_the_pictures_decoded_here(tmp_path):
+    # OpenCV's aarch64 wheel carries its own FFmpeg build, with NEON code, for Linux on ARM. The
+    # same moments come out with the same pictures; only the conversion from the video's colours
+    # rounds its own way there, by one level at most (seen: a few pixels in a hundred).
+    paths = [str(p) for p in sorted(VIDEOS.glob("*")) if p.suffix != ".md"]
+    here, arm = tmp_path / "here", tmp_path / "arm"
+    here.mkdir(), arm.mkdir()
+    command = [sys.executable, "-c", PICTURES, str(here), *paths]
+    native = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120).stdout
+    command, env = emulator.arm_python(emulator.ARM_MAX, PICTURES, str(arm), *paths)
+    emulated = subprocess.run(command, capture_output=True, text=True, check=True, timeout=240, env=env).stdout
+    assert native.count("VideoInfo") == len(paths) and emulated == native
+    names = sorted(p.name for p in here.glob("*.npy"))
+    assert len(names) >= len(paths) and names == sorted(p.name for p in arm.glob("*.npy"))
+    for name in names:
+        mine, theirs = np.load(here / name).astype(int), np.load(arm / name).astype(int)
+        assert mine.shape == theirs.shape and np.abs(mine - theirs).max() <= 1, name
 
 
 def test_what_ffmpeg_meets_in_a_damaged_video_stays_out_of_the_workers_log():
