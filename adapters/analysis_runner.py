@@ -297,7 +297,7 @@ def main(argv: list[str]) -> None:
     sock = socket.socket(fileno=int(fd))
     _exit_with(int(parent))
     try:  # Linux: if a file eats the memory, the kernel's OOM killer takes this process, not the worker
-        with open("/proc/self/oom_score_adj", "w") as adj:
+        with open("/proc/self/oom_score_adj", "w", encoding="utf-8") as adj:
             adj.write("1000")
     except OSError:
         pass

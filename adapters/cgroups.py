@@ -54,7 +54,7 @@ def cpu_limit(root: Path = ROOT, proc_cgroup: Path = PROC_CGROUP) -> float | Non
 def _paths(proc_cgroup: Path) -> list[tuple[list[str], str]]:
     """Each line of /proc/self/cgroup as (its controllers, its path); v2's line has none."""
     try:
-        lines = proc_cgroup.read_text().splitlines()
+        lines = proc_cgroup.read_text(encoding="utf-8").splitlines()
     except OSError:
         return []
     out = []
@@ -88,7 +88,7 @@ def _up(root: Path, path: str, name: str) -> list[Path]:
 
 def _read(file: Path) -> str | None:
     try:
-        return file.read_text().strip()
+        return file.read_text(encoding="utf-8").strip()
     except OSError:
         return None
 

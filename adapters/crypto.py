@@ -126,13 +126,13 @@ def load_or_create_kek(path: Path) -> bytes:
     database backups, or erasure means nothing for those)."""
     if path.exists():
         try:
-            return kek_from_setting(path.read_text())
+            return kek_from_setting(path.read_text(encoding="utf-8"))
         except KeyUnusable as error:
             raise KeyUnusable(f"{path}: {error}") from error
     key = new_key()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(base64.b64encode(key).decode() + "\n")
     log.warning(
         "created the key-encryption key %s: back it up, apart from database backups; without it the "

@@ -7,6 +7,7 @@ stay the same (fetch.py's token filter redacts messages and tracebacks before th
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import os
@@ -40,7 +41,23 @@ def current_ids() -> dict[str, str]:
     return {k: v for k, var in _ids.items() if (v := var.get()) is not None}
 
 
+def is_utf8(stream: object) -> bool:
+    """Whether a text stream writes UTF-8, which holds every character a chat has. A machine set
+    to a legacy locale (ISO-8859-1, say) gives its streams that encoding instead."""
+    encoding = getattr(stream, "encoding", None)
+    try:
+        return isinstance(encoding, str) and codecs.lookup(encoding).name == "utf-8"
+    except LookupError:
+        return False
+
+
 class JsonFormatter(logging.Formatter):
+    def __init__(self, ascii_only: bool = False):
+        super().__init__()
+        # On a stream that is not UTF-8, an emoji would be escaped as Python escapes it (\U0001f600),
+        # which no JSON reader takes: JSON's own escapes (\ud83d\ude00) instead.
+        self.ascii_only = ascii_only
+
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, object] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
@@ -60,14 +77,15 @@ class JsonFormatter(logging.Formatter):
             line["exception"] = record.exc_text
         if record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(line, ensure_ascii=False, default=str)
+        return json.dumps(line, ensure_ascii=self.ascii_only, default=str)
 
 
 def configure_logging(level: str, fmt: str = "text") -> None:
     """The root handler of this process, in the chosen format (a no-op when the root logger
     already has a handler, as logging.basicConfig)."""
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    json_lines = JsonFormatter(ascii_only=not is_utf8(handler.stream))
+    handler.setFormatter(json_lines if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler])
     if fmt == "json":
         logging.captureWarnings(True)  # a library's warning is a line too: in JSON, not raw on stderr

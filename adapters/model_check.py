@@ -103,7 +103,8 @@ def write_reference(out: Path = REFERENCE_FILE) -> Path:
             },
             separators=(",", ":"),
         )
-        + "\n"
+        + "\n",
+        encoding="utf-8",
     )
     return out
 
@@ -120,7 +121,7 @@ def check_models(
     key = _cache_key([path for path, _ in chosen.values()], reference) if cache is not None else None
     if cache is not None and key is not None and (kept := _read_cache(cache, key)) is not None:
         return kept
-    recorded = json.loads(reference.read_text())
+    recorded = json.loads(reference.read_text(encoding="utf-8"))
     checks = [_check(name, path, run, recorded) for name, (path, run) in chosen.items()]
     if cache is not None and key is not None and all(c.problem is None for c in checks):
         _write_cache(cache, key, checks)  # only a pass: a problem is looked at again each time
@@ -156,7 +157,7 @@ def _stat(path: Path) -> os.stat_result | None:
 
 def _read_cache(cache: Path, key: str) -> list[ModelCheck] | None:
     try:
-        kept = json.loads(cache.read_text())
+        kept = json.loads(cache.read_text(encoding="utf-8"))
         if kept.get("key") != key:
             return None
         return [ModelCheck(c["model"], c["deviation"], None) for c in kept["checks"]]
@@ -169,7 +170,7 @@ def _write_cache(cache: Path, key: str, checks: list[ModelCheck]) -> None:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
         kept = [{"model": c.model, "deviation": c.deviation} for c in checks]
-        tmp.write_text(json.dumps({"key": key, "checks": kept}))
+        tmp.write_text(json.dumps({"key": key, "checks": kept}), encoding="utf-8")
         tmp.replace(cache)  # atomic: two `chatmem status` at once never read half a file
     except OSError:
         pass  # a read-only home: the check runs each time, as without a cache

@@ -73,7 +73,9 @@ def missing(pgdata: Path, has: Callable[[str], bool] = available) -> str | None:
     conf = pgdata / "postgresql.conf"
     if not conf.exists():
         return None
-    named = re.findall(r"^\s*lc_(?:messages|monetary|numeric|time)\s*=\s*'([^']*)'", conf.read_text(), re.M)
+    named = re.findall(
+        r"^\s*lc_(?:messages|monetary|numeric|time)\s*=\s*'([^']*)'", conf.read_text(encoding="utf-8"), re.M
+    )
     for name in dict.fromkeys(named):
         if name not in ("", "C", "POSIX") and not has(name):
             return name

@@ -40,22 +40,22 @@ def write(pgdata: Path, text: str) -> None:
     """Write chatmem.conf and include it from postgresql.conf once. Both stay owned by the data
     folder's owner (the `pgserver` user when root starts the server)."""
     conf = pgdata / CONF_FILE
-    if not conf.exists() or conf.read_text() != text:
-        conf.write_text(text)
+    if not conf.exists() or conf.read_text(encoding="utf-8") != text:
+        conf.write_text(text, encoding="utf-8")
         _owned_like(conf, pgdata)
     main = pgdata / "postgresql.conf"
-    lines = main.read_text().splitlines()
+    lines = main.read_text(encoding="utf-8").splitlines()
     if INCLUDE not in lines:
-        with main.open("a") as f:
+        with main.open("a", encoding="utf-8") as f:
             f.write(f"\n{INCLUDE}\n")
 
 
 def clear(pgdata: Path) -> bool:
     """Empty chatmem.conf, so the server starts on Postgres's defaults; False when it set nothing."""
     conf = pgdata / CONF_FILE
-    if not conf.exists() or conf.read_text() == _HEADER:
+    if not conf.exists() or conf.read_text(encoding="utf-8") == _HEADER:
         return False
-    conf.write_text(_HEADER)
+    conf.write_text(_HEADER, encoding="utf-8")
     return True
 
 

@@ -106,7 +106,7 @@ class EmbeddedPostgres:
 
     def major_version(self) -> int | None:
         version = self.pgdata / "PG_VERSION"
-        return int(version.read_text().strip()) if version.exists() else None
+        return int(version.read_text(encoding="utf-8").strip()) if version.exists() else None
 
     def start(self) -> str:
         pgs = _pgserver()
@@ -392,7 +392,7 @@ class EmbeddedRedis:
     def _setting(self, name: str) -> str | None:
         if not self.conf.exists():
             return None
-        for line in self.conf.read_text().splitlines():
+        for line in self.conf.read_text(encoding="utf-8").splitlines():
             if line.startswith(f"{name} "):
                 return line.split()[1]
         return None
@@ -437,7 +437,8 @@ class EmbeddedRedis:
                     "protected-mode yes",
                     "",
                 ]
-            )
+            ),
+            encoding="utf-8",
         )
 
     def start(self) -> str:
@@ -451,7 +452,7 @@ class EmbeddedRedis:
         port = self._port()
         if port is None or not _port_free(port):
             port = self.requested_port or _free_port()
-        if self.pidfile.exists() and pid_alive(int(self.pidfile.read_text().strip() or 0)):
+        if self.pidfile.exists() and pid_alive(int(self.pidfile.read_text(encoding="utf-8").strip() or 0)):
             # A server of this folder is alive but did not answer in time: never start a second one.
             raise ServiceUnavailable(f"embedded Redis (pid file {self.pidfile}) is running but not answering")
         self._write_conf(port, self._setting("requirepass") or secrets.token_hex(24))

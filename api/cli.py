@@ -18,7 +18,7 @@ from rich.table import Table
 
 from chatmem.api import cli_read
 from chatmem.api.cli_attachments import attachments_app
-from chatmem.api.common import cli_container, cli_settings, console, start_metrics
+from chatmem.api.common import cli_container, cli_settings, console, print_json, printable_output, start_metrics
 from chatmem.serving import ready_to_serve
 
 if TYPE_CHECKING:
@@ -293,7 +293,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> 
 
     rep = report(cli_container(cli_settings(), start=False, require_migrated=False))
     if as_json:
-        print(rep.model_dump_json(indent=2))
+        print_json(rep.model_dump_json(indent=2))
         return
     table = Table(title="chatmem status", show_header=False)
     for st in rep.services:
@@ -419,7 +419,7 @@ def replay(
     from chatmem.schemas.events import InvalidEvent, validate_identifier
 
     if threads_file is not None:
-        thread = [t for t in threads_file.read_text().split() if t]
+        thread = [t for t in threads_file.read_text(encoding="utf-8").split() if t]
     elif bool(thread) == all_threads:
         console.print("[red]give --thread T (one or more) or --all[/red]")
         raise typer.Exit(2)
@@ -484,7 +484,7 @@ def _replay_in_processes(c: Container, llm: CachedLLM, counts: dict[str, int], j
         procs = []
         for k, share in enumerate(others):
             listing = Path(tmp) / f"threads-{k}"
-            listing.write_text("\n".join(share))
+            listing.write_text("\n".join(share), encoding="utf-8")
             args = [sys.executable, "-m", "chatmem.api.cli", "replay", "--threads-file", str(listing)]
             procs.append(subprocess.Popen([*args, *(["--refresh-llm"] if refresh_llm else [])]))
         try:
@@ -711,7 +711,7 @@ def bench_topicseg(
     candidate = None
     if weights is not None:
         try:
-            candidate = BoundaryScorer.from_json(json.loads(weights.read_text()))
+            candidate = BoundaryScorer.from_json(json.loads(weights.read_text(encoding="utf-8")))
         except (ValueError, KeyError, TypeError) as e:
             console.print(f"[red]{weights} is not a segmenter weights file: {e}[/red]")
             raise typer.Exit(2) from e
@@ -880,7 +880,7 @@ def bench_export_onnx(
     cli_settings()
     figures = run(data, out or default_output(), console.print)
     if report is not None:
-        report.write_text(json.dumps(figures, indent=2) + "\n")
+        report.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
 
 
 @bench_app.command("model-reference")
@@ -1048,6 +1048,7 @@ def main() -> None:
     from chatmem.adapters.pgcheck import VectorSupportError
     from chatmem.adapters.services import ServiceUnavailable
 
+    printable_output()
     try:
         app()
     except (ServiceUnavailable, VectorSupportError) as error:

@@ -7,7 +7,7 @@ import json
 import typer
 from rich.table import Table
 
-from chatmem.api.common import cli_container, cli_settings, console
+from chatmem.api.common import cli_container, cli_settings, console, print_json
 
 attachments_app = typer.Typer(help="Attachments: status, failure reasons, retries.", no_args_is_help=True)
 
@@ -25,7 +25,7 @@ def attachments_list(
         raise typer.Exit(2)
     rows = cli_container(cli_settings()).attachment_store.listing(status, thread, limit)
     if as_json:
-        print(json.dumps(rows, default=str, ensure_ascii=False))
+        print_json(json.dumps(rows, default=str, ensure_ascii=False), indent=None)
         return
     table = Table()
     for col in ("thread", "message event", "file", "status", "reason / description"):

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from chatmem.api.common import cli_container, cli_settings, console, start_metrics
+from chatmem.api.common import cli_container, cli_settings, console, print_json, start_metrics
 from chatmem.serving import ready_to_serve
 
 keys_app = typer.Typer(help="API keys for the HTTP API (each scoped to its users).", no_args_is_help=True)
@@ -45,7 +45,7 @@ def context(
         console.print(f"[red]no thread {thread!r} for user {user!r}[/red]")
         raise typer.Exit(1) from None
     if as_json:
-        print(bundle.model_dump_json(indent=2))
+        print_json(bundle.model_dump_json(indent=2))
         return
     table = Table(title=f"context · {bundle.tokens}/{bundle.max_tokens} tokens ({bundle.counter})")
     for col in ("section", "tokens", "budget", "items", "trimmed", "first item"):
@@ -86,7 +86,7 @@ def recall(
         console.print(f"[red]no thread {thread!r} for user {user!r}[/red]")
         raise typer.Exit(1) from None
     if as_json:
-        print(result.model_dump_json(indent=2))
+        print_json(result.model_dump_json(indent=2))
         return
     table = Table(title=f"recall · {query!r} · {scope_.value}")
     for col in ("#", "kind", "score", "where", "snippet"):
@@ -593,7 +593,7 @@ def export(
         (files / name).write_bytes(c.blobs.get(sha))
         item["file"] = f"files/{name}"
         copied += 1
-    (out / "export.json").write_text(json.dumps(data, default=str, ensure_ascii=False, indent=2))
+    (out / "export.json").write_text(json.dumps(data, default=str, ensure_ascii=False, indent=2), encoding="utf-8")
     counts = ", ".join(f"{len(data[k])} {k}" for k in ("events", "messages", "episodes", "summaries", "facts"))
     console.print(f"exported {user_id} to {out / 'export.json'}: {counts}, {copied} files")
 

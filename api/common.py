@@ -2,19 +2,37 @@
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
-from chatmem.adapters.logs import configure_logging
+from chatmem.adapters.logs import configure_logging, is_utf8
 from chatmem.schemas.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from chatmem.bootstrap import Container
 
 console = Console()
+
+
+def printable_output() -> None:
+    """On a machine set to a legacy locale (ISO-8859-1, say), stdout and stderr show what they can
+    and escape the rest (a message's emoji as \U0001f600) instead of failing on it."""
+    for stream in (sys.stdout, sys.stderr):
+        if not is_utf8(stream) and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
+def print_json(text: str, indent: int | None = 2) -> None:
+    """A JSON document on stdout; where stdout is not UTF-8, with JSON's own escapes for what its
+    encoding cannot hold, so any JSON reader still reads it."""
+    if not is_utf8(sys.stdout):
+        text = json.dumps(json.loads(text), indent=indent, ensure_ascii=True)
+    print(text)
 
 
 def cli_settings() -> Settings:

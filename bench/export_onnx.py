@@ -41,7 +41,7 @@ def sample_texts(eval_dir: Path, n: int = SAMPLE_SIZE, seed: int = SEED) -> list
     """A fixed sample of real dialogue texts: LoCoMo turns, TIAGE and SuperDialseg utterances
     (about half, a third and a sixth), and 2% whole LoCoMo sessions, which are longer than the
     model's 256 tokens and so check truncation."""
-    locomo = json.loads((eval_dir / "locomo" / "locomo_dev.json").read_text())
+    locomo = json.loads((eval_dir / "locomo" / "locomo_dev.json").read_text(encoding="utf-8"))
     turns: list[str] = []
     sessions: list[str] = []
     for sample in locomo:
@@ -53,10 +53,10 @@ def sample_texts(eval_dir: Path, n: int = SAMPLE_SIZE, seed: int = SEED) -> list
                 sessions.append(" ".join(texts))
     tiage: list[str] = []
     for name in ("anno_train.json", "anno_dev.json"):
-        for utterances in json.loads((eval_dir / "topicseg" / name).read_text()).values():
+        for utterances in json.loads((eval_dir / "topicseg" / name).read_text(encoding="utf-8")).values():
             tiage.extend(u[0] for u in utterances if u[0].strip())
     superseg: list[str] = []
-    for line in (eval_dir / "topicseg" / "superseg_validation.defdts.jsonl").read_text().splitlines():
+    for line in (eval_dir / "topicseg" / "superseg_validation.defdts.jsonl").read_text(encoding="utf-8").splitlines():
         if line.strip():
             for part in json.loads(line)["dialogue"].split("[NEWLINE]"):
                 _, _, text = part.strip().partition(":")

@@ -15,7 +15,7 @@ from chatmem.adapters.pgcheck import cpu_report
 def brand(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     """The CPU's model name as the kernel reports it (a virtual machine may shorten it)."""
     try:
-        for line in cpuinfo.read_text(errors="replace").splitlines():
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
             key, _, value = line.partition(":")
             if key.strip() == "model name" and value.strip():
                 return value.strip()

@@ -168,7 +168,7 @@ def _cli(env: dict[str, str], *args: str) -> tuple[float, int, int | None]:
     status = Path(f"/proc/{proc.pid}/status")
     while proc.poll() is None:
         try:
-            for line in status.read_text().splitlines():
+            for line in status.read_text(encoding="utf-8").splitlines():
                 if line.startswith("VmHWM:"):
                     peak = int(line.split()[1]) * 1024
         except (OSError, ValueError, IndexError):
@@ -361,7 +361,7 @@ def write_meta_export(folder: Path, n_messages: int, seed: int = 7) -> Path:
                 "thread_path": f"inbox/{thread.name}",
                 "messages": messages[start : start + 5_000],
             }
-            (thread / f"message_{number}.json").write_text(json.dumps(doc))
+            (thread / f"message_{number}.json").write_text(json.dumps(doc), encoding="utf-8")
         written += count
         conversation += 1
     return folder
@@ -377,8 +377,8 @@ def write_slack_export(folder: Path, n_messages: int, seed: int = 7) -> Path:
         for k, (name, _) in enumerate(AUTHORS)
     ]
     channels = [{"id": f"C{k:04d}", "name": name} for k, name in enumerate(("general", "trip", "random"))]
-    (folder / "users.json").write_text(json.dumps(users))
-    (folder / "channels.json").write_text(json.dumps(channels))
+    (folder / "users.json").write_text(json.dumps(users), encoding="utf-8")
+    (folder / "channels.json").write_text(json.dumps(channels), encoding="utf-8")
     ts = 1_700_000_000.0
     per_day, written = 400, 0
     day = datetime(2023, 11, 14)
@@ -406,7 +406,7 @@ def write_slack_export(folder: Path, n_messages: int, seed: int = 7) -> Path:
                     }
                 ]
             messages.append(message)
-        (folder / channel / f"{day:%Y-%m-%d}.json").write_text(json.dumps(messages, indent=1))
+        (folder / channel / f"{day:%Y-%m-%d}.json").write_text(json.dumps(messages, indent=1), encoding="utf-8")
         written += len(messages)
         day += timedelta(days=1)
     return folder

@@ -109,7 +109,9 @@ def processed(
 ) -> Iterator[tuple[Container, list[dict], str]]:
     """The conversations of `data` processed by the real pipeline: the container, the corpus and
     a line saying what the pipeline did (or that a kept database was reused)."""
-    corpus = [s for s in json.loads(Path(data).read_text()) if samples is None or s["sample_id"] in samples]
+    corpus = [
+        s for s in json.loads(Path(data).read_text(encoding="utf-8")) if samples is None or s["sample_id"] in samples
+    ]
     events = list(locomo_events(data, samples))
     # A turn id a file repeats makes one event id, stored once: counting events would wait for a
     # message that never comes, until the settle limit (15 minutes) fails the run.
@@ -164,7 +166,7 @@ def run(
         scores, latencies, lines = _ask(c, corpus)
         shown = _bundles(c, corpus, bundles)
     if out:
-        out.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        out.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     figures = _report(console, data, corpus, scores, ranker)
     if shown:
         figures["bundles"] = _report_bundles(console, shown)

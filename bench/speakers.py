@@ -211,7 +211,9 @@ class SpeakerModel:
 
 @lru_cache(maxsize=1)
 def shipped_speakers() -> SpeakerModel:
-    return SpeakerModel.from_json(json.loads(resources.files("chatmem.bench").joinpath(WEIGHTS_FILE).read_text()))
+    return SpeakerModel.from_json(
+        json.loads(resources.files("chatmem.bench").joinpath(WEIGHTS_FILE).read_text(encoding="utf-8"))
+    )
 
 
 def at_closings(

@@ -34,7 +34,7 @@ def load(path: Path) -> list[tuple[str, Dialogue]]:
     dialogue is one segment. The domain is the service without its number ("Restaurants_2":
     Restaurants)."""
     out = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         if not line.strip():
             continue
         row = json.loads(line)

@@ -19,10 +19,10 @@ BLOCK = 40
 def texts_from(path: Path) -> list[str]:
     """Turn texts from a LoCoMo .json, a Def-DTS .jsonl or a chatmem events .jsonl file."""
     if path.suffix == ".json":
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
         return [t["text"] for s in data for k, v in s["conversation"].items() if isinstance(v, list) for t in v]
     out = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         if "dialogue" in row:
             out += [u.split(":", 1)[-1] for u in row["dialogue"].split("[NEWLINE]") if "[BOUNDARY]" not in u]

@@ -55,10 +55,12 @@ def load(path: Path, speakers: SpeakerModel | Literal["shipped"] | None = "shipp
     (None: nobody is, the file as written)."""
     model = shipped_speakers() if speakers == "shipped" else speakers
     if path.suffix == ".jsonl":
-        rows = [_defdts_lines(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+        rows = [
+            _defdts_lines(json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+        ]
         by_position = model is not None and names_follow_positions([r.names for r in rows])
         return _defdts(rows, model, by_position)
-    return _tiage(json.loads(path.read_text()), model)
+    return _tiage(json.loads(path.read_text(encoding="utf-8")), model)
 
 
 def names_follow_positions(names: list[list[str]]) -> bool:
@@ -306,7 +308,7 @@ def run(
             messages = max(sum(len(d.texts) for d in dialogues), 1)
             ms_a_message[segmenter] = 1000 * (time.perf_counter() - started) / messages
         if out is not None and segmenter == first:
-            with open(out, "w") as fh:
+            with open(out, "w", encoding="utf-8") as fh:
                 for d, h in zip(dialogues, hyps, strict=True):
                     fh.write(json.dumps({"id": d.id, "ends_segment": h}) + "\n")
         scores[segmenter] = evaluate([d.ends_segment for d in dialogues], hyps)

@@ -183,6 +183,6 @@ def run(
                     "oof_auc": round(auc(y, oof), 4)},
     }  # fmt: skip
     cache_dir.mkdir(parents=True, exist_ok=True)
-    (cache_dir / PAIR_FILE).write_text(json.dumps(result) + "\n")
+    (cache_dir / PAIR_FILE).write_text(json.dumps(result) + "\n", encoding="utf-8")
     say(f"wrote {out} ({out.stat().st_size:,} bytes) and {cache_dir / PAIR_FILE}")
     return result

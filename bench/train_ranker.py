@@ -309,7 +309,7 @@ def run(
             name: None if math.isnan(fig["learned"]) else round(fig["learned"], 4) for name, fig in final_cv.items()
         },
     }
-    out.write_text(weights_json(model, trained) + "\n")
+    out.write_text(weights_json(model, trained) + "\n", encoding="utf-8")
     console.print(f"wrote {out}")
     return final_cv
 

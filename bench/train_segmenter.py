@@ -634,7 +634,7 @@ def labelled(dialogues: Sequence[Dialogue], cache: EmbeddingCache, kind: str) ->
 
 
 def write_defdts(path: Path, dialogues: Sequence[Dialogue]) -> None:
-    with open(path, "w") as fh:
+    with open(path, "w", encoding="utf-8") as fh:
         for d in dialogues:
             lines: list[str] = []
             for role, text, end in zip(d.roles, d.texts, d.ends_segment, strict=True):
@@ -673,11 +673,11 @@ def run(
     )
     closings = closings_of(cache.embed)
     pair_file = cache_dir / PAIR_FILE
-    pair = json.loads(pair_file.read_text()) if pair_file.exists() else None
+    pair = json.loads(pair_file.read_text(encoding="utf-8")) if pair_file.exists() else None
     if pair is None:
         say(f"no {pair_file}: the bag alone, with no pair model among people (`chatmem bench train-pair` writes it)")
     trained = train(tiage, superseg, seed, closings=closings, pair=pair, tasks=tasks)
-    out.write_text(json.dumps(trained.scorer.to_json(trained.summary), separators=(",", ":")) + "\n")
+    out.write_text(json.dumps(trained.scorer.to_json(trained.summary), separators=(",", ":")) + "\n", encoding="utf-8")
     say(
         f"wrote {out} ({out.stat().st_size:,} bytes): shift_threshold {trained.scorer.threshold}, "
         f"early margin {trained.scorer.early_margin} (with an assistant in view); "

@@ -104,7 +104,7 @@ def run(data_dir: Path, out: Path | None, say: Callable[[str], None]) -> Speaker
     people = load(data_dir / "anno_train.json", speakers=None)
     with_bots = [d for d in load(data_dir / "superseg_validation.defdts.jsonl", speakers=None) if not is_tune(d.id)]
     model, summary = fit(people, with_bots)
-    out.write_text(json.dumps(model.to_json(summary), separators=(",", ":")) + "\n")
+    out.write_text(json.dumps(model.to_json(summary), separators=(",", ":")) + "\n", encoding="utf-8")
     say(
         f"wrote {out}: window {model.window}, bar {model.bar} (TIAGE train's highest by window: "
         + ", ".join(f"{w} {h}" for w, h in summary["people_highest"].items())

@@ -397,5 +397,5 @@ class BoundaryScorer:
 
 @lru_cache(maxsize=1)
 def shipped_scorer() -> BoundaryScorer:
-    text = resources.files("chatmem.memory").joinpath(WEIGHTS_FILE).read_text()
+    text = resources.files("chatmem.memory").joinpath(WEIGHTS_FILE).read_text(encoding="utf-8")
     return BoundaryScorer.from_json(json.loads(text))

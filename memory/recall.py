@@ -370,7 +370,7 @@ def load_ranker(text: str) -> Bag:
 @lru_cache(maxsize=1)
 def shipped_ranker() -> Bag:
     """The model trained by `chatmem bench train-ranker` (bench/train_ranker.py), package data."""
-    return load_ranker(resources.files("chatmem.memory").joinpath(RANKER_FILE).read_text())
+    return load_ranker(resources.files("chatmem.memory").joinpath(RANKER_FILE).read_text(encoding="utf-8"))
 
 
 def rank_turns(

@@ -85,7 +85,7 @@ def locomo_events(path: Path, samples: set[str] | None = None) -> Iterator[Messa
     turn (user_id = the speaker, platform message id = dia_id, time = the session's time plus
     the turn's index in seconds, an image's caption as an attachment caption). Event ids are
     derived from the turn, so importing twice stores everything once."""
-    data = json.loads(Path(path).read_text())
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
     for sample in data:
         sample_id = str(sample["sample_id"])
         if samples is not None and sample_id not in samples:

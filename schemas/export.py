@@ -22,9 +22,9 @@ def write_schemas(check: bool = False) -> list[str]:
     stale = []
     for name, text in rendered().items():
         path = SCHEMA_DIR / name
-        if not path.exists() or path.read_text() != text:
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
             stale.append(name)
             if not check:
                 SCHEMA_DIR.mkdir(exist_ok=True)
-                path.write_text(text)
+                path.write_text(text, encoding="utf-8")
     return stale

@@ -161,7 +161,7 @@ def arm_wheels() -> list[str]:
 
 
 def arm_ready() -> bool:
-    return ARM_READY.is_file() and ARM_READY.read_text().split() == arm_wheels()
+    return ARM_READY.is_file() and ARM_READY.read_text(encoding="utf-8").split() == arm_wheels()
 
 
 def fetch() -> str:

@@ -210,7 +210,7 @@ class Supervisor:
         }
         tmp = self.state_file.with_suffix(".tmp")
         tmp.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(data))
+        tmp.write_text(json.dumps(data), encoding="utf-8")
         tmp.replace(self.state_file)  # atomic: a reader never sees half a file
 
     def __enter__(self) -> Supervisor:
@@ -225,7 +225,7 @@ def read_state(state_file: Path) -> list[ProcessState]:
     """The processes of a running `chatmem up`, or [] when none runs (no file, or its
     supervisor is gone)."""
     try:
-        data = json.loads(state_file.read_text())
+        data = json.loads(state_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
     pid = data.get("pid")

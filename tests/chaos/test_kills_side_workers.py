@@ -124,7 +124,9 @@ def test_kill9_facts_and_attachments_workers(settings_factory, embedded, tmp_pat
             assert wait_for(images_read, 120, 0.5), (_rows(c, by_status), stack.tail())
             assert wait_for(facts_done, 120, 0.5), stack.tail()
             # The held job came back through the sweeper, not the broker.
-            assert re.search(r"and [1-9]\d* fact jobs", (tmp_path / "stack.log").read_text()), stack.tail()
+            assert re.search(r"and [1-9]\d* fact jobs", (tmp_path / "stack.log").read_text(encoding="utf-8")), (
+                stack.tail()
+            )
             # Each image read into one artifact (a second claimant would have failed on the key),
             # and the facts the messages state were written.
             assert _rows(c, "SELECT count(*) FROM artifacts")[0][0] == n_images

@@ -82,7 +82,7 @@ def test_stdio_client_adds_a_memory_and_finds_it_with_its_citation(stack, tmp_pa
     )
 
     async def main() -> None:
-        with open(tmp_path / "mcp-stderr.log", "w") as errlog:
+        with open(tmp_path / "mcp-stderr.log", "w", encoding="utf-8") as errlog:
             async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
                 await session.initialize()
                 await add_and_find(session, "alice")

@@ -101,8 +101,8 @@ def test_the_ranker_trainer_runs_end_to_end_on_a_sample(container, tmp_path):
     cv = run(container.settings, Console(file=printed, width=200), write_sample(tmp_path), out)
     assert cv["all"]["questions"] == 3 and cv["all"]["linear"] > 0
     assert "one conversation" in printed.getvalue()  # nothing to hold out: said, not scored 0
-    model = load_ranker(out.read_text())
-    assert json.loads(out.read_text())["trained"]["questions"] == 3
+    model = load_ranker(out.read_text(encoding="utf-8"))
+    assert json.loads(out.read_text(encoding="utf-8"))["trained"]["questions"] == 3
     assert len(model.members) == 5 and all(m.skip is not None for m in model.members)
 
 

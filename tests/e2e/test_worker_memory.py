@@ -22,11 +22,11 @@ GIB = 1 << 30
 
 def _our_memory_cgroup() -> tuple[Path, str] | None:
     """This process's memory cgroup folder and the name of its limit file (v1, else v2)."""
-    for line in cgroups.PROC_CGROUP.read_text().splitlines():
+    for line in cgroups.PROC_CGROUP.read_text(encoding="utf-8").splitlines():
         _, controllers, path = line.split(":", 2)
         if "memory" in controllers.split(","):
             return cgroups.ROOT / "memory" / path.lstrip("/"), "memory.limit_in_bytes"
-    for line in cgroups.PROC_CGROUP.read_text().splitlines():
+    for line in cgroups.PROC_CGROUP.read_text(encoding="utf-8").splitlines():
         if line.startswith("0::"):
             return cgroups.ROOT / line[3:].lstrip("/"), "memory.max"
     return None
@@ -55,7 +55,7 @@ def memory_cgroup(name: str, limit: int) -> Iterator[Path]:
 
 def worker_in(folder: Path, settings, log: Path) -> subprocess.Popen:
     procs = folder / "cgroup.procs"
-    with log.open("w") as out:
+    with log.open("w", encoding="utf-8") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "chatmem.api.cli", "worker", "--queues", "maintenance"],
             env=settings_env(settings),
@@ -75,11 +75,11 @@ def test_a_worker_without_concurrency_fits_its_processes_to_the_memory_limit(con
     with memory_cgroup(f"chatmem-test-{os.getpid()}-{limit // GIB}g", limit) as folder:
         worker = worker_in(folder, container.settings, log)
         try:
-            assert wait_for(lambda: "ready" in log.read_text() or worker.poll() is not None, timeout=90)
-            assert worker.poll() is None, log.read_text()[-3000:]
+            assert wait_for(lambda: "ready" in log.read_text(encoding="utf-8") or worker.poll() is not None, timeout=90)
+            assert worker.poll() is None, log.read_text(encoding="utf-8")[-3000:]
             pool = psutil.Process(worker.pid).children()
-            assert len(pool) == processes, log.read_text()[-3000:]
-            said = "one worker process: 2.0 GiB of memory in this container" in log.read_text()
+            assert len(pool) == processes, log.read_text(encoding="utf-8")[-3000:]
+            said = "one worker process: 2.0 GiB of memory in this container" in log.read_text(encoding="utf-8")
             assert said == (processes == 1)
         finally:
             stop(worker)

@@ -260,7 +260,7 @@ def _buffers(url: str) -> tuple[int, str]:
 
 def _strict_overcommit() -> bool:
     try:
-        return Path("/proc/sys/vm/overcommit_memory").read_text().strip() == "2"
+        return Path("/proc/sys/vm/overcommit_memory").read_text(encoding="utf-8").strip() == "2"
     except OSError:
         return False
 
@@ -271,7 +271,7 @@ def test_the_buffer_cache_is_sized_to_the_machine(embedded):
     if size != sized and _strict_overcommit():
         # Such a machine may refuse the mapping; the server then runs on the defaults (the next test).
         assert size == 128 * pgmemory.MIB
-        assert "shared_buffers" not in (embedded["pg"].pgdata / pgmemory.CONF_FILE).read_text()
+        assert "shared_buffers" not in (embedded["pg"].pgdata / pgmemory.CONF_FILE).read_text(encoding="utf-8")
         return
     assert size == sized
     assert file.endswith(pgmemory.CONF_FILE)

@@ -37,7 +37,7 @@ def test_export_holds_the_users_events_messages_threads_facts_and_files(containe
     cli = spawn(container.settings, "export", "--user", "alice", "--out", str(out))
     printed, _ = cli.communicate(timeout=120)
     assert cli.returncode == 0, printed[-2000:]
-    data = json.loads((out / "export.json").read_text())
+    data = json.loads((out / "export.json").read_text(encoding="utf-8"))
     assert data["user_id"] == "alice" and data["threads"] == ["trip"]
     assert [e["event_id"] for e in data["events"]] == ["trip-1", "trip-3", "rem-1"]
     assert [m["seq"] for m in data["messages"]] == [1, 3] and all("passport" not in m["text"] for m in data["messages"])
@@ -46,7 +46,7 @@ def test_export_holds_the_users_events_messages_threads_facts_and_files(containe
     (file,) = data["attachments"]
     assert file["file"].startswith("files/") and (out / file["file"]).read_bytes() == text_image(TICKET)
     assert any(t["kind"] == "ocr" and "B17" in t["text"] for t in file["texts"])
-    assert "bob's private thread" not in (out / "export.json").read_text()
+    assert "bob's private thread" not in (out / "export.json").read_text(encoding="utf-8")
     # Round trip: the export says what the log and the reads say.
     as_published = {e.event_id: json.loads(e.model_dump_json()) for e in published}
     assert all(e["payload"] == as_published[e["event_id"]] for e in data["events"])  # opened, as sent

@@ -76,7 +76,7 @@ def test_half_an_emoji_in_an_export_is_imported_as_the_replacement_character(con
     # A ChatGPT export written ASCII-escaped, one text cut inside "😀" after its first half and
     # one before its second: both halves alone. Before, the second ended the import.
     chatgpt = ROOT / "tests" / "fixtures" / "exports" / "chatgpt" / "conversations.json"
-    conversations = json.loads(chatgpt.read_text())
+    conversations = json.loads(chatgpt.read_text(encoding="utf-8"))
     parts = conversations[0]["mapping"]["u1"]["message"]["content"]["parts"]
     parts[0] = "\ude00 a grey cat, named for the tea \ud83d"
     (tmp_path / "conversations.json").write_text(json.dumps(conversations, ensure_ascii=True))
@@ -142,7 +142,9 @@ def test_whatsapp_import_takes_the_zip_the_phone_shares(container, tmp_path):
 
 def test_slack_import_keeps_the_workspace_token_out_of_the_log(container):
     export = ROOT / "tests" / "fixtures" / "exports" / "slack"
-    assert "xoxe-" in (export / "general" / "2024-03-01.json").read_text()  # the export's file links carry one
+    assert "xoxe-" in (export / "general" / "2024-03-01.json").read_text(
+        encoding="utf-8"
+    )  # the export's file links carry one
     first = chatmem(container.settings, "import", "slack", str(export), "--assistant-id", "B01TRIP")
     # two broken items in the fixture: exit 1, the rest published
     assert first.returncode == 1 and "8 new events published" in first.stdout, first.stdout + first.stderr

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 
 
 def _recorded() -> dict:
-    return json.loads(REFERENCE_FILE.read_text())
+    return json.loads(REFERENCE_FILE.read_text(encoding="utf-8"))
 
 
 def test_every_shipped_model_answers_here_as_recorded():
@@ -159,7 +159,7 @@ def test_a_reference_recorded_for_another_file_says_how_to_record_it(tmp_path):
 
 def test_a_reference_written_here_reads_back_within_its_rounding(tmp_path):
     reference = write_reference(tmp_path / "reference.json")
-    assert {name: m["sha256"] for name, m in json.loads(reference.read_text())["models"].items()} == {
+    assert {name: m["sha256"] for name, m in json.loads(reference.read_text(encoding="utf-8"))["models"].items()} == {
         name: m["sha256"] for name, m in _recorded()["models"].items()
     }
     checks = check_models(reference=reference)
@@ -168,7 +168,7 @@ def test_a_reference_written_here_reads_back_within_its_rounding(tmp_path):
 
 def test_a_pass_is_kept_and_anything_it_depends_on_runs_the_models_again(tmp_path, monkeypatch):
     reference, cache = tmp_path / "reference.json", tmp_path / "cache" / "model-check.json"
-    reference.write_text(REFERENCE_FILE.read_text())
+    reference.write_text(REFERENCE_FILE.read_text(encoding="utf-8"))
     runs: list[str] = []
     for name, (path, run) in list(MODELS.items()):
         monkeypatch.setitem(MODELS, name, (path, lambda p, run=run: runs.append(p.name) or run(p)))
@@ -204,7 +204,7 @@ def test_a_pass_is_kept_and_anything_it_depends_on_runs_the_models_again(tmp_pat
         raise ValueError("no such CPU")
 
     runs.clear()
-    reference.write_text(REFERENCE_FILE.read_text())
+    reference.write_text(REFERENCE_FILE.read_text(encoding="utf-8"))
     with monkeypatch.context() as m:
         m.setattr(archspec.cpu, "host", unreadable)  # a CPU that cannot be told: nothing is kept
         check_models(names, reference, cache)
@@ -212,7 +212,7 @@ def test_a_pass_is_kept_and_anything_it_depends_on_runs_the_models_again(tmp_pat
     assert runs == names * 2
     cache.write_text("{not json")  # damaged: the check runs
     runs.clear()
-    reference.write_text(REFERENCE_FILE.read_text())
+    reference.write_text(REFERENCE_FILE.read_text(encoding="utf-8"))
     assert [c.problem for c in check_models(names, reference, cache)] == [None, None] and runs == names
 
 

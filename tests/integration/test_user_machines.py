@@ -138,8 +138,10 @@ def test_as_root_the_server_runs_with_its_own_group_not_roots(tmp_path):
     pg = EmbeddedPostgres(tmp_path / "data")
     try:
         pg.start()
-        pid = int((pg.pgdata / "postmaster.pid").read_text().split()[0])
-        status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+        pid = int((pg.pgdata / "postmaster.pid").read_text(encoding="utf-8").split()[0])
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines()
+        )
         gid = pwd.getpwnam("pgserver").pw_gid
         assert status["Uid"].split()[0] == str(pwd.getpwnam("pgserver").pw_uid)
         assert set(status["Gid"].split()) == {str(gid)} and status["Groups"].split() in ([], [str(gid)])
@@ -193,9 +195,13 @@ def test_a_folder_made_where_a_locale_exists_that_this_machine_lacks(tmp_path):
     pg.start()
     pg.stop()
     conf = pg.pgdata / "postgresql.conf"
-    conf.write_text(re.sub(r"^lc_messages = '[^']*'", "lc_messages = 'xx_NOWHERE.UTF-8'", conf.read_text(), flags=re.M))
-    before = conf.read_text()
+    conf.write_text(
+        re.sub(
+            r"^lc_messages = '[^']*'", "lc_messages = 'xx_NOWHERE.UTF-8'", conf.read_text(encoding="utf-8"), flags=re.M
+        )
+    )
+    before = conf.read_text(encoding="utf-8")
     with pytest.raises(ServiceUnavailable) as raised:
         pg.start()
     assert "xx_NOWHERE.UTF-8" in str(raised.value) and "chatmem services restore" in str(raised.value)
-    assert conf.read_text() == before and pg.url() is None
+    assert conf.read_text(encoding="utf-8") == before and pg.url() is None

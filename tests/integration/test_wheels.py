@@ -43,13 +43,15 @@ ADAPTER_EXTRAS = ("telegram", "aiogram", "discord", "mcp")
 
 def pins() -> list[str]:
     """The install's requirements: the dependencies and every chat adapter's and MCP's extra."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     return project["dependencies"] + [d for extra in ADAPTER_EXTRAS for d in project["optional-dependencies"][extra]]
 
 
 def suite_pins() -> list[str]:
     """What `make test` installs beside them: the dev extra."""
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"][
+        "dev"
+    ]
 
 
 def pin(name: str) -> str:

@@ -231,7 +231,7 @@ def test_the_training_script_writes_the_pair_section_the_segmenter_loads(tmp_pat
     out = tmp_path / "weights.json"
     said: list[str] = []
     run(data, cache, out, FakeEmbedder(dim=16), said.append, tasks_file=write_tiny_tasks(tmp_path / "tasks.jsonl"))
-    scorer = BoundaryScorer.from_json(json.loads(out.read_text()))
+    scorer = BoundaryScorer.from_json(json.loads(out.read_text(encoding="utf-8")))
     assert scorer.pair is not None and scorer.pair.model_sha256 == "f" * 64
     assert any("with the pair model among people" in line for line in said)
     encoder = WordOverlapPair()

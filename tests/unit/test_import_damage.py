@@ -65,7 +65,7 @@ def import_bytes(tmp_path: Path, raw: bytes, parser) -> tuple[ChatImport, FakePu
 
 def test_an_unpaired_surrogate_escape_becomes_the_replacement_character(tmp_path):
     # A text cut inside "😀" (\ud83d\ude00) by an exporter counting UTF-16: either half alone.
-    doc = json.loads(TELEGRAM.read_text())
+    doc = json.loads(TELEGRAM.read_text(encoding="utf-8"))
     whole, _ = import_bytes(tmp_path, json.dumps(doc, ensure_ascii=True).encode(), telegram_items)
     doc["messages"][1]["text"] = "cut at the end \ud83d"
     doc["messages"][2]["text"] = "\ude00 cut at the start, whole: \U0001f600"
@@ -163,7 +163,7 @@ def test_a_field_of_another_type_is_reported_not_raised(name, changes):
     path, parser = FORMATS[name.split(",")[0]]
     if name.endswith("service kept"):
         parser = functools.partial(parser, options=TelegramOptions(keep_service=True))
-    doc = json.loads(path.read_text())
+    doc = json.loads(path.read_text(encoding="utf-8"))
     for where, value in changes.items():
         _set(doc, where, value)
     for item in parser(io.BytesIO(json.dumps(doc).encode()), path.parent):
@@ -199,7 +199,7 @@ _VALUE = st.recursive(
 @pytest.mark.parametrize("name", sorted(FORMATS))
 def test_any_field_of_an_export_replaced_by_any_json_gives_reports_or_events_that_survive_the_wire(name):
     path, parser = FORMATS[name]
-    base = json.loads(path.read_text())
+    base = json.loads(path.read_text(encoding="utf-8"))
     places = [p for p in _paths(base) if p]
 
     @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
@@ -227,7 +227,7 @@ def test_any_field_of_an_export_replaced_by_any_json_gives_reports_or_events_tha
 @pytest.mark.parametrize("reference", ["\x00", "a" * 300, "photos/\x00.jpg", "photos/" + "b" * 300 + ".jpg"])
 def test_a_file_path_this_system_cannot_hold_skips_the_file_not_the_import(reference):
     path, parser = FORMATS["telegram"]
-    doc = json.loads(path.read_text())
+    doc = json.loads(path.read_text(encoding="utf-8"))
     doc["messages"][3]["photo"] = reference  # a photo the export holds, its path damaged
     items = list(parser(LoneSurrogatesReplaced(io.BytesIO(json.dumps(doc).encode())), path.parent))
     assert FILE_UNNAMEABLE in [i.reason for i in items if isinstance(i, AttachmentSkipped)]

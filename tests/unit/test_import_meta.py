@@ -100,7 +100,7 @@ def test_a_later_export_gives_the_same_ids(tmp_path):
     # A later export holds the same messages and a new one, newest first, in one file.
     folder = tmp_path / "messages" / "inbox" / "leojoao_1234567890"
     folder.mkdir(parents=True)
-    old = [json.loads(f.read_text()) for f in sorted(MESSENGER.rglob("message_*.json"))]
+    old = [json.loads(f.read_text(encoding="utf-8")) for f in sorted(MESSENGER.rglob("message_*.json"))]
     newest = {"sender_name": "Ana Lima", "timestamp_ms": 1709400000000, "content": "Back home!"}
     doc = {**old[0], "messages": [newest] + old[0]["messages"] + old[1]["messages"]}
     (folder / "message_1.json").write_text(json.dumps(doc))

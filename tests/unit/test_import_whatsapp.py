@@ -299,7 +299,7 @@ def test_the_zip_whatsapp_shares_is_unpacked_beside_it_once(tmp_path):
     assert photo.url == (folder / "00000003-PHOTO-2024-03-01-09-07-30.jpg").resolve().as_uri()
 
     (folder / "_chat.txt").write_text("[01.03.24, 09:06:00] Anna: kept\n")  # a second run: used as it is
-    assert find_whatsapp_export(archive).read_text() == "[01.03.24, 09:06:00] Anna: kept\n"
+    assert find_whatsapp_export(archive).read_text(encoding="utf-8") == "[01.03.24, 09:06:00] Anna: kept\n"
 
 
 def test_a_zip_that_cannot_be_unpacked_leaves_nothing_behind(tmp_path, monkeypatch):
@@ -364,7 +364,7 @@ def test_time_zone_names(monkeypatch):
 
 def test_a_newer_export_of_the_chat_gives_the_same_ids_to_the_same_messages(tmp_path):
     # WhatsApp exports the latest messages only: a newer export starts later and ends later.
-    lines = ANDROID.read_text().splitlines(keepends=True)
+    lines = ANDROID.read_text(encoding="utf-8").splitlines(keepends=True)
     newer = "".join(lines[3:]) + "4/3/24, 9:00\u202fAM - Leo: Next trip: Porto in May.\n"
     old = events(items_of(ANDROID))
     new = events(items_from(newer, tmp_path, chat="Trip planning"))
@@ -398,7 +398,7 @@ def test_a_json_escape_typed_in_a_message_is_kept_as_typed(tmp_path):
 def test_a_damaged_export_gives_events_that_survive_the_wire_or_reasons(data, tmp_path):
     # Lines of the fixture cut, doubled, swapped or replaced by arbitrary text: the import yields
     # only events, skips and failures, and every event passes the wire's own validation.
-    lines = ANDROID.read_text().splitlines()
+    lines = ANDROID.read_text(encoding="utf-8").splitlines()
     for _ in range(data.draw(st.integers(1, 6))):
         at = data.draw(st.integers(0, len(lines) - 1))
         action = data.draw(st.sampled_from(["cut", "double", "replace", "drop"]))

@@ -56,7 +56,7 @@ def test_locomo_turns_become_message_events(tmp_path):
 
 def test_a_locomo_session_time_spelled_otherwise_or_missing_keeps_the_conversation(tmp_path, caplog):
     path = write_sample(tmp_path)
-    data = json.loads(path.read_text())
+    data = json.loads(path.read_text(encoding="utf-8"))
     conv = data[0]["conversation"]
     conv["session_1_date_time"] = "1:56 pm on 8 May 2023"  # no comma
     del conv["session_2_date_time"]

@@ -44,7 +44,7 @@ def _source_files() -> list[tuple[str, Path]]:
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -90,7 +90,7 @@ def test_the_domain_imports_only_contracts_and_libraries():
 
 
 def test_pyproject_maps_every_folder_into_the_namespace_and_nothing_else():
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
     packages, dirs = config["packages"], config["package-dir"]
     assert {p.split(".")[0] for p in packages} == {"chatmem"}, "one top-level name in site-packages"
     for folder in SUBPACKAGES:

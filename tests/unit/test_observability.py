@@ -16,7 +16,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from chatmem.adapters import metrics
-from chatmem.adapters.logs import JsonFormatter, log_context
+from chatmem.adapters.logs import JsonFormatter, configure_logging, is_utf8, log_context
 from chatmem.schemas.queues import Queue
 from chatmem.schemas.settings import Settings
 
@@ -53,7 +53,7 @@ def exported_series() -> set[str]:
 
 
 def _queries() -> list[str]:
-    dashboard = json.loads(DASHBOARD.read_text())
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
     return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
 
 
@@ -86,8 +86,10 @@ def test_every_series_the_dashboard_queries_is_exported():
 
 
 def test_the_dashboard_is_valid_grafana_json_over_the_provisioned_datasource():
-    dashboard = json.loads(DASHBOARD.read_text())
-    source = yaml.safe_load((INFRA / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text())
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    source = yaml.safe_load(
+        (INFRA / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text(encoding="utf-8")
+    )
     uid = source["datasources"][0]["uid"]
     assert source["datasources"][0]["url"] == "http://prometheus:9090"
     assert dashboard["uid"] and dashboard["title"] and isinstance(dashboard["schemaVersion"], int)
@@ -110,13 +112,15 @@ def test_the_dashboard_is_valid_grafana_json_over_the_provisioned_datasource():
     # What the issue asks the dashboard to show.
     for wanted in ("Ingest rate", "Thread lag", "Queue depths", "Task latency p95", "Dead letters", "LLM cost"):
         assert any(t.startswith(wanted) for t in titles), wanted
-    provider = yaml.safe_load((INFRA / "grafana" / "provisioning" / "dashboards" / "chatmem.yml").read_text())
+    provider = yaml.safe_load(
+        (INFRA / "grafana" / "provisioning" / "dashboards" / "chatmem.yml").read_text(encoding="utf-8")
+    )
     assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
 
 
 def test_prometheus_scrapes_what_compose_runs():
-    prom = yaml.safe_load((INFRA / "prometheus" / "prometheus.yml").read_text())
-    compose = yaml.safe_load((INFRA / "docker-compose.yml").read_text())
+    prom = yaml.safe_load((INFRA / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
+    compose = yaml.safe_load((INFRA / "docker-compose.yml").read_text(encoding="utf-8"))
     services = compose["services"]
     env = compose["x-chatmem"]["environment"]
     port = int(env["CHATMEM_METRICS_PORT"])
@@ -208,6 +212,29 @@ def test_json_log_lines_carry_the_ids_in_context_and_extra():
     with pytest.raises(ValueError, match="unknown ids"):
         with log_context(user_id="u"):
             pass
+
+
+def test_json_log_lines_stay_json_on_a_stream_that_is_not_utf8(monkeypatch):
+    # A machine set to ISO-8859-1 gives stderr that encoding, and Python escapes what it cannot
+    # hold as \U0001f600, which is not JSON: there the lines use JSON's own escapes.
+    import io
+    import sys
+
+    latin1 = io.TextIOWrapper(io.BytesIO(), encoding="iso-8859-1", errors="backslashreplace")
+    assert not is_utf8(latin1) and is_utf8(io.TextIOWrapper(io.BytesIO(), encoding="UTF8")) and not is_utf8(object())
+    monkeypatch.setattr(sys, "stderr", latin1)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", root.level)
+    try:
+        configure_logging("INFO", "json")
+        logging.getLogger("chatmem.test").info("Café for Маша 😀")
+    finally:
+        logging.captureWarnings(False)
+    latin1.flush()
+    (line,) = latin1.buffer.getvalue().decode("ascii").splitlines()
+    assert json.loads(line)["message"] == "Café for Маша 😀"
+    assert json.loads(JsonFormatter().format(_record("Маша")))["message"] == "Маша"  # UTF-8 as itself
 
 
 def test_instruments_built_once_when_threads_ask_at_the_same_time():

@@ -20,9 +20,9 @@ def test_the_conf_is_included_once_and_rewritten(tmp_path):
     (tmp_path / "postgresql.conf").write_text("max_connections = 100\n")
     pgmemory.write(tmp_path, pgmemory.conf_text(GIB))
     pgmemory.write(tmp_path, pgmemory.conf_text(2 * GIB))
-    main = (tmp_path / "postgresql.conf").read_text().splitlines()
+    main = (tmp_path / "postgresql.conf").read_text(encoding="utf-8").splitlines()
     assert main.count(pgmemory.INCLUDE) == 1 and main[0] == "max_connections = 100"
-    assert "shared_buffers = '2048MB'" in (tmp_path / pgmemory.CONF_FILE).read_text()
+    assert "shared_buffers = '2048MB'" in (tmp_path / pgmemory.CONF_FILE).read_text(encoding="utf-8")
     assert pgmemory.clear(tmp_path) is True
-    assert "shared_buffers" not in (tmp_path / pgmemory.CONF_FILE).read_text()
+    assert "shared_buffers" not in (tmp_path / pgmemory.CONF_FILE).read_text(encoding="utf-8")
     assert pgmemory.clear(tmp_path) is False  # nothing left to take back

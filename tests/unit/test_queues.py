@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_compose_runs_one_worker_per_queue_with_the_project_commands():
-    compose = yaml.safe_load((ROOT / "infra" / "docker-compose.yml").read_text())
+    compose = yaml.safe_load((ROOT / "infra" / "docker-compose.yml").read_text(encoding="utf-8"))
     services = compose["services"]
     worker_queues = sorted(
         s["command"][s["command"].index("--queues") + 1]

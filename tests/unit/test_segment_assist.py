@@ -344,5 +344,5 @@ def test_the_benchmark_scores_the_learned_segmenter_with_the_assist_next_to_it(t
     scores = run(data, out, FakeEmbedder(), baseline=False, assist=assist)
     assert list(scores) == ["learned+llm", "learned"] and assist.asked
     assert scores["learned+llm"] != scores["learned"]
-    predicted = [json.loads(line)["ends_segment"] for line in out.read_text().splitlines()]
+    predicted = [json.loads(line)["ends_segment"] for line in out.read_text(encoding="utf-8").splitlines()]
     assert sum(map(sum, predicted)) > len(predicted)  # the assisted run's predictions: many boundaries

@@ -623,8 +623,8 @@ def write_tiny_data(data: Path) -> tuple[list[Dialogue], list[Dialogue]]:
 def write_tiny_tasks(path: Path, n: int = 40) -> Path:
     """The first `n` real task dialogues the trainer learns from, as a smaller file of the same kind
     (enough for each fold to join some)."""
-    lines = task_dialogues.packaged(task_dialogues.TRAIN_FILE).read_text().splitlines()[:n]
-    path.write_text("\n".join(lines) + "\n")
+    lines = task_dialogues.packaged(task_dialogues.TRAIN_FILE).read_text(encoding="utf-8").splitlines()[:n]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
 
@@ -636,8 +636,8 @@ def test_training_script_writes_weights_the_segmenter_loads(tmp_path: Path):
     trained = run(data, tmp_path / "cache", out, embedder, lambda _: None, tasks_file=write_tiny_tasks(tmp_path / "t"))
     assert trained.summary["dialogues"]["tasks"] > 0  # real task dialogues joined end to end
     assert len(load(tmp_path / "cache" / "sgd_tasks.jsonl")) > 40  # their check set, other dialogues
-    scorer = BoundaryScorer.from_json(json.loads(out.read_text()))
-    assert json.loads(out.read_text())["features"] == list(FEATURES)
+    scorer = BoundaryScorer.from_json(json.loads(out.read_text(encoding="utf-8")))
+    assert json.loads(out.read_text(encoding="utf-8"))["features"] == list(FEATURES)
     assert (tmp_path / "cache" / "superseg_tune.jsonl").exists()
     for check in ("taskconcat_tune", "taskconcat_closed_tune", "conversations_tune"):  # empty: too few held apart
         assert (tmp_path / "cache" / f"{check}.jsonl").exists(), check

@@ -29,7 +29,7 @@ def test_environment_sets_typed_values(monkeypatch):
 
 
 def test_env_example_documents_every_setting_and_nothing_else():
-    text = (ROOT / ".env.example").read_text()
+    text = (ROOT / ".env.example").read_text(encoding="utf-8")
     documented = set(re.findall(r"^#?\s*(CHATMEM_[A-Z0-9_]+)=", text, flags=re.M))
     expected = {"CHATMEM_" + name.upper() for name in Settings.model_fields}
     assert documented == expected

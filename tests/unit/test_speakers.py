@@ -63,7 +63,7 @@ def _tiage_file(path: Path, dialogues: list[Dialogue]) -> Path:
         starts = [False] + [bool(e) for e in d.ends_segment[:-1]]
         labels = ["-1"] + ["1" if s else "0" for s in starts[1:]]
         data[d.id] = [[t, label] for t, label in zip(d.texts, labels, strict=True)]
-    path.write_text(json.dumps(data))
+    path.write_text(json.dumps(data), encoding="utf-8")
     return path
 
 
@@ -222,8 +222,12 @@ def test_a_defdts_file_of_two_unnamed_speakers_reads_its_bot_by_name_not_by_turn
     written = [d0, *written[1:]]
     path = tmp_path / "ab.jsonl"
     write_defdts(path, written)
-    path.write_text(path.read_text().replace('"user: ', '"A: ').replace("[NEWLINE]user: ", "[NEWLINE]A: "))
-    path.write_text(path.read_text().replace('"agent: ', '"B: ').replace("[NEWLINE]agent: ", "[NEWLINE]B: "))
+    path.write_text(
+        path.read_text(encoding="utf-8").replace('"user: ', '"A: ').replace("[NEWLINE]user: ", "[NEWLINE]A: ")
+    )
+    path.write_text(
+        path.read_text(encoding="utf-8").replace('"agent: ', '"B: ').replace("[NEWLINE]agent: ", "[NEWLINE]B: ")
+    )
     read = load(path)
     assert sum(r.roles == w.roles for r, w in zip(read, written, strict=True)) >= 9
     assert read[0].roles == d0.roles
@@ -287,12 +291,12 @@ def test_the_trainer_sets_its_bar_above_every_people_dialogue_and_refits_the_sam
     model = run(tmp_path / "data", out, lambda _: None)
     training_part = [d for d in superseg if not is_tune(d.id)]
     again, _ = fit(load(tmp_path / "data" / "anno_train.json", speakers=None), training_part)
-    assert SpeakerModel.from_json(json.loads(out.read_text())).bar == model.bar
+    assert SpeakerModel.from_json(json.loads(out.read_text(encoding="utf-8"))).bar == model.bar
     assert np.array_equal(again.weights, model.weights) and again.bar == model.bar
     for d in tiage:
         read = model.position_reading(d.texts)
         assert read is None or read[1] <= model.bar
-    summary = json.loads(out.read_text())["summary"]
+    summary = json.loads(out.read_text(encoding="utf-8"))["summary"]
     assert summary["dialogues"]["people"] == len(tiage)
     # The window chosen is the smallest whose bar is no higher than reading each dialogue whole.
     bars = {int(w): math.ceil(h / BAR_STEP) * BAR_STEP for w, h in summary["people_highest"].items()}
@@ -300,7 +304,7 @@ def test_the_trainer_sets_its_bar_above_every_people_dialogue_and_refits_the_sam
 
 
 def test_the_shipped_weights_match_the_inputs_and_a_mismatch_is_refused():
-    data = json.loads(shipped_weights_path().read_text())
+    data = json.loads(shipped_weights_path().read_text(encoding="utf-8"))
     assert data["inputs"] == list(INPUTS) and len(data["weights"]) == len(INPUTS) + 1
     assert 0.5 <= data["bar"] < 1 and data["summary"]["people_highest"][str(data["window"])] <= data["bar"]
     with pytest.raises(ValueError, match="retrain"):

@@ -7,7 +7,7 @@ from chatmem.bench import task_dialogues as td
 
 
 def _write(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
 
 
