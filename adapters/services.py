@@ -392,7 +392,7 @@ class EmbeddedRedis:
     def _setting(self, name: str) -> str | None:
         if not self.conf.exists():
             return None
-        for line in self.conf.read_text(encoding="utf-8").splitlines():
+        for line in os.fsdecode(self.conf.read_bytes()).splitlines():
             if line.startswith(f"{name} "):
                 return line.split()[1]
         return None
@@ -418,27 +418,29 @@ class EmbeddedRedis:
         # Its password is in it: this user's alone, like the folder.
         self.conf.touch(mode=0o600)
         self.conf.chmod(0o600)
-        self.conf.write_text(
-            "\n".join(
-                [
-                    "bind 127.0.0.1",
-                    f"port {port}",
-                    # Every local user can reach a port on 127.0.0.1, and the stream holds
-                    # conversations in clear until ingested.
-                    f"requirepass {password}",
-                    "daemonize yes",
-                    f"pidfile {_conf_path(self.pidfile)}",
-                    f"dir {_conf_path(self.dir)}",
-                    f"logfile {_conf_path(self.dir / 'redis.log')}",
-                    # The stream holds accepted events until ingested: persist every write.
-                    "appendonly yes",
-                    "appendfsync everysec",
-                    "save 60 1000",
-                    "protected-mode yes",
-                    "",
-                ]
-            ),
-            encoding="utf-8",
+        # Paths in the file's bytes as the file system names them, in any locale.
+        self.conf.write_bytes(
+            os.fsencode(
+                "\n".join(
+                    [
+                        "bind 127.0.0.1",
+                        f"port {port}",
+                        # Every local user can reach a port on 127.0.0.1, and the stream holds
+                        # conversations in clear until ingested.
+                        f"requirepass {password}",
+                        "daemonize yes",
+                        f"pidfile {_conf_path(self.pidfile)}",
+                        f"dir {_conf_path(self.dir)}",
+                        f"logfile {_conf_path(self.dir / 'redis.log')}",
+                        # The stream holds accepted events until ingested: persist every write.
+                        "appendonly yes",
+                        "appendfsync everysec",
+                        "save 60 1000",
+                        "protected-mode yes",
+                        "",
+                    ]
+                )
+            )
         )
 
     def start(self) -> str:

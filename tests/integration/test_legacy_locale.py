@@ -5,6 +5,7 @@ emoji, and so did every command that printed one. The locale is built with local
 test's own folder (LOCPATH), so no root is needed."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 from chatmem.workers.ingest import IngestRunner
 from tests.conftest import ROOT, logged_events
 from tests.integration.test_episodes import Driver
+from tests.integration.test_user_machines import START_BOTH
 from tests.locomo_sample import SAMPLE
 
 pytestmark = pytest.mark.integration
@@ -81,3 +83,18 @@ def test_a_latin1_machine_imports_exports_and_prints_every_character(container, 
     assert shown.returncode == 0, shown.stderr
     # A table for people: what ISO-8859-1 holds as itself, the rest escaped.
     assert "Café crème für \\u041c\\u0430\\u0448\\u0430 \\U0001f600".encode("latin-1") in shown.stdout
+
+
+def test_the_embedded_services_start_from_a_latin1_shell_in_a_folder_named_with_an_accent(tmp_path, latin1):
+    # The file system names the folder in bytes; redis.conf must name it in the same bytes, which
+    # a file written as UTF-8 from a name read as ISO-8859-1 would not.
+    data = tmp_path / "Projekte für Maša" / ".chatmem"
+    run = subprocess.run(
+        [sys.executable, "-c", START_BOTH, os.fsencode(data)],
+        env={**{k: v for k, v in os.environ.items() if k not in ("PYTHONUTF8", "PYTHONIOENCODING")}, **latin1},
+        cwd=ROOT,
+        capture_output=True,
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stderr.decode(errors="replace")[-3000:]
+    assert b"postgres 0.2" in run.stdout and b"redis True" in run.stdout
