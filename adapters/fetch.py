@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, unquote_to_bytes, urljoin, urlsplit
+from urllib.parse import quote, unquote_to_bytes, urljoin, urlsplit
 
 import httpx
 from pydantic import SecretStr
@@ -183,7 +183,9 @@ class UrlFetcher:
         if not parts.path.strip("/"):  # an empty path would resolve to the worker's own folder
             raise BadFile("file:// URL names no file")
         try:
-            path = Path(unquote(parts.path)).resolve()
+            # The bytes the URL percent-encodes, named as the file system names them: what
+            # Path.as_uri wrote, on a machine whose file names are not UTF-8 too.
+            path = Path(os.fsdecode(unquote_to_bytes(parts.path))).resolve()
         except ValueError:
             raise BadFile("file path holds a NUL character") from None
         except RuntimeError:  # before Python 3.13

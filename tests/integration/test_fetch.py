@@ -9,6 +9,7 @@ import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import trustme
@@ -161,6 +162,18 @@ def test_file_and_data_urls(tmp_path):
         f.fetch("data:," + "x" * 200)
     with pytest.raises(BadFile, match="scheme 'ftp'"):
         f.fetch("ftp://example.com/a")
+
+
+def test_a_file_url_names_the_files_bytes_as_path_as_uri_wrote_them(tmp_path):
+    # A name that is not UTF-8 (a machine set to ISO-8859-1 names "é" as the byte E9): as_uri
+    # percent-encodes its bytes, and the URL must lead back to them, not to U+FFFD.
+    latin1 = Path(os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9.txt"))
+    latin1.write_bytes(b"latin-1 name")
+    (tmp_path / "café 2.txt").write_bytes(b"utf-8 name")
+    f = UrlFetcher(FetchLimits(100, 1.0, file_root=tmp_path))
+    assert latin1.as_uri().endswith("/caf%E9.txt") and f.fetch(latin1.as_uri()) == b"latin-1 name"
+    assert f.fetch((tmp_path / "café 2.txt").as_uri()) == b"utf-8 name"
+    assert f.fetch(tmp_path.as_uri() + "/caf%C3%A9%202.txt") == b"utf-8 name"  # as a bot would write it
 
 
 def test_a_url_or_file_path_that_can_never_be_read_fails_the_file_with_its_reason(tmp_path):
