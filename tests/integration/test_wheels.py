@@ -36,6 +36,7 @@ SUPPORTED = {
 }
 STOPPED = {  # the platforms the preflight stops, with the macOS version each is resolved for
     "x86_64-unknown-linux-musl": None,
+    "x86_64-manylinux_2_17": None,  # glibc 2.17 (CentOS 7); uv names no platform between it and 2_28
     "x86_64-apple-darwin": MACOS_MIN,
     "aarch64-apple-darwin": (MACOS_MIN[0] - 1, 0),
 }

@@ -44,6 +44,9 @@ def test_platforms_without_the_wheels_the_install_needs_are_stopped_before_pip()
     assert "macOS 13.6" in old_mac and "14 (Sonoma)" in old_mac
     assert problems("Darwin", "arm64", (3, 13), tools, macos=(14, 0)) == []
     assert problems("Darwin", "arm64", (3, 13), tools) == []  # version unknown: pip will tell
+    (old_glibc,) = problems("Linux", "x86_64", (3, 12), tools, glibc_version=(2, 26))  # Amazon Linux 2
+    assert "glibc 2.26" in old_glibc and "2.28 or newer" in old_glibc
+    assert problems("Linux", "x86_64", (3, 12), tools, glibc_version=(2, 28)) == []
 
 
 def test_an_old_python_and_windows_are_told_what_to_do():
