@@ -63,6 +63,18 @@ def test_an_old_python_and_windows_are_told_what_to_do():
     assert "free-threaded Python (3.14t)" in free and "PYTHON=python3.14`" in free
 
 
+def test_the_script_reads_the_c_librarys_version(monkeypatch, capsys):
+    import platform
+
+    from chatmem import preflight
+
+    monkeypatch.setattr(platform, "system", lambda: "Linux")
+    monkeypatch.setattr(platform, "libc_ver", lambda: ("glibc", "2.26"))
+    assert preflight.main() == 1 and "this Linux has glibc 2.26" in capsys.readouterr().err
+    monkeypatch.setattr(platform, "libc_ver", lambda: ("glibc", "2.36"))
+    assert preflight.main() == 0 and capsys.readouterr().err == ""
+
+
 def test_the_script_passes_on_this_machine_without_importing_anything_installed():
     # -S: no site-packages, as with the bare Python `make install` runs it with.
     run = subprocess.run([sys.executable, "-S", str(ROOT / "chatmem" / "preflight.py")], capture_output=True, text=True)
