@@ -26,6 +26,18 @@ MIN_VECTOR_VERSION = (0, 8, 0)  # iterative index scans, which the read path use
 # What the shipped pgvector build runs unconditionally on x86-64: x86-64-v3, in /proc/cpuinfo's
 # names. tests/unit/test_platform.py reads the library's machine code to keep this list true.
 EMBEDDED_X86_FEATURES = frozenset({"avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "movbe", "abm", "popcnt"})
+# On Linux aarch64 the wheel's pgvector was built for the machine that built it (-march=native on an
+# SVE machine): its code uses SVE throughout, and the first vector query killed the backend
+# (SIGILL) on every emulated ARM without it, Neoverse-N1 (AWS Graviton 2, Ampere Altra),
+# Cortex-A76 (Raspberry Pi 5) and A72 (Pi 4) among them; on Neoverse-V1 (Graviton 3) it answered
+# as on x86 (docs/platforms.md). The macOS wheel is another build, for Apple's cores, which have no SVE.
+EMBEDDED_ARM_FEATURES = frozenset({"sve"})
+_NEEDS = {
+    "x86_64": "x86-64-v3 instructions",
+    "aarch64": "SVE, ARM's scalable vectors (Neoverse V1, AWS Graviton 3, or newer; Graviton 2, Ampere Altra, "
+    "Raspberry Pi and Linux on Apple silicon lack them)",
+}
+_FOR_EXAMPLE = {"x86_64": "AVX-512", "aarch64": "SVE"}
 
 WHAT_TO_DO = (
     "Point CHATMEM_DATABASE_URL at a Postgres 16+ with pgvector 0.8+ (any server, or the "
@@ -56,13 +68,31 @@ class CpuReport:
 
 def cpu_report() -> CpuReport:
     arch = platform.machine().lower()
-    if arch not in ("x86_64", "amd64"):
-        return CpuReport(arch, arch, frozenset())  # the arm64 builds use the baseline ISA
+    linux_arm = arch in ("aarch64", "arm64") and platform.system() == "Linux"
+    if arch not in ("x86_64", "amd64") and not linux_arm:
+        return CpuReport(arch, arch, frozenset())
     import archspec.cpu
 
     host = archspec.cpu.host()
     features = set(host.features)
+    if linux_arm:
+        # The kernel's own list: archspec names only the cores it knows, and gives an unknown one
+        # (or one qemu emulates) no features at all.
+        return CpuReport("aarch64", host.name, frozenset(EMBEDDED_ARM_FEATURES - _kernel_features()))
     return CpuReport("x86_64", host.name, frozenset(EMBEDDED_X86_FEATURES - features), "avx512f" in features)
+
+
+def _kernel_features(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
+    """The features Linux lists for the first CPU (on ARM its "Features" line)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name.strip().lower() in ("features", "flags"):
+                    return set(value.split())
+    except OSError:
+        pass
+    return set()
 
 
 def check_cpu_for_embedded(report: CpuReport | None = None) -> None:
@@ -70,7 +100,7 @@ def check_cpu_for_embedded(report: CpuReport | None = None) -> None:
     if report.missing:
         raise VectorSupportError(
             f"The embedded Postgres cannot run on this CPU ({report.describe()}): its pgvector needs "
-            f"x86-64-v3 instructions, and this CPU lacks {', '.join(sorted(report.missing))}. "
+            f"{_NEEDS.get(report.arch, 'instructions')}, and this CPU lacks {', '.join(sorted(report.missing))}. "
             f"Nothing was started. {WHAT_TO_DO} If a virtual machine hides flags the CPU really has, "
             "set CHATMEM_EMBEDDED_SKIP_CPU_CHECK=true: the vector self-check still runs."
         )
@@ -171,7 +201,7 @@ def _crash_message(url: str, server_log: Path | None, offset: int, error: Except
     if signal == 4 or signal is None:
         text += (
             f"The usual cause is a pgvector built for CPU instructions this CPU ({cpu.describe()}) lacks, "
-            "for example AVX-512. "
+            f"for example {_FOR_EXAMPLE.get(cpu.arch, 'AVX-512')}. "
         )
     if not recovered:
         text += "The server had not finished recovering when this check gave up. "

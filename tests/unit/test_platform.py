@@ -176,7 +176,10 @@ def test_a_cpu_without_x86_64_v3_is_refused_by_name_before_anything_starts():
     assert "avx2, bmi2, fma" in text and "sandybridge" in text
     assert "CHATMEM_DATABASE_URL" in text and "Nothing was started" in text
     pgcheck.check_cpu_for_embedded(pgcheck.CpuReport("x86_64", "zen3", frozenset()))  # no error
-    pgcheck.check_cpu_for_embedded(pgcheck.CpuReport("aarch64", "aarch64", frozenset()))
+    pgcheck.check_cpu_for_embedded(pgcheck.CpuReport("aarch64", "neoverse_v1", frozenset()))
+    with pytest.raises(pgcheck.VectorSupportError) as raised:  # AWS Graviton 2
+        pgcheck.check_cpu_for_embedded(pgcheck.CpuReport("aarch64", "neoverse_n1", frozenset({"sve"})))
+    assert "needs SVE" in str(raised.value) and "lacks sve" in str(raised.value) and "x86-64" not in str(raised.value)
 
 
 def test_this_cpu_is_described():
@@ -184,6 +187,8 @@ def test_this_cpu_is_described():
     assert report.arch and report.name
     if report.arch == "x86_64":
         assert report.missing <= pgcheck.EMBEDDED_X86_FEATURES
+    if report.arch == "aarch64":
+        assert report.missing <= pgcheck.EMBEDDED_ARM_FEATURES
 
 
 @pytest.mark.parametrize(
