@@ -84,8 +84,10 @@ def configure_logging(level: str, fmt: str = "text") -> None:
     """The root handler of this process, in the chosen format (a no-op when the root logger
     already has a handler, as logging.basicConfig)."""
     handler = logging.StreamHandler()
-    json_lines = JsonFormatter(ascii_only=not is_utf8(handler.stream))
-    handler.setFormatter(json_lines if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter(ascii_only=not is_utf8(handler.stream)))
+    else:
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler])
     if fmt == "json":
         logging.captureWarnings(True)  # a library's warning is a line too: in JSON, not raw on stderr

@@ -21,7 +21,7 @@ console = Console()
 
 def printable_output() -> None:
     """On a machine set to a legacy locale (ISO-8859-1, say), stdout and stderr show what they can
-    and escape the rest (a message's emoji as \U0001f600) instead of failing on it."""
+    and escape the rest (a message's emoji as \\U0001f600) instead of failing on it."""
     for stream in (sys.stdout, sys.stderr):
         if not is_utf8(stream) and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
