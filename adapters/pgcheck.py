@@ -1,8 +1,9 @@
 """Can this Postgres hold our vectors? Checked before anything touches a vector.
 
-Two checks. The CPU check runs before the embedded server starts: its pgvector build executes
-x86-64-v3 instructions (AVX2, FMA, ...) without a runtime switch, so a CPU without them would
-kill the backend on the first vector ("signal 4: Illegal instruction"). The self-check runs a
+Two checks. The CPU check runs before the embedded server starts: the package's pgvector executes
+x86-64-v3 instructions (AVX2, FMA, ...; SVE on Linux ARM) without a runtime switch, so a CPU
+without them would kill the backend on the first vector ("signal 4: Illegal instruction"). Such a
+CPU gets a pgvector compiled for it instead (adapters/pgvector_build.py). The self-check runs a
 vector round trip (array cast, `<=>`, an HNSW probe) in a transaction that is rolled back,
 against the embedded server or any configured one, and turns every way it can fail (backend
 crash, extension missing or too old, Postgres too old) into one message naming the cause and
@@ -101,8 +102,9 @@ def check_cpu_for_embedded(report: CpuReport | None = None) -> None:
         raise VectorSupportError(
             f"The embedded Postgres cannot run on this CPU ({report.describe()}): its pgvector needs "
             f"{_NEEDS.get(report.arch, 'instructions')}, and this CPU lacks {', '.join(sorted(report.missing))}. "
-            f"Nothing was started. {WHAT_TO_DO} If a virtual machine hides flags the CPU really has, "
-            "set CHATMEM_EMBEDDED_SKIP_CPU_CHECK=true: the vector self-check still runs."
+            "Nothing was started. Unset CHATMEM_EMBEDDED_PGVECTOR (or set it to auto) to compile pgvector here "
+            f"once (a C compiler and make are needed), or: {WHAT_TO_DO} If a virtual machine hides flags the CPU "
+            "really has, set CHATMEM_EMBEDDED_SKIP_CPU_CHECK=true: the vector self-check still runs."
         )
 
 
@@ -201,7 +203,8 @@ def _crash_message(url: str, server_log: Path | None, offset: int, error: Except
     if signal == 4 or signal is None:
         text += (
             f"The usual cause is a pgvector built for CPU instructions this CPU ({cpu.describe()}) lacks, "
-            f"for example {_FOR_EXAMPLE.get(cpu.arch, 'AVX-512')}. "
+            f"for example {_FOR_EXAMPLE.get(cpu.arch, 'AVX-512')}: for the embedded server, "
+            "CHATMEM_EMBEDDED_PGVECTOR=build compiles one for this CPU. "
         )
     if not recovered:
         text += "The server had not finished recovering when this check gave up. "

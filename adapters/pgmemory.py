@@ -50,12 +50,13 @@ def write(pgdata: Path, text: str) -> None:
             f.write(f"\n{INCLUDE}\n")
 
 
-def clear(pgdata: Path) -> bool:
-    """Empty chatmem.conf, so the server starts on Postgres's defaults; False when it set nothing."""
-    conf = pgdata / CONF_FILE
-    if not conf.exists() or conf.read_text(encoding="utf-8") == _HEADER:
+def clear(pgdata: Path, keep: str = "") -> bool:
+    """Take the buffer size out of chatmem.conf (`keep`: its other lines), so the server starts on
+    Postgres's default; False when it set none."""
+    conf, text = pgdata / CONF_FILE, _HEADER + keep
+    if not conf.exists() or conf.read_text(encoding="utf-8") == text:
         return False
-    conf.write_text(_HEADER, encoding="utf-8")
+    conf.write_text(text, encoding="utf-8")
     return True
 
 

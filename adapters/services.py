@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 import redis
 
-from chatmem.adapters import cgroups, datadir, pgcheck, pglocale, pgmemory, pgpassage
+from chatmem.adapters import cgroups, datadir, pgcheck, pglocale, pgmemory, pgpassage, pgvector_build
 from chatmem.adapters.procs import pid_alive
 from chatmem.adapters.sql import scalar
 from chatmem.schemas.settings import Settings
@@ -85,9 +85,19 @@ class EmbeddedPostgres:
     AVX-512. A folder of a major version this package does not ship is refused with the way to
     move it (`chatmem services dump` / `restore`)."""
 
-    def __init__(self, data_dir: Path, *, skip_cpu_check: bool = False):
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        skip_cpu_check: bool = False,
+        pgvector: str = "auto",
+        pgvector_source: pgvector_build.Source = pgvector_build.SOURCE,
+    ):
         self.pgdata = (data_dir / "postgres").resolve()
         self.skip_cpu_check = skip_cpu_check
+        self.pgvector = pgvector  # pgvector_build.CHOICES
+        self.pgvector_source = pgvector_source
+        self.library: Path | None = None  # the folder of a pgvector built here, when the server loads it
         self.launched = False  # this object started the server (so it may stop it)
         self.check: pgcheck.VectorCheck | None = None  # the self-check's result, when it ran here
 
@@ -110,8 +120,10 @@ class EmbeddedPostgres:
 
     def start(self) -> str:
         pgs = _pgserver()
-        if not self.skip_cpu_check:
-            pgcheck.check_cpu_for_embedded()
+        report = None if self.skip_cpu_check else pgcheck.cpu_report()
+        build = report is not None and pgvector_build.wanted(self.pgvector, report.missing)
+        if report is not None and not build:
+            pgcheck.check_cpu_for_embedded(report)
         major = self.major_version() or pgs.TARGET_POSTGRES_VERSION
         if major not in _bin_paths():
             raise ServiceUnavailable(
@@ -124,6 +136,8 @@ class EmbeddedPostgres:
         if self._running_uri(DATABASE_NAME) is None:
             self._refuse_a_locale_this_machine_lacks()
             datadir.private(self.pgdata.parent)
+            if build:
+                self.library = self._own_pgvector(major, report)  # type: ignore[arg-type]
             self._launch(pgs, major)
             self.launched = True
         admin = self._running_uri("postgres")
@@ -142,6 +156,33 @@ class EmbeddedPostgres:
                 raise
         return url  # type: ignore[return-value]
 
+    def _own_pgvector(self, major: int, report: pgcheck.CpuReport) -> Path:
+        """The folder of a pgvector compiled here (adapters/pgvector_build.py), built if needed."""
+        bin_dir = _bin_paths()[major]
+        try:
+            folder = pgvector_build.ensure(
+                bin_dir / "pg_config",
+                self.pgdata.parent / "pgvector",
+                self.pgvector_source,
+                extension_dir=bin_dir.parent / "share" / "postgresql" / "extension",
+            )
+        except pgvector_build.BuildError as error:
+            why = (
+                f"this CPU ({report.describe()}) lacks {', '.join(sorted(report.missing))}, which the package's "
+                "pgvector needs, and "
+                if report.missing
+                else "CHATMEM_EMBEDDED_PGVECTOR=build asks for one, and "
+            )
+            raise pgcheck.VectorSupportError(
+                f"The embedded Postgres needs a pgvector compiled here: {why}chatmem could not compile one: "
+                f"{error}. Nothing was started. {pgcheck.WHAT_TO_DO}"
+            ) from error
+        if _is_root():  # the server's own user reads it (adapters/pgpassage.py)
+            _ensure_passage(folder / pgvector_build.LIBRARY)
+            pgpassage.readable([folder])
+        log.info("embedded Postgres: loads pgvector compiled here for this CPU, from %s", folder)
+        return folder
+
     def _launch(self, pgs, major: int) -> None:  # noqa: ANN001 - the package module
         # cleanup_mode=None: the server outlives this process; `services down` stops it.
         server = pgs.get_server(self.pgdata, cleanup_mode=None, postgres_version=major, start=False)
@@ -157,14 +198,15 @@ class EmbeddedPostgres:
             new = self.major_version() is None
             with pglocale.for_initdb(pglocale.choose()) if new else nullcontext():
                 server.ensure_pgdata_inited()
-            pgmemory.write(self.pgdata, pgmemory.conf_text(buffers))
+            library = pgvector_build.conf_line(self.library) if self.library else ""
+            pgmemory.write(self.pgdata, pgmemory.conf_text(buffers) + library)
             try:
                 server.ensure_postgres_running()
             except subprocess.SubprocessError:
                 # A machine that cannot map the buffers (strict overcommit, a small container the
                 # limit was not read from) still gets a server, on Postgres's own defaults.
                 info = _postmaster(self.pgdata)
-                if (info is not None and info.is_running()) or not pgmemory.clear(self.pgdata):
+                if (info is not None and info.is_running()) or not pgmemory.clear(self.pgdata, keep=library):
                     raise
                 log.warning(
                     "embedded Postgres did not start with shared_buffers %d MB; started it with Postgres's "
@@ -517,7 +559,12 @@ def embedded(settings: Settings) -> tuple[EmbeddedPostgres | None, EmbeddedRedis
     pg = (
         None
         if settings.database_url
-        else EmbeddedPostgres(settings.data_dir, skip_cpu_check=settings.embedded_skip_cpu_check)
+        else EmbeddedPostgres(
+            settings.data_dir,
+            skip_cpu_check=settings.embedded_skip_cpu_check,
+            pgvector=settings.embedded_pgvector,
+            pgvector_source=pgvector_build.source(settings.embedded_pgvector_source),
+        )
     )
     rd = None if settings.redis_url else EmbeddedRedis(settings.data_dir, settings.embedded_redis_port)
     return pg, rd

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -42,8 +43,19 @@ class Settings(BaseSettings):
     )
     embedded_skip_cpu_check: bool = Field(
         False,
-        description="Start the embedded Postgres even when the CPU seems to lack the x86-64-v3 "
-        "instructions its pgvector needs (for VMs that hide CPU flags); the vector self-check still runs.",
+        description="Load the package's pgvector in the embedded Postgres even when the CPU seems to lack "
+        "what it needs (x86-64-v3; SVE on Linux ARM), for VMs that hide CPU flags; the vector self-check still runs.",
+    )
+    embedded_pgvector: Literal["auto", "package", "build"] = Field(
+        "auto",
+        description="Which pgvector the embedded Postgres loads. auto: the package's where this CPU runs it, "
+        "else one compiled here once (a C compiler and make are needed; docs/platforms.md); package: always "
+        "the package's (refused on a CPU without what it needs); build: always one compiled here.",
+    )
+    embedded_pgvector_source: str | None = Field(
+        None,
+        description="A path or URL of pgvector's source tarball to compile from, for a machine without "
+        "internet: the same file chatmem pins (its SHA-256 is checked). Unset: Debian's copy, fetched once.",
     )
     db_pool_size: int = Field(4, ge=1, description="Postgres connections per process.")
     db_timeout_s: float = Field(

@@ -168,13 +168,14 @@ def test_the_instruction_classifier_sees_what_crashed_before():
     assert needed_feature("mov", "%rax,%rbx") is None
 
 
-def test_a_cpu_without_x86_64_v3_is_refused_by_name_before_anything_starts():
+def test_the_package_pgvector_on_a_cpu_without_x86_64_v3_is_refused_by_name_before_anything_starts():
     old = pgcheck.CpuReport("x86_64", "sandybridge", frozenset({"avx2", "fma", "bmi2"}))
     with pytest.raises(pgcheck.VectorSupportError) as raised:
         pgcheck.check_cpu_for_embedded(old)
     text = str(raised.value)
     assert "avx2, bmi2, fma" in text and "sandybridge" in text
     assert "CHATMEM_DATABASE_URL" in text and "Nothing was started" in text
+    assert "CHATMEM_EMBEDDED_PGVECTOR" in text  # only `package` refuses; `auto` compiles one
     pgcheck.check_cpu_for_embedded(pgcheck.CpuReport("x86_64", "zen3", frozenset()))  # no error
     pgcheck.check_cpu_for_embedded(pgcheck.CpuReport("aarch64", "neoverse_v1", frozenset()))
     with pytest.raises(pgcheck.VectorSupportError) as raised:  # AWS Graviton 2
