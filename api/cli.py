@@ -638,6 +638,18 @@ def bench_hnsw(
     run(cli_settings(), console, n=vectors, kind=kind, configs=configs)
 
 
+@bench_app.command("pgvector-build")
+def bench_pgvector_build(
+    vectors: int = typer.Option(100_000, help="vectors in each server"),
+    queries: int = typer.Option(50, help="HNSW queries a round"),
+    rounds: int = typer.Option(5, help="alternating rounds"),
+) -> None:
+    """The pgvector compiled here for other CPUs against the package's, side by side."""
+    from chatmem.bench.pgvector_build import run
+
+    run(console, n=vectors, queries=queries, rounds=rounds)
+
+
 @bench_app.command("buffers")
 def bench_buffers(
     vectors: int = typer.Option(1_000_000, help="vectors in the graph"),
