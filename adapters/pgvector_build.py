@@ -93,6 +93,12 @@ def conf_line(folder: Path) -> str:
     return f"dynamic_library_path = '{quoted}:$libdir'\n"
 
 
+def loaded_from(setting: str) -> str | None:
+    """The folder a server's `dynamic_library_path` searches before its own, if any."""
+    first = setting.split(":")[0].strip()
+    return None if first in ("", "$libdir") else first
+
+
 def folder_for(root: Path, source: Source, server_version: str, machine: str) -> Path:
     """Where the build for this release, server version and machine is kept."""
     server = re.sub(r"[^0-9A-Za-z.]+", "", server_version.removeprefix("PostgreSQL "))

@@ -299,9 +299,9 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> 
     for st in rep.services:
         table.add_row(st.name, "up" if st.running else "down", st.url or "")
     pg = rep.postgres
-    table.add_row(
-        "versions", f"Postgres {pg.server_version or '?'}, pgvector {pg.vector_version or '?'}", f"CPU {pg.cpu}"
-    )
+    compiled = f" (compiled here for this CPU: {pg.vector_library})" if pg.vector_library else ""
+    versions = f"Postgres {pg.server_version or '?'}, pgvector {pg.vector_version or '?'}{compiled}"
+    table.add_row("versions", versions, f"CPU {pg.cpu}")
     table.add_row(
         "self-check",
         "ok" if pg.self_check == "ok" else "[red]failed[/red]",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chatmem.adapters import pgcheck, services
+from chatmem.adapters import pgcheck, pgvector_build, services
 from chatmem.adapters.celery_queue import queue_depths
 from chatmem.adapters.embedders import ONNX_FILE, PAIR_ONNX_FILE, QUERY_ONNX_FILE
 from chatmem.adapters.metrics import SharedState
@@ -122,6 +122,7 @@ def postgres_state(c: Container) -> PostgresState:
         return PostgresState(server_version=None, vector_version=None, self_check=str(error), cpu=cpu)
     with c.pool.connection() as conn:
         buffers, graph = one(conn, _BUFFERS)
+        library = pgvector_build.loaded_from(scalar(conn, "SHOW dynamic_library_path")) if pg else None
     return PostgresState(
         server_version=check.server_version,
         vector_version=check.vector_version,
@@ -129,6 +130,7 @@ def postgres_state(c: Container) -> PostgresState:
         cpu=cpu,
         shared_buffers=int(buffers),
         vector_graph=int(graph),
+        vector_library=library,
     )
 
 

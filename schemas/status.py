@@ -35,6 +35,7 @@ class PostgresState(BaseModel):
     cpu: str
     shared_buffers: int | None = None  # bytes of the server's buffer cache
     vector_graph: int | None = None  # bytes of the messages' HNSW index, which inserts and graph searches read
+    vector_library: str | None = None  # the folder of a pgvector compiled here, when the embedded server loads it
 
 
 class ModelState(BaseModel):

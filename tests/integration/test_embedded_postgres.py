@@ -325,6 +325,7 @@ def test_status_shows_the_buffer_cache_next_to_the_messages_graph(embedded, sett
     pg = status_json(settings)["postgres"]
     assert pg["shared_buffers"] == _buffers(embedded["pg_url"])[0]
     assert 0 < pg["vector_graph"] < pg["shared_buffers"]  # the migrated schema's graph, nearly empty
+    assert pg["vector_library"] is None  # the package's pgvector
     shown = subprocess.run(
         [sys.executable, "-m", "chatmem.api.cli", "status"],
         env=settings_env(settings) | {"COLUMNS": "200"},
@@ -501,6 +502,9 @@ def test_a_cpu_the_package_pgvector_cannot_run_on_gets_one_compiled_here(tmp_pat
     try:
         assert pg.library is not None and pg.library.parent == (tmp_path / "data" / "pgvector").resolve()
         assert _loaded_vector(url) == pg.library / "vector.so"
+        with psycopg.connect(url) as conn:  # what `chatmem status` reads and shows
+            setting = conn.execute("SHOW dynamic_library_path").fetchone()[0]
+            assert pgvector_build.loaded_from(setting) == str(pg.library)
         assert pg.check is not None and pg.check.vector_version == pgvector_build.SOURCE.version
         assert _vector_answers(url) == native
     finally:

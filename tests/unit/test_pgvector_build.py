@@ -51,6 +51,13 @@ def test_the_setting_puts_the_built_library_first_and_quotes_the_path():
         pgvector_build.conf_line(Path("/srv/a:b"))
 
 
+def test_status_names_the_folder_searched_before_the_server_s_own():
+    folder = "/data/pgvector/0.8.5-pg18.4-aarch64"
+    assert pgvector_build.loaded_from(f"{folder}:$libdir") == folder
+    assert pgvector_build.loaded_from("$libdir") is None
+    assert pgvector_build.loaded_from("") is None
+
+
 def test_settings_reach_the_embedded_server(tmp_path, monkeypatch):
     monkeypatch.setenv("CHATMEM_EMBEDDED_PGVECTOR", "build")
     monkeypatch.setenv("CHATMEM_EMBEDDED_PGVECTOR_SOURCE", "/mirror/pgvector.tar.gz")
