@@ -128,6 +128,7 @@ def ensure(
     command = [*(run_pg_config or []), str(pg_config)]
     server_version = _run([*command, "--version"], "pg_config").strip()
     folder = folder_for(root, source, server_version, machine or platform.machine())
+    conf_line(folder)  # a path the server's setting cannot hold fails before anything is built
     stamp = {"version": source.version, "sha256": source.sha256, "server": server_version, "cflags": CFLAGS}
     if _stamp(folder) == stamp and (folder / LIBRARY).is_file():
         return folder

@@ -1,6 +1,7 @@
 """The embedded Postgres on real servers: the vector self-check, a backend crash named in words,
 a data folder written by the previous release, folders of another major version, dump/restore,
-an external server that is too old, and a buffer cache sized to the machine."""
+an external server that is too old, a buffer cache sized to the machine, and pgvector on CPUs
+the package's build does not run on (x86 without AVX2, ARM without SVE), compiled here."""
 
 from __future__ import annotations
 

@@ -99,6 +99,12 @@ def test_a_missing_source_file_says_how_to_bring_one(tmp_path):
         _ensure(tmp_path / "lib", pgvector_build.source(str(tmp_path / "absent.tar.gz")))
 
 
+def test_a_data_folder_whose_path_the_setting_cannot_hold_is_refused_before_a_build(tmp_path):
+    with pytest.raises(BuildError, match="colon"):
+        _ensure(tmp_path / "a:b" / "lib")
+    assert not (tmp_path / "a:b").exists()
+
+
 def test_a_machine_without_a_compiler_is_told_what_to_install(tmp_path):
     with pytest.raises(BuildError, match=r"no C compiler on PATH.*apt install gcc make"):
         _ensure(tmp_path / "lib", cc="no-such-compiler-here")
