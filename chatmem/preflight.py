@@ -32,6 +32,11 @@ BUILD_TOOLS = (("a C compiler", ("cc", "gcc", "clang")), ("make", ("make", "gmak
 # registry, for every pin, that these hold and that every other platform gets a wheel of each.
 MACOS_MIN = (14, 0)  # ONNX Runtime 1.31's macOS wheels: macosx_14_0_arm64, and none for x86-64
 GLIBC_MIN = (2, 28)  # ONNX Runtime's and tiktoken's wheels: manylinux_2_28 (the embedded Postgres's, NumPy's: 2_27)
+# NumPy 2.4's wheels are built for x86-64-v2 (`numpy._core._multiarray_umath.__cpu_baseline__`)
+# and stop at import on an older CPU: Intel Core 2, AMD's Phenom, and VMs given the baseline CPU
+# models `qemu64` or `kvm64`. The set in /proc/cpuinfo's names (SSE3 is `pni`); tests/unit/
+# test_preflight.py fails when NumPy's baseline moves.
+X86_64_V2 = frozenset({"cx16", "lahf_lm", "popcnt", "pni", "ssse3", "sse4_1", "sse4_2"})
 HOW_TO_GET_THEM = {
     "Linux": "Debian/Ubuntu: `sudo apt install build-essential`; Fedora: `sudo dnf install gcc make`",
     "Darwin": "`xcode-select --install`",
@@ -47,6 +52,7 @@ def problems(
     macos: tuple[int, int] | None = None,
     free_threaded: bool = False,
     glibc_version: tuple[int, int] | None = None,
+    cpu_flags: frozenset[str] | None = None,
 ) -> list[str]:
     """Why `make install` would fail here, in words; empty when it should not."""
     if python < MIN_PYTHON:
@@ -87,6 +93,14 @@ def problems(
             f"wheels for glibc {GLIBC_MIN[0]}.{GLIBC_MIN[1]} or newer only (the embedded Postgres and NumPy for "
             "2.27), and pip cannot build ONNX Runtime. Use a newer system or image (Debian 10+, Ubuntu 20.04+, "
             "RHEL 8+, Amazon Linux 2023; the `python:3.12-slim` image) (docs/platforms.md)."
+        ]
+    if system == "Linux" and machine == "x86_64" and cpu_flags and (lacking := X86_64_V2 - cpu_flags):
+        names = ", ".join(sorted("sse3" if flag == "pni" else flag for flag in lacking))
+        return [
+            f"this CPU lacks {names} of the x86-64-v2 set, which NumPy's wheels need (from Intel's Nehalem and "
+            "AMD's Bulldozer on, 2008-2011); NumPy would stop at its import. In a virtual machine, give it a "
+            "newer CPU model (`host`, or `x86-64-v2-AES` in Proxmox, instead of `kvm64` or `qemu64`) "
+            "(docs/platforms.md)."
         ]
     if system == "Darwin" and machine == "x86_64":
         return [
@@ -147,6 +161,20 @@ def stdlib_problems(python: tuple[int, int], has: Callable[[str], bool] = import
     return out
 
 
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The features Linux lists for the first CPU ("flags" on x86, "Features" on ARM); empty
+    where there is no such file."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name.strip().lower() in ("features", "flags"):
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
 def main() -> int:
     library, shown_glibc = platform.libc_ver()
     glibc = library == "glibc"  # musl (Alpine) gets no manylinux wheel
@@ -157,7 +185,15 @@ def main() -> int:
     macos = (int(shown[0]), int(shown[1]) if len(shown) > 1 else 0) if shown[0].isdigit() else None
     free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
     found = problems(
-        platform.system(), platform.machine(), python, shutil.which, glibc, macos, free_threaded, glibc_version
+        platform.system(),
+        platform.machine(),
+        python,
+        shutil.which,
+        glibc,
+        macos,
+        free_threaded,
+        glibc_version,
+        cpu_flags() if platform.system() == "Linux" else None,
     )
     if python >= MIN_PYTHON:
         found += stdlib_problems(python)

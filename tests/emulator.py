@@ -74,6 +74,8 @@ CROSS_DEBS = (
 # Intel Haswell (AVX2, no AVX-512) and Nehalem (SSE4.2: neither); and qemu's most capable ARM
 # (SVE2 and SME, whose kernels move the int8 query encoder the most).
 ZEN1, HASWELL, NEHALEM, ARM_MAX = "EPYC", "Haswell", "Nehalem", "max"
+# Intel Core 2 (SSE4.1; no SSE4.2 or POPCNT): below x86-64-v2, where the install stops (chatmem/preflight.py).
+PENRYN = "Penryn"
 # ARM servers' cores: Neoverse-N1 (AWS Graviton 2, Ampere Altra; no SVE) and V1 (Graviton 3; SVE).
 NEOVERSE_N1, NEOVERSE_V1 = "neoverse-n1", "neoverse-v1"
 

@@ -573,7 +573,7 @@ def _serve(command: list[str], url: str, runs_as: dict) -> tuple[dict | str, str
 @pytest.mark.emulated
 def test_a_cpu_without_avx2_runs_the_embedded_postgres_on_a_pgvector_compiled_here(tmp_path):
     """An emulated Intel Nehalem (SSE4.2; no AVX, AVX2 or FMA), as on Intel's pre-2013 servers,
-    Atom-class Celerons and VMs given a baseline CPU model: the package's pgvector kills the
+    Atom-class Celerons and VMs given the x86-64-v2 CPU model: the package's pgvector kills the
     backend with SIGILL at the first vector; the one chatmem compiles answers as natively."""
     qemu = emulator.qemu()
     pg, native = _package_answers(tmp_path / "data")

@@ -91,6 +91,18 @@ def test_every_shipped_model_answers_as_recorded_on_cpus_without_avx512_or_avx2(
 
 
 @pytest.mark.emulated
+def test_below_x86_64_v2_numpy_stops_at_its_import_as_the_install_says():
+    """The floor the preflight checks (chatmem/preflight.py, X86_64_V2) is NumPy's: under an
+    emulated Core 2 its import stops; under a Nehalem, the next CPU up, everything above runs."""
+    script = [sys.executable, "-c", "import numpy"]
+    command, env = emulator.emulated(emulator.PENRYN, script)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode != 0 and "X86_V2" in done.stderr, done.stderr[-2000:]
+    command, env = emulator.emulated(emulator.NEHALEM, script)
+    subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, check=True)
+
+
+@pytest.mark.emulated
 @pytest.mark.timeout(960)
 def test_every_shipped_model_answers_as_recorded_on_linux_on_arm(tmp_path):
     # Linux aarch64 is a platform chatmem runs on, where ONNX Runtime runs NEON, SVE or SME

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from chatmem.preflight import problems, stdlib_problems
+from chatmem.preflight import X86_64_V2, cpu_flags, problems, stdlib_problems
 from tests.conftest import ROOT
 
 
@@ -100,3 +100,41 @@ def test_the_script_stops_a_python_whose_sqlite_module_does_not_load(tmp_path):
     )
     assert run.returncode == 1
     assert "without its `sqlite3` module" in run.stderr and "ctypes" not in run.stderr
+
+
+# /proc/cpuinfo's flags of an Intel Core 2 (Penryn) and of a VM given qemu's `kvm64` model.
+PENRYN = frozenset("fpu sse sse2 pni ssse3 sse4_1 cx16 lahf_lm lm".split())
+KVM64 = frozenset("fpu sse sse2 pni cx16 lm".split())
+
+
+def test_a_cpu_older_than_x86_64_v2_is_stopped_before_pip_with_what_it_lacks():
+    tools = which_of("gcc", "make")
+    (core2,) = problems("Linux", "x86_64", (3, 12), tools, cpu_flags=PENRYN)
+    assert "lacks popcnt, sse4_2 of the x86-64-v2 set, which NumPy's wheels need" in core2
+    (vm,) = problems("Linux", "x86_64", (3, 12), tools, cpu_flags=KVM64)
+    assert "lahf_lm, popcnt, sse4_1, sse4_2, ssse3" in vm and "x86-64-v2-AES" in vm and "kvm64" in vm
+    assert problems("Linux", "x86_64", (3, 12), tools, cpu_flags=PENRYN | X86_64_V2) == []
+    assert problems("Linux", "aarch64", (3, 12), tools, cpu_flags=frozenset({"fp", "asimd"})) == []
+    assert problems("Linux", "x86_64", (3, 12), tools, cpu_flags=frozenset()) == []  # unreadable: pip will tell
+
+
+def test_the_cpu_flags_are_read_as_linux_lists_them(tmp_path):
+    x86 = tmp_path / "x86"
+    x86.write_text("processor\t: 0\nflags\t\t: fpu sse4_2 popcnt\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+    assert cpu_flags(str(x86)) == {"fpu", "sse4_2", "popcnt"}  # the first CPU's
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd sve\n")
+    assert cpu_flags(str(arm)) == {"fp", "asimd", "sve"}
+    assert cpu_flags(str(tmp_path / "absent")) == frozenset()
+
+
+def test_the_preflight_asks_for_the_cpu_level_numpy_is_built_for():
+    """When NumPy's wheels move to another baseline (x86-64-v3, say), the preflight must follow."""
+    import platform
+
+    if platform.machine() != "x86_64":
+        return
+    from numpy._core import _multiarray_umath
+
+    assert _multiarray_umath.__cpu_baseline__ == ["X86_V2"]
+    assert X86_64_V2 <= cpu_flags()  # this machine passes, as it must to run the suite
