@@ -20,7 +20,6 @@ from pathlib import Path
 import psycopg
 
 from chatmem.adapters.sql import one, scalar
-from chatmem.preflight import cpu_flags
 
 MIN_SERVER_VERSION_NUM = 160000  # Postgres 16
 MIN_VECTOR_VERSION = (0, 8, 0)  # iterative index scans, which the read path uses
@@ -80,8 +79,22 @@ def cpu_report() -> CpuReport:
     if linux_arm:
         # The kernel's own list: archspec names only the cores it knows, and gives an unknown one
         # (or one qemu emulates) no features at all.
-        return CpuReport("aarch64", host.name, frozenset(EMBEDDED_ARM_FEATURES - cpu_flags()))
+        return CpuReport("aarch64", host.name, frozenset(EMBEDDED_ARM_FEATURES - _kernel_features()))
     return CpuReport("x86_64", host.name, frozenset(EMBEDDED_X86_FEATURES - features), "avx512f" in features)
+
+
+def _kernel_features(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
+    """The features Linux lists for the first CPU (on ARM its "Features" line). chatmem/preflight.py
+    reads the same before the install, where nothing of chatmem's may be imported (a floor above)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name.strip().lower() in ("features", "flags"):
+                    return set(value.split())
+    except OSError:
+        pass
+    return set()
 
 
 def check_cpu_for_embedded(report: CpuReport | None = None) -> None:
